@@ -1,0 +1,45 @@
+// Package app holds what every nctk command-line tool receives from main:
+// its argv, standard streams and environment. Tools take an *Env instead of
+// reading os.Args or os.Environ so that tests can run them in-process.
+package app
+
+import (
+	"io"
+	"os"
+	"strings"
+)
+
+// Env is a tool's process context.
+type Env struct {
+	// Args is argv, Args[0] being the name the tool was invoked as.
+	Args    []string
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+	Environ []string
+}
+
+// FromOS returns the real process context.
+func FromOS() *Env {
+	return &Env{Args: os.Args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Environ: os.Environ()}
+}
+
+// Getenv returns the value of key in Environ ("" if unset).
+func (e *Env) Getenv(key string) string {
+	v, _ := e.LookupEnv(key)
+	return v
+}
+
+// LookupEnv returns the value of key in Environ and whether it is set.
+func (e *Env) LookupEnv(key string) (string, bool) {
+	prefix := key + "="
+	for i := len(e.Environ) - 1; i >= 0; i-- {
+		if strings.HasPrefix(e.Environ[i], prefix) {
+			return e.Environ[i][len(prefix):], true
+		}
+	}
+	return "", false
+}
+
+// Tool is a command-line tool's entry point; it returns the exit status.
+type Tool func(e *Env) int

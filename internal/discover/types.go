@@ -1,0 +1,207 @@
+// Package discover answers the question every part of nctk starts from: on
+// this host, or under a driver root such as /run/nvidia/driver, which NVIDIA
+// driver is installed, which GPUs exist, and which files a container needs
+// for a given set of driver capabilities.
+//
+// Discovery is pure Go and reads only files: /proc/driver/nvidia, /sys,
+// /dev and the driver root's ld.so.cache. Facts that only the driver itself
+// knows (the CUDA version it supports, compute capabilities) come from the
+// driver's own libraries when they can be loaded, and every such value
+// records where it came from; nothing is invented.
+package discover
+
+import "github.com/nctk/nctk/internal/caps"
+
+// Options select what and where to discover.
+type Options struct {
+	// Root is the driver root; "" means "/".
+	Root string
+	// DevRoot is where device nodes are looked up; "" means Root.
+	DevRoot string
+	// LdCache is the ld.so.cache path inside Root; "" means /etc/ld.so.cache.
+	LdCache string
+	// SearchPath lists binary directories (inside Root) in lookup order;
+	// nil means the standard PATH directories.
+	SearchPath []string
+	// MPSPipeDir overrides /tmp/nvidia-mps (CUDA_MPS_PIPE_DIRECTORY).
+	MPSPipeDir string
+	// Probe, when true, loads the driver's libcuda to learn the CUDA version
+	// and compute capabilities (in a separate process).
+	Probe bool
+}
+
+// Source says where a value came from.
+type Source string
+
+// Value sources.
+const (
+	SourceUnknown  Source = ""
+	SourceProcfs   Source = "procfs"   // /proc/driver/nvidia
+	SourceSysfs    Source = "sysfs"    // /sys/bus/pci
+	SourceFilename Source = "filename" // library file names
+	SourceLibcuda  Source = "libcuda"  // the driver's libcuda.so (cuDriverGetVersion, cuDeviceGetAttribute)
+	SourceNVML     Source = "nvml"     // the driver's libnvidia-ml.so
+	SourceCache    Source = "cache"    // a cached probe result for the same driver files
+)
+
+// File is one driver file a container may need.
+type File struct {
+	// Name is what was looked up (a library prefix such as "libcuda.so", a
+	// binary name, an IPC name).
+	Name string
+	// Capability is the capability group that selects the file.
+	Capability caps.Capability
+	// Path is the file's path as seen inside the driver root, with symlinks
+	// resolved inside that root (e.g. /usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03).
+	Path string
+	// HostPath is Path joined with the driver root: the path to open or
+	// bind-mount from the host.
+	HostPath string
+	// SONAME is the ELF DT_SONAME for libraries (e.g. libcuda.so.1).
+	SONAME string
+	// Compat32 marks a 32-bit library.
+	Compat32 bool
+	// Dir marks a directory (the MPS pipe directory).
+	Dir bool
+}
+
+// DeviceNode is a character device the driver provides.
+type DeviceNode struct {
+	// Path is the node's path as seen inside the dev root (/dev/nvidia0).
+	Path string
+	// HostPath is Path joined with the dev root.
+	HostPath string
+	Major    uint32
+	Minor    uint32
+	// Mode holds the permission bits of the host node.
+	Mode uint32
+	UID  uint32
+	GID  uint32
+}
+
+// MIGDevice is a MIG instance on a GPU.
+type MIGDevice struct {
+	// Index is the MIG device's index on its parent GPU (the M in "N:M").
+	Index int
+	UUID  string
+	GI    int
+	CI    int
+	// GIAccess and CIAccess are the capability nodes guarding the GPU
+	// instance and compute instance (/dev/nvidia-caps/nvidia-capN), and
+	// GIAccessProc/CIAccessProc the proc files naming them.
+	GIAccess     DeviceNode
+	CIAccess     DeviceNode
+	GIAccessProc string
+	CIAccessProc string
+}
+
+// GPU is one NVIDIA GPU.
+type GPU struct {
+	// Index is the enumeration index (ordered by PCI bus id, as NVML does).
+	Index int
+	// Minor is the device minor number (/dev/nvidia<Minor>).
+	Minor int
+	UUID  string
+	// BusID is the PCI bus id in NVIDIA's form, 00000000:41:00.0.
+	BusID string
+	Model string
+	// Brand is NVML's brand name (Tesla, GeForce, Nvidia, …) or "" if unknown.
+	Brand       string
+	BrandSource Source
+	// Arch is the CUDA compute capability "major.minor" or "" if unknown.
+	Arch       string
+	ArchSource Source
+	Node       DeviceNode
+	// ProcDir is /proc/driver/nvidia/gpus/<bus id> inside the root.
+	ProcDir string
+	// MIGCapable and MIGEnabled describe MIG mode; MIGDevices lists
+	// instances when enabled. MIGCapsDir is
+	// /proc/driver/nvidia/capabilities/gpu<minor>.
+	MIGCapable bool
+	MIGEnabled bool
+	MIGDevices []MIGDevice
+	MIGCapsDir string
+}
+
+// Driver is the result of discovery.
+type Driver struct {
+	// Root is the driver root discovery ran against ("/" for the host).
+	Root string
+	// Version is the kernel module's NVRM version from
+	// /proc/driver/nvidia/version (e.g. 535.261.03).
+	Version string
+	// LibraryVersion is the version in the driver libraries' file names. It
+	// equals Version on a healthy host.
+	LibraryVersion string
+	// CUDAVersion is the CUDA version the driver supports ("12.2"), with
+	// CUDAVersionSource saying where it came from; "" if unknown.
+	CUDAVersion       string
+	CUDAVersionSource Source
+	// CUDADriverVersion is the raw cuDriverGetVersion value (12020), 0 if unknown.
+	CUDADriverVersion int
+
+	// Libraries holds the 64-bit libraries of every group, then the 32-bit
+	// ones, each in NVIDIA's lookup order.
+	Libraries []File
+	Binaries  []File
+	IPCs      []File
+	Firmware  []File
+
+	// ControlNodes are the driver-wide nodes present: nvidiactl,
+	// nvidia-uvm, nvidia-uvm-tools, nvidia-modeset.
+	ControlNodes []DeviceNode
+	// CapsNodes are /dev/nvidia-caps/* nodes (MIG config/monitor, …).
+	CapsNodes []DeviceNode
+	// IMEXChannels are /dev/nvidia-caps-imex-channels/channel* nodes.
+	IMEXChannels []DeviceNode
+
+	GPUs []GPU
+
+	// ProcFiles are the files of /proc/driver/nvidia that a container's view
+	// of that directory copies (params, version, registry), as host paths.
+	ProcFiles []string
+	// LibDirs are the directories (inside Root) holding the driver's 64-bit
+	// libraries, then 32-bit ones.
+	LibDirs []string
+	// Warnings lists things that were looked for and not found.
+	Warnings []string
+}
+
+// LibrariesFor returns the libraries a capability set selects, 64-bit first,
+// with 32-bit ones only when the set holds compat32.
+func (d *Driver) LibrariesFor(s caps.Set) []File {
+	groups := map[caps.Capability]bool{}
+	for _, g := range s.LibraryCapabilities() {
+		groups[g] = true
+	}
+	var out []File
+	for _, f := range d.Libraries {
+		if !groups[f.Capability] || (f.Compat32 && !s.Has(caps.Compat32)) {
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// BinariesFor returns the binaries a capability set selects.
+func (d *Driver) BinariesFor(s caps.Set) []File {
+	var out []File
+	for _, f := range d.Binaries {
+		if s.Has(f.Capability) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// IPCsFor returns the IPC endpoints a capability set selects.
+func (d *Driver) IPCsFor(s caps.Set) []File {
+	var out []File
+	for _, f := range d.IPCs {
+		if s.Has(f.Capability) {
+			out = append(out, f)
+		}
+	}
+	return out
+}

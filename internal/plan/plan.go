@@ -1,0 +1,102 @@
+// Package plan computes what a GPU container gets: device nodes (with device
+// cgroup rules for exactly the selected GPUs), read-only bind mounts of driver
+// files, symlinks, the ld.so.cache update, the /proc/driver/nvidia view and
+// environment.
+//
+// A Plan is declarative. It is applied in two ways that share it:
+// nvidia-container-runtime writes it into the OCI spec (internal/ocispec)
+// and nvidia-container-cli configure applies it to a running container's
+// rootfs (internal/configure); nvidia-ctk cdi generate renders it as a CDI
+// spec (internal/cdispec). No applier decides what to inject.
+package plan
+
+// Mount options every driver-file bind mount carries.
+const (
+	OptRO       = "ro"
+	OptNoSuid   = "nosuid"
+	OptNoDev    = "nodev"
+	OptNoExec   = "noexec"
+	OptRBind    = "rbind"
+	OptRPrivate = "rprivate"
+)
+
+// MountKind says what a mount's source is.
+type MountKind int
+
+// Mount kinds.
+const (
+	KindFile   MountKind = iota // a regular file (library, binary, firmware)
+	KindDir                     // a directory (MPS pipe dir, proc GPU dir)
+	KindSocket                  // a UNIX socket (persistenced, fabricmanager)
+)
+
+// Device is a device node the container gets and may open.
+type Device struct {
+	// Path is the node's path in the container (/dev/nvidia1).
+	Path string
+	// HostPath is the host node (under the dev root) it mirrors.
+	HostPath string
+	Major    uint32
+	Minor    uint32
+	// FileMode holds permission bits for the node in the container.
+	FileMode uint32
+	UID      uint32
+	GID      uint32
+}
+
+// Mount is a bind mount of a host file into the container.
+type Mount struct {
+	// Source is the host path (under the driver root), never a path inside
+	// the container rootfs.
+	Source string
+	// Destination is the path in the container.
+	Destination string
+	Kind        MountKind
+	// Options are OCI mount options: ro,nosuid,nodev,rbind,rprivate for
+	// files; sockets and the MPS dir are writable and noexec.
+	Options []string
+}
+
+// Symlink is a link created inside the container root: Link (a container
+// path) points to Target (relative or absolute as in the host driver).
+type Symlink struct {
+	Link   string
+	Target string
+}
+
+// ProcView describes the container's /proc/driver/nvidia: a tmpfs holding
+// copies of the driver's params (with ModifyDeviceFiles set to 0), version
+// and registry files, plus the proc directories of the selected GPUs only.
+type ProcView struct {
+	// HostDir is /proc/driver/nvidia on the host (under the driver root).
+	HostDir string
+	// Files are the names copied from HostDir (params, version, registry).
+	Files []string
+	// GPUDirs are the bus ids whose gpus/<bus id> directory is exposed.
+	GPUDirs []string
+}
+
+// Plan is what one container gets.
+type Plan struct {
+	// Devices are the nodes created in the container; each one is also
+	// allowed (rw) in the container's device cgroup, and nothing else is.
+	Devices []Device
+	// Mounts are bind mounts of driver files, in order.
+	Mounts []Mount
+	// Symlinks are created after the mounts.
+	Symlinks []Symlink
+	// LdconfigDirs are container directories holding injected libraries;
+	// when non-empty the container's ld.so.cache is rebuilt by the host's
+	// ldconfig, confined to the container root, over these directories.
+	LdconfigDirs []string
+	// Proc is the /proc/driver/nvidia view, nil for none.
+	Proc *ProcView
+	// Env is added to the container process environment (KEY=VALUE).
+	Env []string
+}
+
+// Empty reports whether the plan injects nothing.
+func (p *Plan) Empty() bool {
+	return p == nil || (len(p.Devices) == 0 && len(p.Mounts) == 0 && len(p.Symlinks) == 0 &&
+		len(p.LdconfigDirs) == 0 && p.Proc == nil && len(p.Env) == 0)
+}
