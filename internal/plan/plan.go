@@ -74,6 +74,10 @@ type ProcView struct {
 	Files []string
 	// GPUDirs are the bus ids whose gpus/<bus id> directory is exposed.
 	GPUDirs []string
+	// Expose lists further paths relative to HostDir that are bound
+	// read-only into the view (MIG access files such as
+	// capabilities/gpu0/mig/gi1/access, or capabilities/mig/config).
+	Expose []string
 }
 
 // Plan is what one container gets.
