@@ -1,0 +1,353 @@
+// Package ldcache reads glibc's ld.so.cache, the index the dynamic loader uses
+// to map library names (SONAMEs and link names) to files, without running
+// ldconfig.
+//
+// Supported layouts:
+//
+//   - the new format: magic "glibc-ld.so.cache" version "1.1", a 48-byte
+//     header, 24-byte entries and a string table (what glibc ≥ 2.32 writes by
+//     default, and what Debian 12's ldconfig writes);
+//   - the compat layout: an old "ld.so-1.7.0" section (16-byte header,
+//     12-byte entries and its strings) followed, at the next 8-byte boundary,
+//     by a new-format section. The old section is skipped.
+//
+// A cache with only the old section is rejected as an unsupported format.
+// The glibc ≥ 2.33 header fields (endianness flags and the offset of the
+// hwcaps extension) are honoured where they matter and otherwise ignored.
+//
+// Every offset read from the file is bounds-checked: a damaged or hostile
+// cache yields an error naming what is wrong, never a panic or an
+// out-of-range read. Multi-byte fields are little-endian, the byte order of
+// every architecture the toolkit supports (x86_64, aarch64, ppc64le).
+package ldcache
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"unsafe"
+)
+
+// On-disk layout constants.
+const (
+	oldMagic       = "ld.so-1.7.0"
+	oldHeaderSize  = 16 // magic (11 bytes + NUL) + nlibs u32
+	oldEntrySize   = 12 // flags i32, key u32, value u32
+	newMagic       = "glibc-ld.so.cache"
+	newVersion     = "1.1"
+	newMagicFull   = newMagic + newVersion
+	newHeaderSize  = 48 // magic+version 20, nlibs, len_strings, flags u8 + 3 pad, extension offset, 3 unused
+	newEntrySize   = 24 // flags i32, key u32, value u32, osversion u32, hwcap u64
+	newAlign       = 8  // the new section starts 8-byte aligned after an old one
+	flagsOffset    = 28 // glibc ≥ 2.33: u8 endianness flags
+	extOffsetField = 32 // glibc ≥ 2.33: u32 extension offset
+)
+
+// Entry flag bits (glibc's FLAG_* values from ldconfig).
+const (
+	// FlagTypeMask selects the library type in Flags.
+	FlagTypeMask = 0x00ff
+	// FlagELF marks an ELF library of unknown C library.
+	FlagELF = 0x0001
+	// FlagELFLibc5 marks a libc5 ELF library (obsolete; the loader ignores these).
+	FlagELFLibc5 = 0x0002
+	// FlagELFLibc6 marks a glibc ELF library.
+	FlagELFLibc6 = 0x0003
+	// FlagArchMask selects the architecture/ABI in Flags.
+	FlagArchMask = 0xff00
+
+	// Architecture/ABI values (Flags & FlagArchMask).
+	ArchI386       = 0x0000 // also i386-less 32-bit on other arches, and libc4/libc5 entries
+	ArchSPARC64    = 0x0100
+	ArchIA64       = 0x0200
+	ArchX8664      = 0x0300
+	ArchS390x      = 0x0400
+	ArchPPC64      = 0x0500
+	ArchMIPS64N32  = 0x0600
+	ArchMIPS64N64  = 0x0700
+	ArchX32        = 0x0800
+	ArchARMHF      = 0x0900
+	ArchAArch64    = 0x0a00
+	ArchARMSF      = 0x0b00
+	ArchRISCVSoft  = 0x0f00
+	ArchRISCVDbl   = 0x1000
+	ArchLoongSoft  = 0x1100
+	ArchLoongDbl   = 0x1200
+	hwcapExtension = uint64(1) << 62 // glibc ≥ 2.33: entry belongs to a glibc-hwcaps subdirectory
+)
+
+// Endianness values of the glibc ≥ 2.33 header flags byte.
+const (
+	endianUnset  = 0
+	endianMask   = 3
+	endianLittle = 2
+)
+
+// Class is the word size an entry's architecture flag names, as the NVIDIA
+// tools use it to pick 64-bit libraries and their 32-bit compat counterparts.
+type Class int
+
+// Classes.
+const (
+	// ClassOther is any architecture flag that is neither of the below
+	// (x32, s390x, MIPS, RISC-V, …).
+	ClassOther Class = iota
+	// Class64 is x86-64 (0x0300), aarch64 (0x0a00) and ppc64le (0x0500).
+	Class64
+	// Class32 is i386 (0x0000) and armhf (0x0900).
+	Class32
+)
+
+// String returns "64-bit", "32-bit" or "other".
+func (c Class) String() string {
+	switch c {
+	case Class64:
+		return "64-bit"
+	case Class32:
+		return "32-bit"
+	default:
+		return "other"
+	}
+}
+
+// Entry is one library in the cache.
+type Entry struct {
+	// Key is the name the loader looks up (a SONAME such as libcuda.so.1, or
+	// a link name such as libcuda.so).
+	Key string
+	// Value is the path of the file (usually a symlink) it maps to.
+	Value string
+	// Flags holds the library type (FlagTypeMask) and architecture
+	// (FlagArchMask).
+	Flags int32
+	// OSVersion is the minimum kernel version from the ELF ABI note, 0 if none.
+	OSVersion uint32
+	// HWCap is the legacy hardware-capability mask, or with bit 62 set the
+	// index of a glibc-hwcaps subdirectory.
+	HWCap uint64
+}
+
+// IsELF reports whether the entry is an ELF library the loader would use:
+// type FlagELF or FlagELFLibc6 (the same test as glibc's loader, and
+// equivalent to NVIDIA's "flags & 1" for every type ldconfig writes).
+func (e Entry) IsELF() bool {
+	t := e.Flags & FlagTypeMask
+	return t == FlagELF || t == FlagELFLibc6
+}
+
+// Arch returns the architecture/ABI bits (Flags & FlagArchMask).
+func (e Entry) Arch() uint32 { return uint32(e.Flags) & FlagArchMask }
+
+// Class classifies the entry's architecture flag.
+func (e Entry) Class() Class {
+	switch e.Arch() {
+	case ArchX8664, ArchAArch64, ArchPPC64:
+		return Class64
+	case ArchI386, ArchARMHF:
+		return Class32
+	default:
+		return ClassOther
+	}
+}
+
+// HWCapsSubdir reports whether the entry describes a library in a
+// glibc-hwcaps subdirectory (glibc ≥ 2.33).
+func (e Entry) HWCapsSubdir() bool { return e.HWCap&hwcapExtension != 0 }
+
+// Cache is a parsed ld.so.cache.
+type Cache struct {
+	// Entries are the new-format entries in file order (ldconfig sorts them
+	// so that the preferred library for a key comes first).
+	Entries []Entry
+}
+
+// Errors returned (wrapped, with details) by Parse and Load; test with
+// errors.Is.
+var (
+	// ErrBadMagic: the data does not start with either cache magic.
+	ErrBadMagic = errors.New("bad magic")
+	// ErrUnsupported: only the old ld.so-1.7.0 section is present, or the
+	// new section declares another version or byte order.
+	ErrUnsupported = errors.New("unsupported format")
+	// ErrTruncated: a header or the entry table or string table runs past
+	// the end of the data.
+	ErrTruncated = errors.New("truncated")
+	// ErrOutOfRange: an entry's key or value offset points outside the
+	// string table, or its string is not NUL-terminated inside it.
+	ErrOutOfRange = errors.New("string offset out of range")
+)
+
+// Parse parses an ld.so.cache image. The returned strings do not alias data.
+func Parse(data []byte) (*Cache, error) {
+	newOff, err := locateNew(data)
+	if err != nil {
+		return nil, err
+	}
+	// One allocation for every string in the cache: the entries' keys and
+	// values are substrings of this copy of the new section.
+	return parseNew(string(data[newOff:]), newOff)
+}
+
+// Load reads and parses the cache file at path. Errors name the path:
+// "ld.so.cache /x/etc/ld.so.cache: truncated: …".
+func Load(path string) (*Cache, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("ld.so.cache: %w", err)
+	}
+	c, err := parseOwned(data)
+	if err != nil {
+		return nil, fmt.Errorf("ld.so.cache %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// parseOwned parses data that nothing else references or will modify; the
+// entries' strings alias it instead of a copy.
+func parseOwned(data []byte) (*Cache, error) {
+	newOff, err := locateNew(data)
+	if err != nil {
+		return nil, err
+	}
+	sec := data[newOff:]
+	if len(sec) == 0 {
+		return parseNew("", newOff)
+	}
+	// data is never written again (it is owned by this call chain), so a
+	// string header over it is immutable for its whole lifetime.
+	return parseNew(unsafe.String(&sec[0], len(sec)), newOff)
+}
+
+// locateNew returns the file offset of the new-format header, skipping an
+// old-format section if there is one.
+func locateNew(data []byte) (int, error) {
+	switch {
+	case hasPrefix(data, newMagic):
+		return 0, nil
+	case hasPrefix(data, oldMagic):
+	default:
+		n := min(len(data), len(newMagicFull))
+		return 0, fmt.Errorf("%w: file starts with %q, want %q or %q", ErrBadMagic, data[:n], newMagic, oldMagic)
+	}
+	if len(data) < oldHeaderSize {
+		return 0, fmt.Errorf("%w: old-format header needs %d bytes, file has %d", ErrTruncated, oldHeaderSize, len(data))
+	}
+	nOld := uint64(binary.LittleEndian.Uint32(data[12:16]))
+	end := uint64(oldHeaderSize) + nOld*oldEntrySize
+	if end > uint64(len(data)) {
+		return 0, fmt.Errorf("%w: old-format entry table (%d entries) ends at byte %d, beyond end of file (%d bytes)",
+			ErrTruncated, nOld, end, len(data))
+	}
+	// The new header follows the old entries at the next 8-byte boundary
+	// (the strings both sections share come after the new entries), which
+	// is exactly where glibc's loader looks for it.
+	off := alignUp(end, newAlign)
+	if off > uint64(len(data)) || !hasPrefix(data[off:], newMagic) {
+		return 0, fmt.Errorf("%w: %s cache without a %s section at offset %d", ErrUnsupported, oldMagic, newMagic, off)
+	}
+	return int(off), nil
+}
+
+// parseNew parses the new-format section sec, which starts at file offset
+// base (used in error messages only).
+func parseNew(sec string, base int) (*Cache, error) {
+	if len(sec) < newHeaderSize {
+		return nil, fmt.Errorf("%w: %s header at offset %d needs %d bytes, %d left", ErrTruncated, newMagic, base, newHeaderSize, len(sec))
+	}
+	if v := sec[len(newMagic):len(newMagicFull)]; v != newVersion {
+		return nil, fmt.Errorf("%w: %s version %q, want %q", ErrUnsupported, newMagic, v, newVersion)
+	}
+	if f := sec[flagsOffset]; f != endianUnset && f&endianMask != endianLittle {
+		return nil, fmt.Errorf("%w: header flags 0x%02x: not a little-endian cache", ErrUnsupported, f)
+	}
+	nlibs := uint64(le32(sec, 20))
+	lenStrings := uint64(le32(sec, 24))
+	strStart := uint64(newHeaderSize) + nlibs*newEntrySize
+	if strStart > uint64(len(sec)) {
+		return nil, fmt.Errorf("%w: entry table (%d entries) ends at byte %d, beyond end of file (%d bytes)",
+			ErrTruncated, nlibs, uint64(base)+strStart, base+len(sec))
+	}
+	strEnd := strStart + lenStrings
+	if strEnd > uint64(len(sec)) {
+		return nil, fmt.Errorf("%w: string table (%d bytes at offset %d) ends beyond end of file (%d bytes)",
+			ErrTruncated, lenStrings, uint64(base)+strStart, base+len(sec))
+	}
+	// Offsets are relative to the new header; every string must lie in the
+	// string table and end with a NUL inside it.
+	strs := sec[:strEnd]
+	entries := make([]Entry, nlibs)
+	for i := range entries {
+		p := newHeaderSize + i*newEntrySize
+		keyOff, valOff := le32(sec, p+4), le32(sec, p+8)
+		key, ok := cstring(strs, strStart, keyOff)
+		if !ok {
+			return nil, fmt.Errorf("%w: entry %d: key offset %d outside string table [%d,%d) or not NUL-terminated",
+				ErrOutOfRange, i, keyOff, strStart, strEnd)
+		}
+		val, ok := cstring(strs, strStart, valOff)
+		if !ok {
+			return nil, fmt.Errorf("%w: entry %d (%s): value offset %d outside string table [%d,%d) or not NUL-terminated",
+				ErrOutOfRange, i, key, valOff, strStart, strEnd)
+		}
+		entries[i] = Entry{
+			Key:       key,
+			Value:     val,
+			Flags:     int32(le32(sec, p)),
+			OSVersion: le32(sec, p+12),
+			HWCap:     uint64(le32(sec, p+16)) | uint64(le32(sec, p+20))<<32,
+		}
+	}
+	return &Cache{Entries: entries}, nil
+}
+
+// Lookup returns the ELF entries of class whose key starts with any of
+// prefixes, in file order. With no prefixes it returns every ELF entry of
+// that class.
+func (c *Cache) Lookup(class Class, prefixes ...string) []Entry {
+	var out []Entry
+	for _, e := range c.Entries {
+		if !e.IsELF() || e.Class() != class {
+			continue
+		}
+		if len(prefixes) == 0 || hasAnyPrefix(e.Key, prefixes) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// cstring returns the NUL-terminated string at off in s, which must lie in
+// [lo, len(s)).
+func cstring(s string, lo uint64, off uint32) (string, bool) {
+	o := uint64(off)
+	if o < lo || o >= uint64(len(s)) {
+		return "", false
+	}
+	n := strings.IndexByte(s[o:], 0)
+	if n < 0 {
+		return "", false
+	}
+	return s[o : o+uint64(n)], true
+}
+
+func le32(s string, p int) uint32 {
+	_ = s[p+3]
+	return uint32(s[p]) | uint32(s[p+1])<<8 | uint32(s[p+2])<<16 | uint32(s[p+3])<<24
+}
+
+func hasPrefix(b []byte, p string) bool {
+	return len(b) >= len(p) && string(b[:len(p)]) == p
+}
+
+func alignUp(n, a uint64) uint64 { return (n + a - 1) &^ (a - 1) }
