@@ -1,0 +1,139 @@
+package procfs
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Names in /proc/driver/nvidia-caps/mig-minors.
+const (
+	MIGConfig  = "config"
+	MIGMonitor = "monitor"
+)
+
+// MIGGIKey returns the mig-minors name of a GPU instance's access
+// capability: "gpu<minor>/gi<gi>/access".
+func MIGGIKey(gpuMinor, gi int) string { return fmt.Sprintf("gpu%d/gi%d/access", gpuMinor, gi) }
+
+// MIGCIKey returns the mig-minors name of a compute instance's access
+// capability: "gpu<minor>/gi<gi>/ci<ci>/access".
+func MIGCIKey(gpuMinor, gi, ci int) string {
+	return fmt.Sprintf("gpu%d/gi%d/ci%d/access", gpuMinor, gi, ci)
+}
+
+// maxCapMinor bounds nvidia-caps minors (a 20-bit Linux minor).
+const maxCapMinor = 1<<20 - 1
+
+// ParseMIGMinors parses /proc/driver/nvidia-caps/mig-minors: one
+// "<name> <minor>" line per capability ("config 1", "monitor 2",
+// "gpu0/gi1/access 12", "gpu0/gi1/ci0/access 13"). Duplicate names are an
+// error.
+func ParseMIGMinors(data []byte) (map[string]uint32, error) {
+	m := make(map[string]uint32)
+	err := lines(data, func(n int, line string) error {
+		f := strings.Fields(line)
+		switch len(f) {
+		case 0:
+			return nil
+		case 2:
+		default:
+			return fmt.Errorf("line %d: %q: want \"<name> <minor>\"", n, line)
+		}
+		minor, err := strconv.ParseUint(f[1], 10, 32)
+		if err != nil || minor > maxCapMinor {
+			return fmt.Errorf("line %d: %s: minor %q is not a number in [0,%d]", n, f[0], f[1], maxCapMinor)
+		}
+		if _, dup := m[f[0]]; dup {
+			return fmt.Errorf("line %d: duplicate name %q", n, f[0])
+		}
+		m[f[0]] = uint32(minor)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// CapAccess is a capability access file under
+// /proc/driver/nvidia/capabilities (…/mig/config, …/gpu0/mig/gi1/access):
+// the nvidia-caps device node guarding the capability.
+type CapAccess struct {
+	Minor uint32
+	// Mode is the permission bits the driver wants for the node
+	// ("DeviceFileMode: 292" is 0444); 0 if absent.
+	Mode uint32
+	// Modify is DeviceFileModify; true if absent.
+	Modify bool
+}
+
+// Fields of a capability access file.
+const (
+	capMinor  = "DeviceFileMinor"
+	capMode   = "DeviceFileMode"
+	capModify = "DeviceFileModify"
+)
+
+// ParseCapAccess parses a capability access file and returns its device
+// minor ("DeviceFileMinor: 12").
+func ParseCapAccess(data []byte) (uint32, error) {
+	c, err := ParseCapAccessFile(data)
+	return c.Minor, err
+}
+
+// ParseCapAccessFile parses a capability access file:
+//
+//	DeviceFileMinor: 12
+//	DeviceFileMode: 292
+//	DeviceFileModify: 1
+//
+// DeviceFileMinor is required; unknown keys are ignored.
+func ParseCapAccessFile(data []byte) (CapAccess, error) {
+	c := CapAccess{Modify: true}
+	seen := map[string]bool{}
+	err := lines(data, func(n int, line string) error {
+		if isBlank(line) {
+			return nil
+		}
+		k, v, ok := keyValue(line)
+		if !ok {
+			return fmt.Errorf("line %d: %q is not a \"Key: value\" line", n, line)
+		}
+		if seen[k] {
+			return fmt.Errorf("line %d: duplicate %q", n, k)
+		}
+		seen[k] = true
+		var max uint64
+		switch k {
+		case capMinor:
+			max = maxCapMinor
+		case capMode:
+			max = 0o7777
+		case capModify:
+			max = 1
+		default:
+			return nil
+		}
+		x, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || x > max {
+			return fmt.Errorf("line %d: %s %q: want a decimal number in [0,%d]", n, k, v, max)
+		}
+		switch k {
+		case capMinor:
+			c.Minor = uint32(x)
+		case capMode:
+			c.Mode = uint32(x)
+		case capModify:
+			c.Modify = x == 1
+		}
+		return nil
+	})
+	if err != nil {
+		return CapAccess{}, err
+	}
+	if !seen[capMinor] {
+		return CapAccess{}, fmt.Errorf("no %q line", capMinor)
+	}
+	return c, nil
+}

@@ -1,0 +1,113 @@
+// Package procfs parses the files the NVIDIA kernel driver exposes under
+// /proc (and /proc/devices), as pure functions over their contents. The
+// Read* helpers only add a bounded read of one named file.
+//
+// Every parser rejects malformed input with an error naming the line and
+// field at fault; none panics on any input.
+package procfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Well-known paths (relative to a root; join with the driver root or "/").
+const (
+	VersionPath      = "/proc/driver/nvidia/version"
+	ParamsPath       = "/proc/driver/nvidia/params"
+	RegistryPath     = "/proc/driver/nvidia/registry"
+	GPUsDir          = "/proc/driver/nvidia/gpus" // <bus>/information
+	CapabilitiesDir  = "/proc/driver/nvidia/capabilities"
+	MIGMinorsPath    = "/proc/driver/nvidia-caps/mig-minors"
+	DevicesPath      = "/proc/devices"
+	InformationFile  = "information"
+	maxProcFileBytes = 4 << 20 // far above any real file (mig-minors is ~100 KiB)
+)
+
+// ErrTooLarge is returned by ReadFile for files over the size limit.
+var ErrTooLarge = errors.New("file too large")
+
+// ReadFile reads a small proc file (proc files report size 0, so the size
+// is not trusted) and fails for files larger than 4 MiB. Errors name path.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxProcFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > maxProcFileBytes {
+		return nil, fmt.Errorf("read %s: %w (over %d bytes)", path, ErrTooLarge, maxProcFileBytes)
+	}
+	return data, nil
+}
+
+// read reads path and parses it with parse, naming path in errors.
+func read[T any](path string, parse func([]byte) (T, error)) (T, error) {
+	var zero T
+	data, err := ReadFile(path)
+	if err != nil {
+		return zero, err
+	}
+	v, err := parse(data)
+	if err != nil {
+		return zero, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
+}
+
+// ReadVersion reads and parses a version file (VersionPath).
+func ReadVersion(path string) (Version, error) { return read(path, ParseVersion) }
+
+// ReadGPUInformation reads and parses a gpus/<bus>/information file.
+func ReadGPUInformation(path string) (GPUInfo, error) { return read(path, ParseGPUInformation) }
+
+// ReadParams reads and parses a params file (ParamsPath).
+func ReadParams(path string) (Params, error) { return read(path, ParseParams) }
+
+// ReadDevices reads and parses /proc/devices.
+func ReadDevices(path string) (Devices, error) { return read(path, ParseDevices) }
+
+// ReadMIGMinors reads and parses a mig-minors file (MIGMinorsPath).
+func ReadMIGMinors(path string) (map[string]uint32, error) { return read(path, ParseMIGMinors) }
+
+// ReadCapAccess reads a capability access file and returns its device minor.
+func ReadCapAccess(path string) (uint32, error) { return read(path, ParseCapAccess) }
+
+// lines calls fn for each line of data (1-based numbers, without the
+// newline and a trailing CR), stopping at the first error.
+func lines(data []byte, fn func(n int, line string) error) error {
+	for n := 1; len(data) > 0; n++ {
+		var l []byte
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			l, data = data[:i], data[i+1:]
+		} else {
+			l, data = data, nil
+		}
+		l = bytes.TrimSuffix(l, []byte{'\r'})
+		if err := fn(n, string(l)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keyValue splits a "Key: value" line at its first colon and trims blanks
+// around both parts.
+func keyValue(line string) (key, value string, ok bool) {
+	k, v, ok := strings.Cut(line, ":")
+	if !ok {
+		return "", "", false
+	}
+	return strings.Trim(k, " \t"), strings.Trim(v, " \t"), true
+}
+
+// isBlank reports whether line holds only spaces and tabs.
+func isBlank(line string) bool { return strings.Trim(line, " \t") == "" }
