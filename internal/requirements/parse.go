@@ -110,7 +110,9 @@ func (e *SyntaxError) Error() string {
 func isOpChar(b byte) bool { return b == '<' || b == '>' || b == '=' || b == '!' }
 
 // isSpace reports whether b separates alternatives.
-func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\v' || b == '\f' }
+func isSpace(b byte) bool {
+	return b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == '\v' || b == '\f'
+}
 
 // Parse parses a requirement expression. Runs of whitespace separate
 // alternatives; leading and trailing whitespace is ignored. An empty
