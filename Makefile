@@ -1,0 +1,54 @@
+# nctk: one multi-call binary (bin/nctk) installed under NVIDIA's tool names.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BINDIR  := $(DESTDIR)$(PREFIX)/bin
+GO      ?= go
+TOOLS   := nvidia-container-cli nvidia-container-runtime nvidia-container-runtime-hook \
+           nvidia-container-toolkit nvidia-ctk nvidia-cdi-hook nvidia-docker
+GOTEST_FLAGS ?= -timeout 40m
+
+.PHONY: all build install uninstall test unit fixtures lint bench demo clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -o bin/nctk ./cmd/nctk
+	@for t in $(TOOLS); do ln -sf nctk bin/$$t; done
+
+install: build
+	install -d $(BINDIR)
+	install -m 0755 bin/nctk $(BINDIR)/nctk
+	@for t in $(TOOLS); do ln -sf nctk $(BINDIR)/$$t; echo "$(BINDIR)/$$t -> nctk"; done
+
+uninstall:
+	rm -f $(BINDIR)/nctk $(addprefix $(BINDIR)/,$(TOOLS))
+
+# Driver packages for the fixture driver roots (cached; needs root and apt).
+fixtures:
+	scripts/fetch-driver-debs.sh
+
+# Every test: unit, fixture, and end-to-end tests against runc, dockerd,
+# containerd and podman (as root). Run .ci/setup once on a fresh machine.
+test: build fixtures lint
+	$(GO) test $(GOTEST_FLAGS) ./...
+
+# Tests that need neither root nor engines still run everywhere.
+unit:
+	$(GO) test -short ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@if command -v staticcheck >/dev/null; then staticcheck ./...; \
+	 elif [ -x "$$($(GO) env GOPATH)/bin/staticcheck" ]; then "$$($(GO) env GOPATH)/bin/staticcheck" ./...; \
+	 else echo "staticcheck not installed (run .ci/setup)"; exit 1; fi
+
+bench: build fixtures
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./...
+
+# Run a GPU container: the real driver when one is present, else a fixture driver.
+demo: build fixtures
+	scripts/demo.sh
+
+clean:
+	rm -rf bin
