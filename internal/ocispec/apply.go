@@ -1,0 +1,546 @@
+package ocispec
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nctk/nctk/internal/plan"
+)
+
+// HookBinary is the name of the helper binary the createContainer hooks run
+// (args[0] of every hook Apply emits).
+const HookBinary = "nvidia-cdi-hook"
+
+// Subcommands of nvidia-cdi-hook that Apply emits.
+const (
+	// HookCreateSymlinks: create-symlinks --link TARGET::LINK ...
+	HookCreateSymlinks = "create-symlinks"
+	// HookUpdateLdcache: update-ldcache [--ldconfig-path P] --folder DIR ...
+	HookUpdateLdcache = "update-ldcache"
+	// HookMountProcDriver: mount-proc-driver --host-dir D [--file F]...
+	// [--gpu BUSID]... [--expose REL]... builds the container's filtered
+	// /proc/driver/nvidia (see plan.ProcView).
+	HookMountProcDriver = "mount-proc-driver"
+	// HookDisableDeviceNodeModification is NVIDIA's name for the params
+	// copy with ModifyDeviceFiles 0. Apply does not emit it (the
+	// mount-proc-driver view includes that copy) but removes it when it
+	// re-applies, like the other hooks it owns.
+	HookDisableDeviceNodeModification = "disable-device-node-modification"
+)
+
+// HookPath is the PATH of every hook Apply emits.
+const HookPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// HookEnv is the complete environment of every hook Apply emits. The OCI
+// runtime passes a hook exactly its env, so nothing from the image (such as
+// LD_PRELOAD in process.env) reaches the hook.
+func HookEnv() []string {
+	return []string{"PATH=" + HookPath, "NVIDIA_CTK_DEBUG=false"}
+}
+
+// legacyHookNames are the basenames of NVIDIA's prestart hook (Docker's
+// --gpus inserts it); Apply removes it, since the plan replaces it.
+func legacyHookNames() []string {
+	return []string{"nvidia-container-runtime-hook", "nvidia-container-toolkit"}
+}
+
+// ownHookNames are the hook subcommands whose entries Apply replaces.
+func ownHookNames() []string {
+	return []string{HookCreateSymlinks, HookUpdateLdcache, HookMountProcDriver, HookDisableDeviceNodeModification}
+}
+
+// HookConfig says how Apply emits createContainer hooks.
+type HookConfig struct {
+	// Path is the absolute host path of the nvidia-cdi-hook binary.
+	Path string
+	// LdconfigPath is the host ldconfig update-ldcache runs (passed as
+	// --ldconfig-path); empty leaves the hook's default.
+	LdconfigPath string
+}
+
+// Hook is one createContainer hook: Args[0] is HookBinary.
+type Hook struct {
+	Path string
+	Args []string
+	Env  []string
+}
+
+// Hooks returns the createContainer hooks that apply p inside the
+// container root after the mounts: symlinks, then the ld.so.cache update,
+// then the /proc/driver/nvidia view.
+func Hooks(p *plan.Plan, hc HookConfig) []Hook {
+	if p == nil {
+		return nil
+	}
+	var hooks []Hook
+	add := func(args ...string) {
+		hooks = append(hooks, Hook{Path: hc.Path, Args: append([]string{HookBinary}, args...), Env: HookEnv()})
+	}
+	if len(p.Symlinks) > 0 {
+		args := []string{HookCreateSymlinks}
+		for _, s := range p.Symlinks {
+			args = append(args, "--link", s.Target+"::"+s.Link)
+		}
+		add(args...)
+	}
+	if len(p.LdconfigDirs) > 0 {
+		args := []string{HookUpdateLdcache}
+		if hc.LdconfigPath != "" {
+			args = append(args, "--ldconfig-path", hc.LdconfigPath)
+		}
+		for _, d := range p.LdconfigDirs {
+			args = append(args, "--folder", d)
+		}
+		add(args...)
+	}
+	if v := p.Proc; v != nil {
+		args := []string{HookMountProcDriver, "--host-dir", v.HostDir}
+		for _, f := range v.Files {
+			args = append(args, "--file", f)
+		}
+		for _, g := range v.GPUDirs {
+			args = append(args, "--gpu", g)
+		}
+		for _, x := range v.Expose {
+			args = append(args, "--expose", x)
+		}
+		add(args...)
+	}
+	return hooks
+}
+
+// Apply writes the plan p into doc:
+//   - linux.devices: a char device entry (path, major, minor, fileMode, uid,
+//     gid) per plan device, replacing an entry with the same path;
+//   - linux.resources.devices: an allow rule (type c, major, minor, access
+//     rw) for exactly those devices, unless the same rule is there;
+//   - mounts: a bind mount per plan mount with the plan's options (files
+//     ro,nosuid,nodev,rbind,rprivate; sockets writable), replacing a mount
+//     with the same destination;
+//   - process.env: the plan's variables, replacing the same keys;
+//   - hooks.createContainer: the hooks of Hooks(p, hc), replacing hooks of
+//     the same subcommands Apply emitted before;
+//   - hooks.prestart: NVIDIA's nvidia-container-runtime-hook removed, so the
+//     container is not injected twice.
+//
+// Applying the same plan again leaves the document as it is. Every other
+// field, known or not, is kept. A nil plan changes nothing. On error doc is
+// unchanged.
+func Apply(doc *Doc, p *plan.Plan, hc HookConfig) error {
+	if p == nil {
+		return nil
+	}
+	hooks := Hooks(p, hc)
+	if err := validate(p, hooks, hc); err != nil {
+		return fmt.Errorf("apply injection plan to %s: %w", doc.name, err)
+	}
+	tree, ok := deepCopy(doc.tree).(object)
+	if !ok {
+		return fmt.Errorf("apply injection plan to %s: document is not an object", doc.name)
+	}
+	if err := edit(tree, p, hooks); err != nil {
+		return fmt.Errorf("apply injection plan to %s: %w", doc.name, err)
+	}
+	data, err := encode(tree)
+	if err != nil {
+		return fmt.Errorf("apply injection plan to %s: %w", doc.name, err)
+	}
+	spec, err := decodeSpec(data)
+	if err != nil {
+		return fmt.Errorf("apply injection plan to %s: edited spec does not decode: %w", doc.name, describe(data, err))
+	}
+	doc.tree, doc.spec = tree, spec
+	return nil
+}
+
+// validate checks the plan before anything is edited.
+func validate(p *plan.Plan, hooks []Hook, hc HookConfig) error {
+	for _, d := range p.Devices {
+		if err := checkAbs("device path", d.Path); err != nil {
+			return err
+		}
+	}
+	for _, m := range p.Mounts {
+		if err := checkAbs("mount source", m.Source); err != nil {
+			return err
+		}
+		if err := checkAbs("mount destination", m.Destination); err != nil {
+			return err
+		}
+	}
+	for _, s := range p.Symlinks {
+		if err := checkAbs("symlink", s.Link); err != nil {
+			return err
+		}
+		if s.Target == "" || strings.Contains(s.Target, "::") || strings.Contains(s.Link, "::") {
+			return fmt.Errorf("symlink %q -> %q: target empty or containing \"::\"", s.Link, s.Target)
+		}
+	}
+	for _, d := range p.LdconfigDirs {
+		if err := checkAbs("ldconfig directory", d); err != nil {
+			return err
+		}
+	}
+	if v := p.Proc; v != nil {
+		if err := checkAbs("/proc/driver/nvidia host directory", v.HostDir); err != nil {
+			return err
+		}
+		for _, n := range slices.Concat(v.Files, v.GPUDirs, v.Expose) {
+			if n == "" || strings.HasPrefix(n, "/") || slices.Contains(strings.Split(n, "/"), "..") {
+				return fmt.Errorf("/proc/driver/nvidia view entry %q: want a relative path without ..", n)
+			}
+		}
+	}
+	for _, kv := range p.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("environment entry %q: want KEY=VALUE", kv)
+		}
+	}
+	if len(hooks) > 0 {
+		if err := checkAbs("hook binary (nvidia-cdi-hook)", hc.Path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkAbs(what, p string) error {
+	if !path.IsAbs(p) || strings.ContainsRune(p, 0) {
+		return fmt.Errorf("%s %q: want an absolute path", what, p)
+	}
+	if slices.Contains(strings.Split(p, "/"), "..") {
+		return fmt.Errorf("%s %q: contains ..", what, p)
+	}
+	return nil
+}
+
+// edit applies the plan to the generic tree.
+func edit(tree object, p *plan.Plan, hooks []Hook) error {
+	if len(p.Devices) > 0 {
+		linux, err := objectAt(tree, "linux", "linux")
+		if err != nil {
+			return err
+		}
+		devs, err := arrayAt(linux, "devices", "linux.devices")
+		if err != nil {
+			return err
+		}
+		res, err := objectAt(linux, "resources", "linux.resources")
+		if err != nil {
+			return err
+		}
+		rules, err := arrayAt(res, "devices", "linux.resources.devices")
+		if err != nil {
+			return err
+		}
+		for _, d := range p.Devices {
+			devs = replaceOrAppend(devs, deviceEntry(d), func(o object) bool { return o["path"] == d.Path })
+			rule := cgroupRule(d)
+			if !slices.ContainsFunc(rules, func(v any) bool { return sameRule(v, rule) }) {
+				rules = append(rules, rule)
+			}
+		}
+		linux["devices"] = devs
+		res["devices"] = rules
+	}
+
+	if len(p.Mounts) > 0 {
+		mounts, err := arrayAt(tree, "mounts", "mounts")
+		if err != nil {
+			return err
+		}
+		for _, m := range p.Mounts {
+			entry := mountEntry(m)
+			dst := path.Clean(m.Destination)
+			i := slices.IndexFunc(mounts, func(v any) bool {
+				o, ok := v.(object)
+				s, _ := o["destination"].(string)
+				return ok && path.Clean(s) == dst
+			})
+			if i >= 0 && equalJSON(mounts[i], entry) {
+				continue
+			}
+			mounts = slices.DeleteFunc(mounts, func(v any) bool {
+				o, ok := v.(object)
+				s, _ := o["destination"].(string)
+				return ok && path.Clean(s) == dst
+			})
+			mounts = append(mounts, entry)
+		}
+		tree["mounts"] = mounts
+	}
+
+	if len(p.Env) > 0 {
+		proc, ok := tree["process"].(object)
+		if !ok {
+			return errors.New("the spec has no process to add environment variables to")
+		}
+		env, err := arrayAt(proc, "env", "process.env")
+		if err != nil {
+			return err
+		}
+		for _, kv := range p.Env {
+			key, _, _ := strings.Cut(kv, "=")
+			env = slices.DeleteFunc(env, func(v any) bool {
+				s, _ := v.(string)
+				k, _, _ := strings.Cut(s, "=")
+				return k == key
+			})
+			env = append(env, kv)
+		}
+		proc["env"] = env
+	}
+
+	return editHooks(tree, hooks)
+}
+
+// editHooks removes NVIDIA's prestart hook and hooks Apply emitted before,
+// then appends hooks.
+func editHooks(tree object, hooks []Hook) error {
+	hv, present := tree["hooks"]
+	if !present || hv == nil {
+		if len(hooks) == 0 {
+			return nil
+		}
+		hv = object{}
+		tree["hooks"] = hv
+	}
+	ho, ok := hv.(object)
+	if !ok {
+		return fmt.Errorf("hooks is %s, want an object", jsonKind(hv))
+	}
+	if pre, ok := ho["prestart"].([]any); ok {
+		kept := slices.DeleteFunc(slices.Clone(pre), isLegacyHook)
+		switch {
+		case len(kept) == len(pre):
+		case len(kept) == 0:
+			delete(ho, "prestart")
+		default:
+			ho["prestart"] = kept
+		}
+	}
+	cc, err := arrayAt(ho, "createContainer", "hooks.createContainer")
+	if err != nil {
+		return err
+	}
+	cc = slices.DeleteFunc(cc, isOwnHook)
+	for _, h := range hooks {
+		cc = append(cc, object{"path": h.Path, "args": strings2any(h.Args), "env": strings2any(h.Env)})
+	}
+	if len(cc) == 0 {
+		delete(ho, "createContainer")
+	} else {
+		ho["createContainer"] = cc
+	}
+	if len(ho) == 0 {
+		delete(tree, "hooks")
+	}
+	return nil
+}
+
+// isLegacyHook reports whether a prestart hook entry runs NVIDIA's
+// nvidia-container-runtime-hook.
+func isLegacyHook(v any) bool {
+	o, ok := v.(object)
+	if !ok {
+		return false
+	}
+	p, _ := o["path"].(string)
+	return slices.Contains(legacyHookNames(), path.Base(p))
+}
+
+// isOwnHook reports whether a createContainer hook entry is one Apply
+// emits: nvidia-cdi-hook with one of Apply's subcommands and exactly
+// HookEnv as its environment (hooks from CDI specs carry another env and
+// are left alone).
+func isOwnHook(v any) bool {
+	o, ok := v.(object)
+	if !ok {
+		return false
+	}
+	args, _ := o["args"].([]any)
+	if len(args) < 2 || args[0] != HookBinary {
+		return false
+	}
+	sub, _ := args[1].(string)
+	return slices.Contains(ownHookNames(), sub) && equalJSON(o["env"], strings2any(HookEnv()))
+}
+
+func deviceEntry(d plan.Device) object {
+	e := object{
+		"path":  d.Path,
+		"type":  "c",
+		"major": num(int64(d.Major)),
+		"minor": num(int64(d.Minor)),
+		"uid":   num(int64(d.UID)),
+		"gid":   num(int64(d.GID)),
+	}
+	if d.FileMode != 0 {
+		e["fileMode"] = num(int64(d.FileMode & 0o7777))
+	}
+	return e
+}
+
+func cgroupRule(d plan.Device) object {
+	return object{"allow": true, "type": "c", "major": num(int64(d.Major)), "minor": num(int64(d.Minor)), "access": "rw"}
+}
+
+// sameRule reports whether an existing cgroup rule is rule.
+func sameRule(v any, rule object) bool {
+	o, ok := v.(object)
+	if !ok {
+		return false
+	}
+	return o["allow"] == true && o["type"] == "c" && o["access"] == "rw" &&
+		sameNumber(o["major"], rule["major"]) && sameNumber(o["minor"], rule["minor"])
+}
+
+func mountEntry(m plan.Mount) object {
+	opts := m.Options
+	if len(opts) == 0 {
+		opts = defaultMountOptions(m.Kind)
+	}
+	return object{"destination": m.Destination, "type": "bind", "source": m.Source, "options": strings2any(opts)}
+}
+
+// defaultMountOptions are used for a plan mount without options: read-only
+// for files and directories, writable (but noexec) for sockets.
+func defaultMountOptions(k plan.MountKind) []string {
+	if k == plan.KindSocket {
+		return []string{plan.OptNoSuid, plan.OptNoDev, plan.OptNoExec, plan.OptRBind, plan.OptRPrivate}
+	}
+	return []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptRBind, plan.OptRPrivate}
+}
+
+// replaceOrAppend replaces the first object matching with entry (removing
+// further matches) or appends entry.
+func replaceOrAppend(arr []any, entry object, match func(object) bool) []any {
+	found := false
+	out := arr[:0:0]
+	for _, v := range arr {
+		if o, ok := v.(object); ok && match(o) {
+			if !found {
+				out = append(out, entry)
+				found = true
+			}
+			continue
+		}
+		out = append(out, v)
+	}
+	if !found {
+		out = append(out, entry)
+	}
+	return out
+}
+
+// objectAt returns parent[key] as an object, creating it when absent or
+// null.
+func objectAt(parent object, key, name string) (object, error) {
+	v, ok := parent[key]
+	if !ok || v == nil {
+		o := object{}
+		parent[key] = o
+		return o, nil
+	}
+	o, ok := v.(object)
+	if !ok {
+		return nil, fmt.Errorf("%s is %s, want an object", name, jsonKind(v))
+	}
+	return o, nil
+}
+
+// arrayAt returns parent[key] as an array (nil when absent or null).
+func arrayAt(parent object, key, name string) ([]any, error) {
+	v, ok := parent[key]
+	if !ok || v == nil {
+		return nil, nil
+	}
+	a, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s is %s, want an array", name, jsonKind(v))
+	}
+	return a, nil
+}
+
+func num(n int64) json.Number { return json.Number(strconv.FormatInt(n, 10)) }
+
+// sameNumber compares two JSON numbers by value.
+func sameNumber(a, b any) bool {
+	x, ok1 := a.(json.Number)
+	y, ok2 := b.(json.Number)
+	if !ok1 || !ok2 {
+		return false
+	}
+	if x == y {
+		return true
+	}
+	i, err1 := x.Int64()
+	j, err2 := y.Int64()
+	return err1 == nil && err2 == nil && i == j
+}
+
+func strings2any(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// equalJSON compares two generic values.
+func equalJSON(a, b any) bool {
+	switch x := a.(type) {
+	case object:
+		y, ok := b.(object)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			w, ok := y[k]
+			if !ok || !equalJSON(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !equalJSON(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		return sameNumber(a, b)
+	default:
+		return a == b
+	}
+}
+
+// deepCopy copies a generic tree.
+func deepCopy(v any) any {
+	switch x := v.(type) {
+	case object:
+		o := make(object, len(x))
+		for k, e := range x {
+			o[k] = deepCopy(e)
+		}
+		return o
+	case []any:
+		a := make([]any, len(x))
+		for i, e := range x {
+			a[i] = deepCopy(e)
+		}
+		return a
+	default:
+		return v
+	}
+}

@@ -1,0 +1,259 @@
+// Package ocispec loads, edits and atomically rewrites an OCI bundle's
+// config.json.
+//
+// A Doc keeps the file as a generic JSON tree (objects, arrays, strings,
+// exact number literals) and edits that tree in place, so every field the
+// editor does not know — a newer runtime-spec field, a vendor extension deep
+// inside linux.resources, an annotation — is written back with the same
+// meaning. A typed *specs.Spec view, decoded from the same tree, is offered
+// for reading. Load is strict: malformed JSON and fields of the wrong type
+// are errors naming the file and the offset or field.
+//
+// Apply writes an injection plan into the spec (see apply.go); Save replaces
+// the file atomically, keeping its mode and owner.
+package ocispec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// MaxSize bounds the config.json Load accepts (a real one is a few KiB).
+const MaxSize = 64 << 20
+
+// object is a JSON object of the generic tree.
+type object = map[string]any
+
+// Doc is a loaded OCI runtime configuration.
+type Doc struct {
+	name string
+	tree object
+	spec *specs.Spec
+}
+
+// Load reads and decodes the config.json at path.
+func Load(path string) (*Doc, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read OCI spec: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read OCI spec %s: %w", path, err)
+	}
+	if len(data) > MaxSize {
+		return nil, fmt.Errorf("read OCI spec %s: larger than %d bytes", path, MaxSize)
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes a config.json's content; name is used in error messages.
+func Parse(name string, data []byte) (*Doc, error) {
+	tree, err := decodeTree(data)
+	if err != nil {
+		return nil, fmt.Errorf("invalid OCI spec %s: %w", name, describe(data, err))
+	}
+	spec, err := decodeSpec(data)
+	if err != nil {
+		return nil, fmt.Errorf("invalid OCI spec %s: %w", name, describe(data, err))
+	}
+	return &Doc{name: name, tree: tree, spec: spec}, nil
+}
+
+// Name is the path (or name) the Doc was loaded from.
+func (d *Doc) Name() string { return d.name }
+
+// Spec is the typed view of the configuration, for reading. It reflects
+// every Apply; changes made to it are not written back (edit through Apply).
+func (d *Doc) Spec() *specs.Spec { return d.spec }
+
+// Bytes returns the JSON encoding of the document as Save writes it.
+func (d *Doc) Bytes() ([]byte, error) {
+	return encode(d.tree)
+}
+
+// Save writes doc to path atomically: the content goes to a temporary file
+// in the same directory, which gets the mode and owner of the file it
+// replaces (0644 and the caller's for a new file), is synced and renamed
+// over path; the directory is synced afterwards. On any error path is left
+// as it was.
+func Save(path string, doc *Doc) (err error) {
+	data, err := doc.Bytes()
+	if err != nil {
+		return fmt.Errorf("write OCI spec %s: %w", path, err)
+	}
+	mode := fs.FileMode(0o644)
+	uid, gid := -1, -1
+	if st, err := os.Stat(path); err == nil {
+		mode = st.Mode().Perm()
+		uid, gid = ownerOf(st)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("write OCI spec: %w", err)
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".nctk-*")
+	if err != nil {
+		return fmt.Errorf("write OCI spec %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if uid >= 0 && (uid != os.Geteuid() || gid != os.Getegid()) {
+		if err := tmp.Chown(uid, gid); err != nil {
+			return fmt.Errorf("write OCI spec %s: keep owner %d:%d: %w", path, uid, gid, err)
+		}
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		return fmt.Errorf("write OCI spec %s: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return fmt.Errorf("write OCI spec %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("write OCI spec %s: sync: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write OCI spec %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write OCI spec %s: %w", path, err)
+	}
+	// The new content is in place; a failing directory sync cannot undo
+	// that, so it is not reported as a failed save.
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// decodeTree decodes data into the generic tree; numbers keep their literal.
+func decodeTree(data []byte) (object, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("empty file")
+		}
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, trailingDataError{offset: dec.InputOffset()}
+	}
+	obj, ok := v.(object)
+	if !ok {
+		return nil, fmt.Errorf("top level is %s, want a JSON object", jsonKind(v))
+	}
+	return obj, nil
+}
+
+// decodeSpec decodes data into the typed spec, checking the types of every
+// field the runtime-spec defines. Unknown fields are allowed: they stay in
+// the generic tree.
+func decodeSpec(data []byte) (*specs.Spec, error) {
+	var s specs.Spec
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// encode renders the tree; HTML characters are left as they are.
+func encode(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// describe turns a decoding error into a message naming where the input
+// is wrong: line, column and byte offset for syntax errors, the field path
+// for type errors.
+func describe(data []byte, err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var trail trailingDataError
+	switch {
+	case errors.As(err, &trail):
+		line, col := lineCol(data, trail.offset)
+		return fmt.Errorf("malformed JSON at line %d, column %d (byte offset %d): %w", line, col, trail.offset, err)
+	case errors.As(err, &syn):
+		// Offset counts the bytes read, the offending one included.
+		line, col := lineCol(data, max(syn.Offset-1, 0))
+		return fmt.Errorf("malformed JSON at line %d, column %d (byte offset %d): %w", line, col, syn.Offset, err)
+	case errors.As(err, &typ):
+		line, col := lineCol(data, typ.Offset)
+		field := typ.Field
+		if field == "" {
+			field = "(top level)"
+		}
+		return fmt.Errorf("field %s: JSON %s cannot be a %s (line %d, column %d, byte offset %d)",
+			field, typ.Value, typ.Type, line, col, typ.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		line, col := lineCol(data, int64(len(data)))
+		return fmt.Errorf("malformed JSON: unexpected end of file at line %d, column %d (byte offset %d)", line, col, len(data))
+	}
+	return err
+}
+
+// trailingDataError reports data after the top-level JSON value.
+type trailingDataError struct{ offset int64 }
+
+func (e trailingDataError) Error() string { return "unexpected data after the top-level value" }
+
+// lineCol converts a byte offset into a 1-based line and column.
+func lineCol(data []byte, off int64) (int, int) {
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	if off < 0 {
+		off = 0
+	}
+	before := data[:off]
+	line := bytes.Count(before, []byte{'\n'}) + 1
+	col := int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	return line, col
+}
+
+// ownerOf returns the uid and gid owning a file (-1, -1 when unknown).
+func ownerOf(fi fs.FileInfo) (int, int) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Uid), int(st.Gid)
+	}
+	return -1, -1
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case object:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
