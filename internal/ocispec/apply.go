@@ -192,7 +192,7 @@ func validate(p *plan.Plan, hooks []Hook, hc HookConfig) error {
 		}
 		for _, n := range slices.Concat(v.Files, v.GPUDirs, v.Expose) {
 			if n == "" || strings.HasPrefix(n, "/") || slices.Contains(strings.Split(n, "/"), "..") {
-				return fmt.Errorf("/proc/driver/nvidia view entry %q: want a relative path without ..", n)
+				return fmt.Errorf("/proc/driver/nvidia view entry %q: want a relative path with no \"..\" component", n)
 			}
 		}
 	}
@@ -214,7 +214,7 @@ func checkAbs(what, p string) error {
 		return fmt.Errorf("%s %q: want an absolute path", what, p)
 	}
 	if slices.Contains(strings.Split(p, "/"), "..") {
-		return fmt.Errorf("%s %q: contains ..", what, p)
+		return fmt.Errorf("%s %q: has a \"..\" component", what, p)
 	}
 	return nil
 }

@@ -329,11 +329,11 @@ func TestApplyErrorsLeaveDocUnchanged(t *testing.T) {
 		want string
 	}{
 		{"relative mount source", "", func(p *plan.Plan) { p.Mounts[0].Source = "lib/x" }, HookConfig{Path: hookPath}, "mount source"},
-		{"dotdot destination", "", func(p *plan.Plan) { p.Mounts[0].Destination = "/usr/../etc/x" }, HookConfig{Path: hookPath}, "contains .."},
+		{"dotdot destination", "", func(p *plan.Plan) { p.Mounts[0].Destination = "/usr/../etc/x" }, HookConfig{Path: hookPath}, "\"..\" component"},
 		{"relative device", "", func(p *plan.Plan) { p.Devices[0].Path = "dev/x" }, HookConfig{Path: hookPath}, "device path"},
 		{"bad env", "", func(p *plan.Plan) { p.Env = []string{"=x"} }, HookConfig{Path: hookPath}, "KEY=VALUE"},
 		{"symlink separator", "", func(p *plan.Plan) { p.Symlinks[0].Target = "a::b" }, HookConfig{Path: hookPath}, "::"},
-		{"proc escape", "", func(p *plan.Plan) { p.Proc.GPUDirs = []string{"../../etc"} }, HookConfig{Path: hookPath}, "without .."},
+		{"proc escape", "", func(p *plan.Plan) { p.Proc.GPUDirs = []string{"../../etc"} }, HookConfig{Path: hookPath}, "component"},
 		{"no hook path", "", func(p *plan.Plan) {}, HookConfig{}, "hook binary"},
 		{"no process", `{"ociVersion":"1.2.0","root":{"path":"r"}}`, func(p *plan.Plan) {}, HookConfig{Path: hookPath}, "no process"},
 	}
