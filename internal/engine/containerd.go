@@ -1,0 +1,373 @@
+package engine
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+
+	toml "github.com/pelletier/go-toml/v2"
+)
+
+// ContainerdInput is what EditContainerd works on.
+type ContainerdInput struct {
+	// Main is the content of the main config.toml (empty: none).
+	Main []byte
+	// MainPath names the main file in messages and resolves relative
+	// imports.
+	MainPath string
+	// DropIn is the current content of the drop-in file (empty: none).
+	DropIn []byte
+	// DropInPath, an absolute path, selects drop-in mode; "" edits Main.
+	DropInPath string
+	// Source, when non-nil, is the effective configuration (`containerd
+	// config dump`) to take the CRI plugin settings from instead of Main.
+	Source []byte
+}
+
+// ContainerdOutput is the result of EditContainerd.
+type ContainerdOutput struct {
+	// Main is the new main file (the input bytes when nothing changed).
+	Main []byte
+	// DropIn is the new drop-in file, nil unless in drop-in mode.
+	DropIn []byte
+	// Version is the config version the edit followed (1, 2 or 3).
+	Version int
+	Notes   []string
+}
+
+// criPluginPath returns the key path of the CRI runtime plugin's table in a
+// config of the given version.
+func criPluginPath(version int) []string {
+	switch version {
+	case 1:
+		return []string{"plugins", "cri"}
+	case 2:
+		return []string{"plugins", "io.containerd.grpc.v1.cri"}
+	default:
+		return []string{"plugins", "io.containerd.cri.v1.runtime"}
+	}
+}
+
+// containerdVersion returns the config version of t: 2 for an empty file
+// (containerd 1.x's default), 1 when the key is missing, else its value.
+func containerdVersion(t tomlTable) (int, error) {
+	if len(t) == 0 {
+		return 2, nil
+	}
+	v, ok := t["version"]
+	if !ok {
+		return 1, nil
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("version is a %s, not an integer", tomlKind(v))
+	}
+	if n < 1 || n > 3 {
+		return 0, fmt.Errorf("unsupported config version %d (want 1, 2 or 3)", n)
+	}
+	return int(n), nil
+}
+
+// EditContainerd registers the runtime in containerd's configuration.
+//
+// The runtime goes to <cri plugin>.containerd.runtimes.<name> (the plugin
+// path depends on the config version, see criPluginPath); a new entry
+// starts as a copy of the default, runc or crun runtime's table (when that
+// uses the runc shim), so that options such as SystemdCgroup carry over;
+// then runtime_type = "io.containerd.runc.v2" and options.BinaryName =
+// RuntimePath are set. SetAsDefault sets containerd.default_runtime_name;
+// EnableCDI sets enable_cdi = true and, when absent, cdi_spec_dirs.
+//
+// In drop-in mode (DropInPath set, config version 2 or 3) the drop-in gets
+// the change: because containerd before 2.1 replaces a plugin's whole table
+// with an imported file's, a drop-in without a CRI plugin table starts with a
+// copy of the source's. The main file gets DropInPath appended to its
+// top-level imports unless an entry (or glob) already covers it. Version 1
+// configs cannot import files; they are edited in place, with a note.
+func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
+	o = o.withDefaults()
+	if err := o.validate(Containerd); err != nil {
+		return nil, err
+	}
+	mainName := in.MainPath
+	if mainName == "" {
+		mainName = "config.toml"
+	}
+	mainT, err := parseTOML(in.Main)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", mainName, err)
+	}
+	version, err := containerdVersion(mainT)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", mainName, err)
+	}
+	srcT, srcVersion := mainT, version
+	if in.Source != nil {
+		if srcT, err = parseTOML(in.Source); err != nil {
+			return nil, fmt.Errorf("configuration source: %w", err)
+		}
+		if srcVersion, err = containerdVersion(srcT); err != nil {
+			return nil, fmt.Errorf("configuration source: %w", err)
+		}
+		if len(mainT) == 0 {
+			version = srcVersion
+		}
+	}
+	srcCRI, err := subTable(srcT, criPluginPath(srcVersion), false)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", sourceName(in, mainName), err)
+	}
+	out := &ContainerdOutput{Version: version, Main: in.Main}
+
+	if in.DropInPath == "" || version == 1 {
+		if in.DropInPath != "" {
+			out.Notes = append(out.Notes, fmt.Sprintf("%s: config version 1 cannot import drop-in files; editing it in place instead of writing %s", mainName, in.DropInPath))
+		}
+		before := deepCopy(mainT)
+		if len(mainT) == 0 {
+			mainT["version"] = int64(version)
+		}
+		if err := registerContainerdRuntime(mainT, criPluginPath(version), srcCRI, o); err != nil {
+			return nil, fmt.Errorf("%s: %w", mainName, err)
+		}
+		if !reflect.DeepEqual(before, any(mainT)) || len(bytes.TrimSpace(in.Main)) == 0 {
+			if out.Main, err = marshalTOML(mainT); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+
+	if !filepath.IsAbs(in.DropInPath) {
+		return nil, fmt.Errorf("drop-in path %q must be absolute", in.DropInPath)
+	}
+	dropT, err := parseTOML(in.DropIn)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", in.DropInPath, err)
+	}
+	before := deepCopy(dropT)
+	dropT["version"] = int64(version)
+	path := criPluginPath(version)
+	cri, err := subTable(dropT, path, false)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", in.DropInPath, err)
+	}
+	if cri == nil {
+		plugins, err := subTable(dropT, path[:1], true)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", in.DropInPath, err)
+		}
+		cri = tomlTable{}
+		if srcCRI != nil {
+			cri = deepCopy(srcCRI).(map[string]any)
+		}
+		plugins[path[1]] = cri
+	}
+	if err := registerContainerdRuntime(dropT, path, cri, o); err != nil {
+		return nil, fmt.Errorf("%s: %w", in.DropInPath, err)
+	}
+	out.DropIn = in.DropIn
+	if !reflect.DeepEqual(before, any(dropT)) || len(bytes.TrimSpace(in.DropIn)) == 0 {
+		if out.DropIn, err = marshalTOML(dropT); err != nil {
+			return nil, err
+		}
+	}
+	if out.Main, err = addContainerdImport(in.Main, mainT, version, mainName, in.DropInPath); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func sourceName(in ContainerdInput, mainName string) string {
+	if in.Source != nil {
+		return "configuration source"
+	}
+	return mainName
+}
+
+// registerContainerdRuntime edits the CRI plugin table at path in root;
+// base is the CRI table to copy an existing runc runtime from.
+func registerContainerdRuntime(root tomlTable, path []string, base tomlTable, o Options) error {
+	cri, err := subTable(root, path, true)
+	if err != nil {
+		return err
+	}
+	ctrdPath := append(append([]string{}, path...), "containerd")
+	runtimesPath := append(append([]string{}, ctrdPath...), "runtimes")
+	ctrd, err := subTable(root, ctrdPath, true)
+	if err != nil {
+		return err
+	}
+	runtimes, err := subTable(root, runtimesPath, true)
+	if err != nil {
+		return err
+	}
+	rtPath := append(append([]string{}, runtimesPath...), o.RuntimeName)
+	rt, err := subTable(root, rtPath, false)
+	if err != nil {
+		return err
+	}
+	if rt == nil {
+		rt = baseRuntime(base, o.RuntimeName)
+		runtimes[o.RuntimeName] = rt
+	}
+	rt["runtime_type"] = runcShimV2
+	opts, err := subTable(root, append(rtPath, "options"), true)
+	if err != nil {
+		return err
+	}
+	opts["BinaryName"] = o.RuntimePath
+	if o.SetAsDefault {
+		ctrd["default_runtime_name"] = o.RuntimeName
+	}
+	if o.EnableCDI {
+		cri["enable_cdi"] = true
+		if _, ok := cri["cdi_spec_dirs"]; !ok {
+			cri["cdi_spec_dirs"] = anySlice(o.CDISpecDirs)
+		}
+	}
+	return nil
+}
+
+// baseRuntime returns a copy of the runtime table a new runtime should
+// start from: the default runtime, runc or crun of the CRI table base,
+// whichever exists first and runs through the runc shim; else an empty
+// table.
+func baseRuntime(base tomlTable, name string) tomlTable {
+	if base == nil {
+		return tomlTable{}
+	}
+	ctrd, _ := base["containerd"].(map[string]any)
+	if ctrd == nil {
+		return tomlTable{}
+	}
+	runtimes, _ := ctrd["runtimes"].(map[string]any)
+	var candidates []any
+	if def, ok := ctrd["default_runtime_name"].(string); ok && def != name && runtimes != nil {
+		candidates = append(candidates, runtimes[def])
+	}
+	if runtimes != nil {
+		candidates = append(candidates, runtimes["runc"], runtimes["crun"])
+	}
+	for _, c := range candidates {
+		t, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		switch typ, _ := t["runtime_type"].(string); typ {
+		case "", runcShimV2, "io.containerd.runc.v1":
+			return deepCopy(t).(map[string]any)
+		}
+	}
+	return tomlTable{}
+}
+
+// addContainerdImport returns main with dropIn in its top-level imports.
+func addContainerdImport(main []byte, mainT tomlTable, version int, mainName, dropIn string) ([]byte, error) {
+	var imports []string
+	if v, ok := mainT["imports"]; ok {
+		s, ok := stringSlice(v)
+		if !ok {
+			return nil, fmt.Errorf("%s: imports is a %s, not an array of strings", mainName, tomlKind(v))
+		}
+		imports = s
+	}
+	mainDir := filepath.Dir(mainName)
+	if abs, err := filepath.Abs(mainName); err == nil {
+		mainDir = filepath.Dir(abs)
+	}
+	for _, imp := range imports {
+		p := imp
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(mainDir, p)
+		}
+		if p == dropIn {
+			return main, nil
+		}
+		if ok, err := filepath.Match(p, dropIn); err == nil && ok {
+			return main, nil
+		}
+	}
+	want := deepCopy(mainT).(map[string]any)
+	if len(want) == 0 {
+		want["version"] = int64(version)
+	}
+	want["imports"] = anySlice(append(imports, dropIn))
+
+	// Edit the text so that the rest of the file keeps its comments and
+	// layout; fall back to re-encoding when the result does not parse to
+	// exactly what it should.
+	line, err := toml.Marshal(map[string]any{"imports": append(imports, dropIn)})
+	if err != nil {
+		return nil, fmt.Errorf("encoding imports: %w", err)
+	}
+	var candidate []byte
+	if _, had := mainT["imports"]; !had {
+		var prefix []byte
+		if len(mainT) == 0 {
+			prefix = fmt.Appendf(nil, "version = %d\n", version)
+		}
+		prefix = append(prefix, line...)
+		at := leadingCommentEnd(main)
+		candidate = make([]byte, 0, len(main)+len(prefix))
+		candidate = append(candidate, main[:at]...)
+		candidate = append(candidate, prefix...)
+		candidate = append(candidate, main[at:]...)
+	} else {
+		candidate = replaceImportsLine(main, line)
+	}
+	if candidate != nil {
+		if got, err := parseTOML(candidate); err == nil && reflect.DeepEqual(any(got), any(want)) {
+			return candidate, nil
+		}
+	}
+	return marshalTOML(want)
+}
+
+// importsLine matches a one-line top-level imports array.
+var importsLine = regexp.MustCompile(`^[ \t]*imports[ \t]*=[ \t]*\[[^\]#]*\][ \t]*(#.*)?$`)
+
+// replaceImportsLine replaces the one-line top-level imports assignment of
+// data with line, or returns nil when there is no such line.
+func replaceImportsLine(data, line []byte) []byte {
+	off := 0
+	for off < len(data) {
+		end := len(data)
+		if nl := bytes.IndexByte(data[off:], '\n'); nl >= 0 {
+			end = off + nl + 1
+		}
+		text := strings.TrimRight(string(data[off:end]), "\r\n")
+		if strings.HasPrefix(strings.TrimSpace(text), "[") {
+			return nil // tables begin: imports would not be top-level
+		}
+		if importsLine.MatchString(text) {
+			out := make([]byte, 0, len(data)+len(line))
+			out = append(out, data[:off]...)
+			out = append(out, line...)
+			return append(out, data[end:]...)
+		}
+		off = end
+	}
+	return nil
+}
+
+// leadingCommentEnd returns the offset just past the file's leading block
+// of blank and comment lines, where a top-level key can be inserted.
+func leadingCommentEnd(data []byte) int {
+	off := 0
+	for off < len(data) {
+		nl := bytes.IndexByte(data[off:], '\n')
+		if nl < 0 {
+			return off
+		}
+		line := strings.TrimSpace(string(data[off : off+nl]))
+		if line != "" && !strings.HasPrefix(line, "#") {
+			return off
+		}
+		off += nl + 1
+	}
+	return off
+}
