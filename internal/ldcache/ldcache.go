@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -306,25 +307,43 @@ func parseNew(sec string, base int) (*Cache, error) {
 // prefixes, in file order. With no prefixes it returns every ELF entry of
 // that class.
 func (c *Cache) Lookup(class Class, prefixes ...string) []Entry {
+	m := newPrefixSet(prefixes)
 	var out []Entry
 	for _, e := range c.Entries {
-		if !e.IsELF() || e.Class() != class {
-			continue
-		}
-		if len(prefixes) == 0 || hasAnyPrefix(e.Key, prefixes) {
+		if e.IsELF() && e.Class() == class && (len(prefixes) == 0 || m.matches(e.Key)) {
 			out = append(out, e)
 		}
 	}
 	return out
 }
 
-func hasAnyPrefix(s string, prefixes []string) bool {
-	for _, p := range prefixes {
-		if strings.HasPrefix(s, p) {
-			return true
+// prefixSet answers "does s start with any of these prefixes" in
+// O(log n) comparisons: the prefixes are sorted and those that extend
+// another prefix are dropped, which leaves a prefix-free set in which the
+// only candidate for s is the greatest prefix ≤ s.
+type prefixSet []string
+
+func newPrefixSet(prefixes []string) prefixSet {
+	sorted := slices.Clone(prefixes)
+	slices.Sort(sorted)
+	var set prefixSet
+	for _, p := range sorted {
+		// Sorted order puts a prefix right before everything extending it.
+		if len(set) > 0 && strings.HasPrefix(p, set[len(set)-1]) {
+			continue
 		}
+		set = append(set, p)
 	}
-	return false
+	return set
+}
+
+func (ps prefixSet) matches(s string) bool {
+	// i is the number of prefixes ≤ s.
+	i, found := slices.BinarySearch(ps, s)
+	if found {
+		return true
+	}
+	return i > 0 && strings.HasPrefix(s, ps[i-1])
 }
 
 // cstring returns the NUL-terminated string at off in s, which must lie in

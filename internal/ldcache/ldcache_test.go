@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -320,5 +321,40 @@ func TestHostCacheMatchesLdconfig(t *testing.T) {
 	c := compareWithLdconfig(t, ldconfig, "/etc/ld.so.cache")
 	if len(c.Lookup(Class64, "libc.so.6")) == 0 {
 		t.Errorf("host cache: no 64-bit libc.so.6 among %d entries", len(c.Entries))
+	}
+}
+
+// TestPrefixSet checks the binary-search prefix matcher against the
+// obvious loop over random prefix sets from a small alphabet (so that
+// prefixes often extend each other).
+func TestPrefixSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	word := func() string {
+		b := make([]byte, rng.IntN(5))
+		for i := range b {
+			b[i] = "ab."[rng.IntN(3)]
+		}
+		return string(b)
+	}
+	naive := func(s string, ps []string) bool {
+		for _, p := range ps {
+			if strings.HasPrefix(s, p) {
+				return true
+			}
+		}
+		return false
+	}
+	for range 2000 {
+		ps := make([]string, rng.IntN(6))
+		for i := range ps {
+			ps[i] = word()
+		}
+		set := newPrefixSet(ps)
+		for range 20 {
+			s := word()
+			if got, want := set.matches(s), naive(s, ps); got != want {
+				t.Fatalf("prefixes %q, key %q: matches %v, want %v", ps, s, got, want)
+			}
+		}
 	}
 }
