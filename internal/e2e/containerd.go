@@ -1,0 +1,255 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ContainerdOptions configures StartContainerdWith.
+type ContainerdOptions struct {
+	// Path, if set, replaces SystemPath as containerd's PATH (the shim and
+	// the runtime binary are resolved in it).
+	Path string
+	// ExtraPath directories are put in front of the PATH.
+	ExtraPath []string
+	// Env entries (KEY=VALUE) are added to containerd's environment.
+	Env []string
+	// ExtraConfig is TOML appended to the generated config file (version 2),
+	// e.g. runtime sections.
+	ExtraConfig string
+	// StartTimeout defaults to 30s.
+	StartTimeout time.Duration
+}
+
+// Containerd is a private containerd for one test, driven with ctr.
+type Containerd struct {
+	t testing.TB
+	// Dir holds everything of this daemon.
+	Dir string
+	// Namespace is the containerd namespace Ctr uses; it is unique, and
+	// also names the cgroup parent of the containers ctr runs
+	// (/<namespace>/<id>).
+	Namespace string
+	// Socket is the gRPC address.
+	Socket string
+	// Root, State, ConfigFile and LogFile are containerd's.
+	Root, State, ConfigFile, LogFile string
+	// CtrBin is the ctr client.
+	CtrBin string
+	// Env is containerd's environment.
+	Env []string
+
+	d *daemon
+}
+
+// StartContainerd starts a containerd with default options; see
+// StartContainerdWith.
+func StartContainerd(t testing.TB) *Containerd {
+	t.Helper()
+	return StartContainerdWith(t, ContainerdOptions{})
+}
+
+// StartContainerdWith starts a containerd with its own root, state, socket
+// and config file (CRI plugin disabled) and waits until ctr reaches it. At
+// cleanup it kills and removes all tasks and containers, stops the daemon,
+// kills any shim left over, and removes its directory and cgroups. It skips
+// the test if root, containerd, ctr, the runc shim or runc are missing.
+func StartContainerdWith(t testing.TB, opts ContainerdOptions) *Containerd {
+	t.Helper()
+	RequireRoot(t)
+	bin := RequireTool(t, "containerd")
+	ctr := RequireTool(t, "ctr")
+	RequireTool(t, "containerd-shim-runc-v2")
+	RequireTool(t, "runc")
+
+	dir := TempDir(t, "containerd")
+	c := &Containerd{
+		t:          t,
+		Dir:        dir,
+		Namespace:  uniqueName(dir),
+		Socket:     filepath.Join(dir, "containerd.sock"),
+		Root:       filepath.Join(dir, "root"),
+		State:      filepath.Join(dir, "state"),
+		ConfigFile: filepath.Join(dir, "config.toml"),
+		LogFile:    filepath.Join(dir, "containerd.log"),
+		CtrBin:     ctr,
+	}
+	t.Cleanup(func() {
+		if err := removeCgroup(c.Namespace); err != nil {
+			t.Errorf("e2e: containerd cleanup: %v", err)
+		}
+	})
+	config := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[debug]
+  address = ""
+  level = "debug"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+`, c.Root, c.State, c.Socket, c.Socket+".ttrpc", filepath.Join(dir, "opt"))
+	if opts.ExtraConfig != "" {
+		config += "\n" + opts.ExtraConfig + "\n"
+	}
+	if err := writeFile(c.ConfigFile, []byte(config), 0o644); err != nil {
+		t.Fatalf("e2e: containerd config: %v", err)
+	}
+	path := opts.Path
+	if path == "" {
+		path = SystemPath
+	}
+	if len(opts.ExtraPath) > 0 {
+		path = strings.Join(opts.ExtraPath, ":") + ":" + path
+	}
+	// TMPDIR keeps containerd's stack dumps (SIGUSR1) and temp files inside.
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		t.Fatalf("e2e: containerd: %v", err)
+	}
+	c.Env = mergeEnv([]string{"PATH=" + path, "HOME=" + dir, "TMPDIR=" + tmp, "LANG=C.UTF-8"}, opts.Env)
+
+	proc, err := startDaemon("containerd", c.LogFile, c.Env, bin, "--config", c.ConfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.d = proc
+	t.Cleanup(c.stop)
+	timeout := opts.StartTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	start := time.Now()
+	err = proc.waitReady(timeout, func() error {
+		conn, err := net.DialTimeout("unix", c.Socket, time.Second)
+		if err != nil {
+			return err
+		}
+		conn.Close()
+		r := c.CtrOpts(RunOpts{Quiet: true, Timeout: 10 * time.Second}, "version")
+		return r.Err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("e2e: containerd ready in %v at %s (namespace %s)", time.Since(start).Round(time.Millisecond), c.Socket, c.Namespace)
+	return c
+}
+
+// Ctr runs `ctr --address <socket> --namespace <ns> args...` with the test's
+// environment and returns the result (it does not fail the test).
+func (c *Containerd) Ctr(args ...string) Result {
+	c.t.Helper()
+	return c.CtrOpts(RunOpts{}, args...)
+}
+
+// CtrOpts is Ctr with options. ctr resolves `containerd` and, for `run
+// --gpus`, `nvidia-container-cli` in its own PATH and gives the hook its
+// environment, so tests set PATH here (RunOpts.Env) to choose them.
+func (c *Containerd) CtrOpts(o RunOpts, args ...string) Result {
+	c.t.Helper()
+	argv := append([]string{c.CtrBin, "--address", c.Socket, "--namespace", c.Namespace}, args...)
+	r := runCmd(context.Background(), os.Environ(), o, argv...)
+	if !o.Quiet {
+		c.t.Log(r.String())
+	}
+	return r
+}
+
+// MustCtr runs ctr, fails the test unless it exits 0, and returns stdout.
+func (c *Containerd) MustCtr(args ...string) string {
+	c.t.Helper()
+	r := c.Ctr(args...)
+	if !r.OK() {
+		c.t.Fatalf("ctr command failed (daemon log: %s)", c.LogFile)
+	}
+	return r.Stdout
+}
+
+// ImportImage imports rootfs as an image (an OCI image-layout archive made
+// by WriteOCIArchive, through `ctr image import`) and returns the full
+// reference ctr knows it by (FullImageName(name)), which `ctr run` needs.
+func (c *Containerd) ImportImage(rootfs, name string) string {
+	c.t.Helper()
+	ref := FullImageName(name)
+	archive := filepath.Join(c.Dir, "import-"+strconv.FormatInt(time.Now().UnixNano(), 36)+".tar")
+	if err := WriteOCIArchive(rootfs, name, archive); err != nil {
+		c.t.Fatal(err)
+	}
+	defer os.Remove(archive)
+	c.ImportArchive(archive)
+	out := c.MustCtr("image", "ls", "-q")
+	if !slices.Contains(strings.Fields(out), ref) {
+		c.t.Fatalf("e2e: image %s not in ctr image ls after import:\n%s", ref, out)
+	}
+	return ref
+}
+
+// ImportArchive runs `ctr image import` on an image archive (OCI layout or
+// `docker save` form), failing the test on error.
+func (c *Containerd) ImportArchive(archive string) {
+	c.t.Helper()
+	if r := c.Ctr("image", "import", archive); !r.OK() {
+		c.t.Fatalf("e2e: ctr image import %s failed", archive)
+	}
+}
+
+// Log returns containerd's log so far.
+func (c *Containerd) Log() string {
+	data, err := os.ReadFile(c.LogFile)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", c.LogFile, err)
+	}
+	return string(data)
+}
+
+// stop removes tasks and containers and stops the daemon; a cleanup.
+func (c *Containerd) stop() {
+	t := c.t
+	if ok, err := c.d.exited(); ok {
+		t.Errorf("e2e: containerd died during the test: %v\n%s", err, tailFile(c.LogFile, 40))
+	} else {
+		quiet := RunOpts{Quiet: true, Timeout: 30 * time.Second}
+		if r := c.CtrOpts(quiet, "task", "ls", "-q"); r.OK() {
+			for _, id := range strings.Fields(r.Stdout) {
+				c.CtrOpts(quiet, "task", "kill", "-a", "-s", "SIGKILL", id)
+				c.CtrOpts(quiet, "task", "rm", "-f", id)
+			}
+		}
+		if r := c.CtrOpts(quiet, "container", "ls", "-q"); r.OK() {
+			for _, id := range strings.Fields(r.Stdout) {
+				if r := c.CtrOpts(quiet, "container", "rm", id); !r.OK() {
+					t.Logf("e2e: containerd cleanup: %s", r)
+				}
+			}
+		}
+		if err := c.d.stop(15 * time.Second); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+	if pids := killProcsMentioning(c.Dir); len(pids) > 0 {
+		t.Logf("e2e: containerd cleanup: killed leftover processes %v", pids)
+	}
+	if t.Failed() {
+		t.Logf("e2e: containerd log tail (%s):\n%s", c.LogFile, tailFile(c.LogFile, 60))
+	}
+}
