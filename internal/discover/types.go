@@ -10,7 +10,12 @@
 // records where it came from; nothing is invented.
 package discover
 
-import "github.com/nctk/nctk/internal/caps"
+import (
+	"log/slog"
+
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/driverprobe"
+)
 
 // Options select what and where to discover.
 type Options struct {
@@ -28,6 +33,16 @@ type Options struct {
 	// Probe, when true, loads the driver's libcuda to learn the CUDA version
 	// and compute capabilities (in a separate process).
 	Probe bool
+
+	// ProcRoot is where /proc/driver/nvidia and /proc/devices are read;
+	// "" means Root.
+	ProcRoot string
+	// ProbeConfig tunes the driver probe: cache directory, timeout, the
+	// executable re-run as the probe child.
+	ProbeConfig driverprobe.Config
+	// Logger receives debug records: what was selected, skipped, missing
+	// (NVIDIA's CLI writes the same into its --debug log). nil discards.
+	Logger *slog.Logger
 }
 
 // Source says where a value came from.
@@ -121,6 +136,10 @@ type GPU struct {
 	MIGEnabled bool
 	MIGDevices []MIGDevice
 	MIGCapsDir string
+	// MIGCapNodes are the existing /dev/nvidia-caps nodes of this GPU's MIG
+	// capabilities (every mig-minors entry "gpu<minor>/…"), in minor order:
+	// what --mig-config/--mig-monitor expose for the GPU.
+	MIGCapNodes []DeviceNode
 }
 
 // Driver is the result of discovery.
@@ -154,6 +173,11 @@ type Driver struct {
 	CapsNodes []DeviceNode
 	// IMEXChannels are /dev/nvidia-caps-imex-channels/channel* nodes.
 	IMEXChannels []DeviceNode
+	// MIGConfig and MIGMonitor are the nvidia-caps nodes guarding MIG
+	// configuration and monitoring (mig-minors "config" and "monitor");
+	// zero (Path "") when absent.
+	MIGConfig  DeviceNode
+	MIGMonitor DeviceNode
 
 	GPUs []GPU
 

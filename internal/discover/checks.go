@@ -1,0 +1,48 @@
+package discover
+
+import (
+	"errors"
+	"fmt"
+	"path"
+)
+
+// CheckDevices reports, as *DeviceNodeError values joined together, the
+// device nodes a container with the given GPUs needs but the host lacks:
+// /dev/nvidiactl and each GPU's /dev/nvidia<minor>. Missing nodes are not
+// an error for discovery itself (info works without them); callers that
+// inject devices check them here.
+func (d *Driver) CheckDevices(gpus []GPU) error {
+	var errs []error
+	if !d.hasControl("nvidiactl") {
+		errs = append(errs, &DeviceNodeError{Path: "/dev/nvidiactl", HostPath: d.devHostPath("/dev/nvidiactl"),
+			Major: nvidiaMajor, Minor: nvidiactlMinor, Missing: true})
+	}
+	for _, g := range gpus {
+		if g.Node.Path == "" {
+			p := fmt.Sprintf("/dev/nvidia%d", g.Minor)
+			errs = append(errs, &DeviceNodeError{Path: p, HostPath: d.devHostPath(p), Major: nvidiaMajor,
+				Minor: uint32(g.Minor), Missing: true})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Driver) hasControl(name string) bool {
+	for _, n := range d.ControlNodes {
+		if path.Base(n.Path) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// devHostPath guesses the host path of a node from the nodes found (their
+// dev root), else from the driver root.
+func (d *Driver) devHostPath(p string) string {
+	for _, n := range d.ControlNodes {
+		if len(n.HostPath) >= len(n.Path) {
+			return n.HostPath[:len(n.HostPath)-len(n.Path)] + p
+		}
+	}
+	return join(d.Root, p)
+}

@@ -1,0 +1,270 @@
+package discover
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/nctk/nctk/internal/procfs"
+)
+
+// Default locations, inside the driver root.
+const (
+	DefaultLdCache    = "/etc/ld.so.cache"
+	DefaultMPSPipeDir = "/tmp/nvidia-mps"
+)
+
+// DefaultSearchPath returns the binary directories searched when
+// Options.SearchPath is nil: the standard PATH, then the directories
+// driver installations keep their tools in when not on PATH (GKE-style and
+// the H100 host's /usr/local/nvidia/bin, Debian's /usr/lib/nvidia/current).
+func DefaultSearchPath() []string {
+	return []string{
+		"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin",
+		"/usr/local/nvidia/bin", "/usr/lib/nvidia/current",
+	}
+}
+
+// Character device majors the driver uses for fixed nodes.
+const (
+	nvidiaMajor      = 195
+	nvidiactlMinor   = 255
+	modesetMinor     = 254
+	uvmMinor         = 0
+	uvmToolsMinor    = 1
+	procDriverNVIDIA = "/proc/driver/nvidia"
+)
+
+// discoverer carries the state of one Discover call.
+type discoverer struct {
+	opts    Options
+	root    *inRoot // the driver root
+	devRoot string  // host path of the dev root
+	proc    string  // host path of the proc root
+	log     *slog.Logger
+	d       *Driver
+	majors  map[string]uint32 // /proc/devices character majors by name
+	ldcache string            // host path of the ld.so.cache used
+}
+
+// Discover finds the NVIDIA driver, GPUs, device nodes and driver files
+// under opts.Root. Errors that make the result useless are returned typed:
+// *NoDriverError, *VersionMismatchError, *LdCacheError, *DeviceNodeError
+// (a node that exists with the wrong device numbers). Anything merely
+// absent (a library, a binary, a socket, a GPU's device node) is left out
+// and described in Driver.Warnings.
+func Discover(opts Options) (*Driver, error) {
+	root := opts.Root
+	if root == "" {
+		root = "/"
+	}
+	root = filepath.Clean(root)
+	if !filepath.IsAbs(root) {
+		abs, err := filepath.Abs(root)
+		if err != nil {
+			return nil, fmt.Errorf("driver root %q: %w", opts.Root, err)
+		}
+		root = abs
+	}
+	devRoot := root
+	if opts.DevRoot != "" {
+		devRoot = filepath.Clean(opts.DevRoot)
+	}
+	procRoot := root
+	if opts.ProcRoot != "" {
+		procRoot = filepath.Clean(opts.ProcRoot)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	x := &discoverer{
+		opts:    opts,
+		root:    newInRoot(root),
+		devRoot: devRoot,
+		proc:    procRoot,
+		log:     log,
+		d:       &Driver{Root: root},
+	}
+	steps := []func() error{
+		x.version,
+		x.devices,
+		x.controlNodes,
+		x.gpus,
+		x.imexChannels,
+		x.libraries,
+		x.binaries,
+		x.ipcs,
+		x.firmware,
+		x.procFiles,
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Probe {
+		x.probe(context.Background())
+	}
+	return x.d, nil
+}
+
+// join returns the host path of an absolute path below base.
+func join(base, p string) string {
+	if base == "/" {
+		return p
+	}
+	return base + p
+}
+
+func (x *discoverer) procPath(p string) string { return join(x.proc, p) }
+
+func (x *discoverer) warn(msg string, args ...any) {
+	m := fmt.Sprintf(msg, args...)
+	x.d.Warnings = append(x.d.Warnings, m)
+	x.log.Warn(m)
+}
+
+// version reads the kernel module version.
+func (x *discoverer) version() error {
+	p := x.procPath(procfs.VersionPath)
+	v, err := procfs.ReadVersion(p)
+	if err != nil {
+		return &NoDriverError{Root: x.root.root, Path: p, Err: err}
+	}
+	x.d.Version = v.NVRM
+	x.log.Info("kernel module", "version", v.NVRM, "open", v.Open, "path", p)
+	return nil
+}
+
+// devices reads the character majors of /proc/devices. A missing file is
+// not fatal: nodes are then accepted with whatever major they have.
+func (x *discoverer) devices() error {
+	x.majors = map[string]uint32{}
+	p := x.procPath(procfs.DevicesPath)
+	devs, err := procfs.ReadDevices(p)
+	if err != nil {
+		x.log.Warn("cannot read device majors", "path", p, "err", err)
+		return nil
+	}
+	for _, d := range devs.Char {
+		if _, dup := x.majors[d.Name]; !dup {
+			x.majors[d.Name] = d.Major
+		}
+	}
+	return nil
+}
+
+// major returns the major of a /proc/devices name, and whether it is known.
+func (x *discoverer) major(names ...string) (uint32, bool) {
+	for _, n := range names {
+		if m, ok := x.majors[n]; ok {
+			return m, true
+		}
+	}
+	return 0, false
+}
+
+// node stats p under the dev root. wantMajor/wantMinor < 0 accept any
+// number. It returns ok=false if the node does not exist, and a
+// *DeviceNodeError if it exists but is not the expected character device.
+func (x *discoverer) node(p string, wantMajor, wantMinor int64) (DeviceNode, bool, error) {
+	host := join(x.devRoot, p)
+	fi, err := os.Stat(host)
+	if err != nil {
+		if isNotExist(err) {
+			return DeviceNode{}, false, nil
+		}
+		return DeviceNode{}, false, fmt.Errorf("stat device node %s: %w", host, err)
+	}
+	st, ok := statT(fi)
+	if !ok {
+		return DeviceNode{}, false, fmt.Errorf("stat device node %s: no stat data", host)
+	}
+	maj, min := devMajor(st.Rdev), devMinor(st.Rdev)
+	e := &DeviceNodeError{Path: p, HostPath: host, Major: uint32(max(wantMajor, 0)), Minor: uint32(max(wantMinor, 0)),
+		GotMajor: maj, GotMinor: min}
+	if fi.Mode()&fs.ModeCharDevice == 0 || fi.Mode()&fs.ModeDevice == 0 {
+		e.Reason = "found " + fileKind(fi.Mode())
+		return DeviceNode{}, false, e
+	}
+	if (wantMajor >= 0 && int64(maj) != wantMajor) || (wantMinor >= 0 && int64(min) != wantMinor) {
+		if wantMajor < 0 {
+			e.Major = maj
+		}
+		if wantMinor < 0 {
+			e.Minor = min
+		}
+		return DeviceNode{}, false, e
+	}
+	return DeviceNode{Path: p, HostPath: host, Major: maj, Minor: min, Mode: uint32(fi.Mode().Perm()),
+		UID: st.Uid, GID: st.Gid}, true, nil
+}
+
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeDevice != 0 && m&fs.ModeCharDevice == 0:
+		return "a block device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	}
+	return "another file type"
+}
+
+// controlNodes finds nvidiactl, nvidia-uvm, nvidia-uvm-tools and
+// nvidia-modeset.
+func (x *discoverer) controlNodes() error {
+	uvm := int64(-1)
+	if m, ok := x.major(procfs.DevNVIDIAUVM); ok {
+		uvm = int64(m)
+	}
+	for _, n := range []struct {
+		path         string
+		major, minor int64
+	}{
+		{"/dev/nvidiactl", nvidiaMajor, nvidiactlMinor},
+		{"/dev/nvidia-uvm", uvm, uvmMinor},
+		{"/dev/nvidia-uvm-tools", uvm, uvmToolsMinor},
+		{"/dev/nvidia-modeset", nvidiaMajor, modesetMinor},
+	} {
+		node, ok, err := x.node(n.path, n.major, n.minor)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			x.warn("missing device %s", n.path)
+			continue
+		}
+		x.d.ControlNodes = append(x.d.ControlNodes, node)
+	}
+	return nil
+}
+
+// procFiles records the /proc/driver/nvidia files a container's view of
+// that directory copies.
+func (x *discoverer) procFiles() error {
+	for _, f := range []string{procfs.ParamsPath, procfs.VersionPath, procfs.RegistryPath} {
+		p := x.procPath(f)
+		if _, err := os.Stat(p); err == nil {
+			x.d.ProcFiles = append(x.d.ProcFiles, p)
+		}
+	}
+	return nil
+}
+
+// baseHasVersion reports whether a file name ends with ".<version>", the
+// rule NVIDIA uses to tell the driver's own libraries from others.
+func baseHasVersion(p, version string) bool {
+	return version != "" && strings.HasSuffix(path.Base(p), "."+version)
+}

@@ -1,0 +1,213 @@
+package discover
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// ELF constants used by readSONAME.
+const (
+	elfClass32   = 1
+	elfClass64   = 2
+	elfDataLSB   = 1
+	elfDataMSB   = 2
+	elfTypeDyn   = 3
+	ptLoad       = 1
+	ptDynamic    = 2
+	dtNull       = 0
+	dtStrtab     = 5
+	dtStrsz      = 10
+	dtSoname     = 14
+	maxPhnum     = 4096     // far above real objects (libcuda has ~10)
+	maxDynamic   = 64 << 10 // bytes of .dynamic read at most
+	maxSONAMELen = 4096
+)
+
+// errNotShared is returned for ELF files that are not shared objects.
+var errNotShared = errors.New("not an ELF shared object (ET_DYN)")
+
+// readSONAME returns the DT_SONAME of the ELF shared object at path ("" if
+// it has none).
+func readSONAME(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	soname, err := sonameFrom(f)
+	if err != nil {
+		return "", fmt.Errorf("read ELF SONAME of %s: %w", path, err)
+	}
+	return soname, nil
+}
+
+// sonameFrom reads the DT_SONAME of an ELF shared object with a handful of
+// small reads: the ELF header, the program headers, the PT_DYNAMIC segment
+// and the name itself from the dynamic string table (located through the
+// PT_LOAD segment that maps DT_STRTAB). Section headers and the whole
+// string table are never read, which keeps this cheap for large libraries
+// such as libcuda. Every offset is bounds-checked; bad input is an error.
+func sonameFrom(r io.ReaderAt) (string, error) {
+	var ident [16]byte
+	if _, err := r.ReadAt(ident[:], 0); err != nil {
+		return "", fmt.Errorf("read ELF ident: %w", err)
+	}
+	if string(ident[:4]) != "\x7fELF" {
+		return "", errors.New("not an ELF file")
+	}
+	var bo binary.ByteOrder
+	switch ident[5] {
+	case elfDataLSB:
+		bo = binary.LittleEndian
+	case elfDataMSB:
+		bo = binary.BigEndian
+	default:
+		return "", fmt.Errorf("bad ELF data encoding %d", ident[5])
+	}
+	is64 := false
+	switch ident[4] {
+	case elfClass32:
+	case elfClass64:
+		is64 = true
+	default:
+		return "", fmt.Errorf("bad ELF class %d", ident[4])
+	}
+
+	// ELF header fields after e_ident.
+	hdrSize := 52
+	if is64 {
+		hdrSize = 64
+	}
+	hdr := make([]byte, hdrSize)
+	if _, err := r.ReadAt(hdr, 0); err != nil {
+		return "", fmt.Errorf("read ELF header: %w", err)
+	}
+	if bo.Uint16(hdr[16:]) != elfTypeDyn {
+		return "", errNotShared
+	}
+	var phoff uint64
+	var phentsize, phnum uint16
+	if is64 {
+		phoff = bo.Uint64(hdr[32:])
+		phentsize, phnum = bo.Uint16(hdr[54:]), bo.Uint16(hdr[56:])
+	} else {
+		phoff = uint64(bo.Uint32(hdr[28:]))
+		phentsize, phnum = bo.Uint16(hdr[42:]), bo.Uint16(hdr[44:])
+	}
+	minEnt := uint16(32)
+	if is64 {
+		minEnt = 56
+	}
+	if phnum == 0 || phnum > maxPhnum || phentsize < minEnt || phentsize > 4*minEnt {
+		return "", fmt.Errorf("bad program header table (%d entries of %d bytes)", phnum, phentsize)
+	}
+	ph := make([]byte, int(phnum)*int(phentsize))
+	if _, err := r.ReadAt(ph, int64(min(phoff, 1<<62))); err != nil {
+		return "", fmt.Errorf("read program headers at %d: %w", phoff, err)
+	}
+
+	type seg struct{ off, vaddr, filesz uint64 }
+	var loads []seg
+	var dyn *seg
+	for i := 0; i < int(phnum); i++ {
+		p := ph[i*int(phentsize):]
+		var typ uint32
+		var s seg
+		if is64 {
+			typ = bo.Uint32(p[0:])
+			s = seg{off: bo.Uint64(p[8:]), vaddr: bo.Uint64(p[16:]), filesz: bo.Uint64(p[32:])}
+		} else {
+			typ = bo.Uint32(p[0:])
+			s = seg{off: uint64(bo.Uint32(p[4:])), vaddr: uint64(bo.Uint32(p[8:])), filesz: uint64(bo.Uint32(p[16:]))}
+		}
+		switch typ {
+		case ptLoad:
+			loads = append(loads, s)
+		case ptDynamic:
+			if dyn == nil {
+				d := s
+				dyn = &d
+			}
+		}
+	}
+	if dyn == nil {
+		return "", errors.New("no PT_DYNAMIC segment")
+	}
+	size := min(dyn.filesz, maxDynamic)
+	dbuf := make([]byte, size)
+	n, err := r.ReadAt(dbuf, int64(min(dyn.off, 1<<62)))
+	if err != nil && !(errors.Is(err, io.EOF) && n > 0) {
+		return "", fmt.Errorf("read PT_DYNAMIC at %d: %w", dyn.off, err)
+	}
+	dbuf = dbuf[:n]
+
+	entSize := 8
+	if is64 {
+		entSize = 16
+	}
+	var strtab, strsz, soname uint64
+	haveStrtab, haveSoname := false, false
+	for p := 0; p+entSize <= len(dbuf); p += entSize {
+		var tag, val uint64
+		if is64 {
+			tag, val = bo.Uint64(dbuf[p:]), bo.Uint64(dbuf[p+8:])
+		} else {
+			tag, val = uint64(bo.Uint32(dbuf[p:])), uint64(bo.Uint32(dbuf[p+4:]))
+		}
+		if tag == dtNull {
+			break
+		}
+		switch tag {
+		case dtStrtab:
+			strtab, haveStrtab = val, true
+		case dtStrsz:
+			strsz = val
+		case dtSoname:
+			soname, haveSoname = val, true
+		}
+	}
+	if !haveSoname {
+		return "", nil
+	}
+	if !haveStrtab {
+		return "", errors.New("DT_SONAME without DT_STRTAB")
+	}
+	if strsz != 0 && soname >= strsz {
+		return "", fmt.Errorf("DT_SONAME offset %d outside the string table (%d bytes)", soname, strsz)
+	}
+	// DT_STRTAB is a virtual address; find the file offset through the
+	// PT_LOAD segment that contains it.
+	var fileOff uint64
+	found := false
+	for _, l := range loads {
+		if strtab >= l.vaddr && strtab-l.vaddr < l.filesz {
+			rel := strtab - l.vaddr
+			if soname >= l.filesz-rel {
+				return "", fmt.Errorf("DT_SONAME offset %d runs past its segment", soname)
+			}
+			fileOff, found = l.off+rel+soname, true
+			break
+		}
+	}
+	if !found {
+		return "", fmt.Errorf("DT_STRTAB address %#x is not in a PT_LOAD segment", strtab)
+	}
+	var name []byte
+	buf := make([]byte, 256)
+	for len(name) < maxSONAMELen {
+		n, err := r.ReadAt(buf, int64(min(fileOff+uint64(len(name)), 1<<62)))
+		for _, c := range buf[:n] {
+			if c == 0 {
+				return string(name), nil
+			}
+			name = append(name, c)
+		}
+		if err != nil {
+			return "", fmt.Errorf("read SONAME at %d: no terminating NUL: %w", fileOff, err)
+		}
+	}
+	return "", fmt.Errorf("SONAME at %d longer than %d bytes", fileOff, maxSONAMELen)
+}

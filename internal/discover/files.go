@@ -1,0 +1,153 @@
+package discover
+
+import (
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/nctk/nctk/internal/caps"
+)
+
+// binaries looks each driver binary up in the search path, every
+// directory resolved inside the root. The first executable regular file
+// wins, except that a shell-script wrapper (as on hosts whose
+// /usr/bin/nvidia-smi only sets LD_LIBRARY_PATH and runs the real one) is
+// passed over for a real executable found later: the wrapper would not
+// work inside a container.
+func (x *discoverer) binaries() error {
+	dirs := x.opts.SearchPath
+	if dirs == nil {
+		dirs = DefaultSearchPath()
+	}
+	// Resolve each directory once; skip repeats (/bin → /usr/bin).
+	var resolved []string
+	for _, d := range dirs {
+		if !strings.HasPrefix(d, "/") {
+			continue // a relative PATH entry has no meaning inside the root
+		}
+		r, err := x.root.resolve(d)
+		if err != nil || slices.Contains(resolved, r) {
+			continue
+		}
+		resolved = append(resolved, r)
+	}
+	for _, c := range []caps.Capability{caps.Utility, caps.Compute} {
+		for _, name := range caps.Binaries(c) {
+			var script string
+			found := ""
+			for _, d := range resolved {
+				real, fi, err := x.root.statFollow(path.Join(d, name))
+				if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+					continue
+				}
+				if isScript(x.root.host(real)) {
+					if script == "" {
+						script = real
+					}
+					continue
+				}
+				found = real
+				break
+			}
+			if found == "" {
+				found = script
+			}
+			if found == "" {
+				x.warn("missing binary %s", name)
+				continue
+			}
+			x.log.Debug("selecting binary", "path", found)
+			x.d.Binaries = append(x.d.Binaries, File{Name: name, Capability: c, Path: found, HostPath: x.root.host(found)})
+		}
+	}
+	return nil
+}
+
+// isScript reports whether a file starts with "#!".
+func isScript(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [2]byte
+	n, _ := f.Read(b[:])
+	return n == 2 && string(b[:]) == "#!"
+}
+
+// ipcs finds the persistenced and fabric manager sockets and the MPS pipe
+// directory, resolved inside the root (/var/run → /run).
+func (x *discoverer) ipcs() error {
+	for _, ipc := range caps.IPCs() {
+		p := ipc.Path
+		if ipc.Dir && x.opts.MPSPipeDir != "" {
+			p = x.opts.MPSPipeDir
+		}
+		real, fi, err := x.root.statFollow(p)
+		if err != nil {
+			x.log.Debug("missing ipc path " + p)
+			continue
+		}
+		if ipc.Dir != fi.IsDir() || (!ipc.Dir && fi.Mode()&fs.ModeSocket == 0) {
+			x.warn("ipc path %s is %s, not a %s; ignoring it", p, fileKind(fi.Mode()), map[bool]string{true: "directory", false: "socket"}[ipc.Dir])
+			continue
+		}
+		x.d.IPCs = append(x.d.IPCs, File{Name: ipc.Name, Capability: ipc.Capability, Path: real, HostPath: x.root.host(real), Dir: ipc.Dir})
+	}
+	return nil
+}
+
+// firmwareDirs returns the directories (inside the root) searched for
+// nvidia/<version>/gsp*.bin, in the kernel's order: the firmware_class
+// custom path if set, /lib/firmware, and /usr/local/nvidia/firmware where
+// driver bundles such as the H100 host's keep it.
+func (x *discoverer) firmwareDirs() []string {
+	var dirs []string
+	if b, err := os.ReadFile(x.root.host("/sys/module/firmware_class/parameters/path")); err == nil {
+		if p := strings.TrimSpace(string(b)); strings.HasPrefix(p, "/") {
+			dirs = append(dirs, path.Clean(p))
+		}
+	}
+	for _, d := range []string{"/lib/firmware", "/usr/local/nvidia/firmware"} {
+		if !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// firmware finds the GSP firmware files of the running driver version.
+// Path is the unresolved form (/lib/firmware/nvidia/<ver>/gsp_ga10x.bin),
+// which is also where a container gets it; HostPath is resolved.
+func (x *discoverer) firmware() error {
+	seen := map[string]bool{}
+	for _, base := range x.firmwareDirs() {
+		dir := path.Join(base, "nvidia", x.d.Version)
+		realDir, err := x.root.resolve(dir)
+		if err != nil {
+			continue
+		}
+		ents, err := os.ReadDir(x.root.host(realDir))
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			name := e.Name()
+			if !strings.HasPrefix(name, "gsp") || !strings.HasSuffix(name, ".bin") || seen[name] {
+				continue
+			}
+			real, fi, err := x.root.statFollow(path.Join(dir, name))
+			if err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			seen[name] = true
+			x.d.Firmware = append(x.d.Firmware, File{Name: name, Path: path.Join(dir, name), HostPath: x.root.host(real)})
+		}
+	}
+	if len(x.d.Firmware) == 0 {
+		x.log.Debug("no GSP firmware found", "version", x.d.Version)
+	}
+	return nil
+}

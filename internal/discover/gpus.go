@@ -1,0 +1,272 @@
+package discover
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nctk/nctk/internal/procfs"
+)
+
+// gpus enumerates /proc/driver/nvidia/gpus/*/information, orders the GPUs
+// by PCI bus id (NVML's enumeration order), and finds each GPU's device
+// node and MIG state.
+func (x *discoverer) gpus() error {
+	dir := x.procPath(procfs.GPUsDir)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if isNotExist(err) {
+			x.warn("no GPUs: %s does not exist", dir)
+			return nil
+		}
+		return fmt.Errorf("list GPUs: %w", err)
+	}
+	var gpus []GPU
+	for _, e := range ents {
+		info := path.Join(dir, e.Name(), procfs.InformationFile)
+		gi, err := procfs.ReadGPUInformation(info)
+		if err != nil {
+			if isNotExist(err) {
+				x.warn("GPU %s: no information file %s", e.Name(), info)
+				continue
+			}
+			return fmt.Errorf("read GPU information: %w", err)
+		}
+		if gi.Excluded {
+			x.warn("GPU %s is excluded by the driver (NVreg_ExcludedGpus); skipping it", gi.BusID)
+			continue
+		}
+		gpus = append(gpus, GPU{
+			Minor:      gi.Minor,
+			UUID:       gi.UUID,
+			BusID:      gi.BusID,
+			Model:      gi.Model,
+			ProcDir:    path.Join(procfs.GPUsDir, e.Name()),
+			MIGCapsDir: fmt.Sprintf("%s/gpu%d", procfs.CapabilitiesDir, gi.Minor),
+		})
+	}
+	slices.SortFunc(gpus, func(a, b GPU) int { return strings.Compare(a.BusID, b.BusID) })
+	for i := range gpus {
+		g := &gpus[i]
+		g.Index = i
+		if i > 0 && gpus[i-1].Minor == g.Minor {
+			return fmt.Errorf("GPUs %s and %s both claim device minor %d in %s", gpus[i-1].BusID, g.BusID, g.Minor, dir)
+		}
+		p := fmt.Sprintf("/dev/nvidia%d", g.Minor)
+		node, ok, err := x.node(p, nvidiaMajor, int64(g.Minor))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			x.warn("missing device %s (GPU %d, %s)", p, g.Index, g.BusID)
+		} else {
+			g.Node = node
+		}
+	}
+	x.d.GPUs = gpus
+	return x.mig()
+}
+
+// mig finds the nvidia-caps nodes, the MIG configuration/monitor
+// capabilities and each GPU's MIG state and instances.
+func (x *discoverer) mig() error {
+	capsMajor, haveCapsMajor := x.major(procfs.DevNVIDIACaps)
+	byMinor := map[uint32]DeviceNode{}
+	ents, err := os.ReadDir(join(x.devRoot, "/dev/nvidia-caps"))
+	if err != nil && !isNotExist(err) {
+		return fmt.Errorf("list nvidia-caps nodes: %w", err)
+	}
+	for _, e := range ents {
+		if _, ok := strings.CutPrefix(e.Name(), "nvidia-cap"); !ok {
+			continue
+		}
+		p := "/dev/nvidia-caps/" + e.Name()
+		want := int64(-1)
+		if haveCapsMajor {
+			want = int64(capsMajor)
+		}
+		node, ok, err := x.node(p, want, -1)
+		if err != nil {
+			x.warn("ignoring %v", err)
+			continue
+		}
+		if ok {
+			byMinor[node.Minor] = node
+			x.d.CapsNodes = append(x.d.CapsNodes, node)
+		}
+	}
+	slices.SortFunc(x.d.CapsNodes, func(a, b DeviceNode) int { return int(a.Minor) - int(b.Minor) })
+
+	var minors map[string]uint32
+	if p := x.procPath(procfs.MIGMinorsPath); len(byMinor) > 0 || x.anyMIGCapable() {
+		minors, err = procfs.ReadMIGMinors(p)
+		if err != nil && !isNotExist(err) {
+			x.warn("cannot read MIG capability minors: %v", err)
+		}
+	}
+	if m, ok := minors[procfs.MIGConfig]; ok {
+		x.d.MIGConfig = byMinor[m]
+	}
+	if m, ok := minors[procfs.MIGMonitor]; ok {
+		x.d.MIGMonitor = byMinor[m]
+	}
+
+	// Minors of each GPU's capabilities, from mig-minors.
+	perGPU := map[int][]uint32{}
+	for name, m := range minors {
+		rest, ok := strings.CutPrefix(name, "gpu")
+		if !ok {
+			continue
+		}
+		num, _, _ := strings.Cut(rest, "/")
+		if n, err := strconv.Atoi(num); err == nil {
+			perGPU[n] = append(perGPU[n], m)
+		}
+	}
+
+	for i := range x.d.GPUs {
+		g := &x.d.GPUs[i]
+		ms := perGPU[g.Minor]
+		slices.Sort(ms)
+		for _, m := range ms {
+			if n, ok := byMinor[m]; ok {
+				g.MIGCapNodes = append(g.MIGCapNodes, n)
+			}
+		}
+		if err := x.migDevices(g, minors, byMinor, haveCapsMajor); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// anyMIGCapable reports whether some GPU has a MIG capabilities directory.
+func (x *discoverer) anyMIGCapable() bool {
+	for _, g := range x.d.GPUs {
+		if fi, err := os.Stat(x.procPath(g.MIGCapsDir + "/mig")); err == nil && fi.IsDir() {
+			return true
+		}
+	}
+	return false
+}
+
+// migDevices reads /proc/driver/nvidia/capabilities/gpu<minor>/mig: its
+// presence means the GPU is MIG-capable, gi<N>/ci<M> directories are the
+// GPU and compute instances (MIG devices) that exist, which means MIG mode
+// is enabled.
+func (x *discoverer) migDevices(g *GPU, minors map[string]uint32, byMinor map[uint32]DeviceNode, devStyle bool) error {
+	migDir := g.MIGCapsDir + "/mig"
+	ents, err := os.ReadDir(x.procPath(migDir))
+	if err != nil {
+		if isNotExist(err) {
+			return nil
+		}
+		return fmt.Errorf("GPU %d: list MIG capabilities: %w", g.Index, err)
+	}
+	g.MIGCapable = true
+	for _, gi := range ents {
+		giID, ok := numSuffix(gi.Name(), "gi")
+		if !ok || !gi.IsDir() {
+			continue
+		}
+		giDir := path.Join(migDir, gi.Name())
+		cis, err := os.ReadDir(x.procPath(giDir))
+		if err != nil {
+			return fmt.Errorf("GPU %d: list MIG GPU instance %d: %w", g.Index, giID, err)
+		}
+		for _, ci := range cis {
+			ciID, ok := numSuffix(ci.Name(), "ci")
+			if !ok || !ci.IsDir() {
+				continue
+			}
+			m := MIGDevice{
+				GI:           giID,
+				CI:           ciID,
+				GIAccessProc: path.Join(giDir, "access"),
+				CIAccessProc: path.Join(giDir, ci.Name(), "access"),
+			}
+			m.GIAccess = x.capNode(m.GIAccessProc, minors, procfs.MIGGIKey(g.Minor, giID), byMinor, devStyle)
+			m.CIAccess = x.capNode(m.CIAccessProc, minors, procfs.MIGCIKey(g.Minor, giID, ciID), byMinor, devStyle)
+			g.MIGDevices = append(g.MIGDevices, m)
+		}
+	}
+	slices.SortFunc(g.MIGDevices, func(a, b MIGDevice) int {
+		if a.GI != b.GI {
+			return a.GI - b.GI
+		}
+		return a.CI - b.CI
+	})
+	for i := range g.MIGDevices {
+		g.MIGDevices[i].Index = i
+	}
+	g.MIGEnabled = len(g.MIGDevices) > 0
+	return nil
+}
+
+// capNode returns the /dev/nvidia-caps node of a capability access file:
+// the minor comes from the file itself (DeviceFileMinor), else from
+// mig-minors. It is zero when the driver has no nvidia-caps device
+// ("proc style" capabilities) or the node does not exist.
+func (x *discoverer) capNode(procFile string, minors map[string]uint32, key string, byMinor map[uint32]DeviceNode, devStyle bool) DeviceNode {
+	if !devStyle {
+		return DeviceNode{}
+	}
+	m, err := procfs.ReadCapAccess(x.procPath(procFile))
+	if err != nil {
+		var ok bool
+		if m, ok = minors[key]; !ok {
+			x.warn("MIG capability %s: %v", procFile, err)
+			return DeviceNode{}
+		}
+	}
+	n, ok := byMinor[m]
+	if !ok {
+		x.warn("missing device /dev/nvidia-caps/nvidia-cap%d (MIG capability %s)", m, procFile)
+	}
+	return n
+}
+
+// numSuffix parses names like "gi3" → 3.
+func numSuffix(name, prefix string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, prefix)
+	if !ok || rest == "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	return n, err == nil && n >= 0
+}
+
+// imexChannels lists /dev/nvidia-caps-imex-channels/channel<N>.
+func (x *discoverer) imexChannels() error {
+	dir := "/dev/nvidia-caps-imex-channels"
+	ents, err := os.ReadDir(join(x.devRoot, dir))
+	if err != nil {
+		if isNotExist(err) {
+			return nil
+		}
+		return fmt.Errorf("list IMEX channels: %w", err)
+	}
+	want := int64(-1)
+	if m, ok := x.major(procfs.DevNVIDIACapsIMEX); ok {
+		want = int64(m)
+	}
+	for _, e := range ents {
+		n, ok := numSuffix(e.Name(), "channel")
+		if !ok {
+			continue
+		}
+		node, ok, err := x.node(dir+"/"+e.Name(), want, int64(n))
+		if err != nil {
+			x.warn("ignoring %v", err)
+			continue
+		}
+		if ok {
+			x.d.IMEXChannels = append(x.d.IMEXChannels, node)
+		}
+	}
+	slices.SortFunc(x.d.IMEXChannels, func(a, b DeviceNode) int { return int(a.Minor) - int(b.Minor) })
+	return nil
+}

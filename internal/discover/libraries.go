@@ -1,0 +1,204 @@
+package discover
+
+import (
+	"errors"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/ldcache"
+)
+
+// tlsMinOSVersion is the kernel version (2.3.99) in the ELF ABI note that
+// marks the new-TLS-ABI build of libnvidia-tls; NVIDIA's CLI only takes
+// that one. ldconfig records the note's version in the cache entry.
+const tlsMinOSVersion = 2<<16 | 3<<8 | 99
+
+// libSlot is one (class, group, prefix) the cache is searched for.
+type libSlot struct {
+	class  ldcache.Class
+	group  caps.Capability
+	prefix string
+	real   string // the selected file (in-root path), "" if none
+	other  string // a file of another driver version, for the mismatch error
+}
+
+// soPrefix returns the part of an ld.so.cache key up to and including its
+// first ".so" ("libcuda.so.1" → "libcuda.so"). Every name in NVIDIA's
+// library lists ends with its only ".so", so "key has prefix name" is
+// exactly "soPrefix(key) == name", which lets one pass over the cache find
+// every library with a map lookup per entry.
+func soPrefix(key string) string {
+	i := strings.Index(key, ".so")
+	if i < 0 {
+		return ""
+	}
+	return key[:i+3]
+}
+
+// libraries reads the root's ld.so.cache and selects, per capability group
+// and per library name, the driver's own file: the first cache entry (in
+// the cache's order, which is the loader's preference) whose value
+// resolves inside the root to a file named *.so.<driver version>.
+func (x *discoverer) libraries() error {
+	cachePath := x.opts.LdCache
+	if cachePath == "" {
+		cachePath = DefaultLdCache
+	}
+	if !strings.HasPrefix(cachePath, "/") {
+		cachePath = "/" + cachePath
+	}
+	x.ldcache = x.root.host(cachePath)
+	realCache, err := x.root.resolve(cachePath)
+	if err != nil {
+		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: unwrapPathErr(err)}
+	}
+	c, err := ldcache.Load(x.root.host(realCache))
+	if err != nil {
+		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: unwrapPathErr(err)}
+	}
+
+	// Slots in NVIDIA's order: 64-bit groups, then 32-bit groups.
+	var slots []*libSlot
+	index := map[ldcache.Class]map[string]*libSlot{ldcache.Class64: {}, ldcache.Class32: {}}
+	for _, class := range []ldcache.Class{ldcache.Class64, ldcache.Class32} {
+		for _, g := range caps.LibraryGroupOrder() {
+			for _, p := range caps.Libraries(g) {
+				if _, dup := index[class][p]; dup {
+					continue
+				}
+				s := &libSlot{class: class, group: g, prefix: p}
+				slots = append(slots, s)
+				index[class][p] = s
+			}
+		}
+	}
+
+	version := x.d.Version
+	taken := map[string]bool{}
+	for _, e := range c.Entries {
+		if !e.IsELF() {
+			continue
+		}
+		byName, ok := index[e.Class()]
+		if !ok {
+			continue
+		}
+		s, ok := byName[soPrefix(e.Key)]
+		if !ok || s.real != "" {
+			continue
+		}
+		real, err := x.root.resolve(e.Value)
+		if err != nil {
+			x.log.Debug("skipping unresolvable cache entry", "key", e.Key, "value", e.Value, "err", err)
+			continue
+		}
+		if !baseHasVersion(real, version) {
+			if s.other == "" {
+				s.other = real
+			}
+			x.log.Debug("skipping library of another driver version", "path", real, "want", version)
+			continue
+		}
+		if s.prefix == "libnvidia-tls.so" && e.OSVersion < tlsMinOSVersion {
+			x.log.Debug("skipping library without the new TLS ABI note", "path", real)
+			continue
+		}
+		if taken[real] {
+			continue
+		}
+		taken[real] = true
+		s.real = real
+		x.log.Debug("selecting library", "path", real, "name", s.prefix, "class", e.Class().String())
+	}
+
+	if err := x.checkLibraryVersion(index[ldcache.Class64], c); err != nil {
+		return err
+	}
+
+	for _, s := range slots {
+		if s.real == "" {
+			if s.class == ldcache.Class32 {
+				x.log.Debug("missing compat32 library " + s.prefix)
+			} else {
+				x.warn("missing library %s", s.prefix)
+			}
+			continue
+		}
+		host := x.root.host(s.real)
+		soname, err := readSONAME(host)
+		if err != nil {
+			x.warn("%v", err)
+		}
+		x.d.Libraries = append(x.d.Libraries, File{
+			Name:       s.prefix,
+			Capability: s.group,
+			Path:       s.real,
+			HostPath:   host,
+			SONAME:     soname,
+			Compat32:   s.class == ldcache.Class32,
+		})
+		if dir := path.Dir(s.real); !slices.Contains(x.d.LibDirs, dir) {
+			x.d.LibDirs = append(x.d.LibDirs, dir)
+		}
+	}
+	return nil
+}
+
+// checkLibraryVersion sets LibraryVersion from the core libraries
+// (libnvidia-ml, libcuda) and reports the "Driver/library version
+// mismatch" when they exist only for another driver version.
+func (x *discoverer) checkLibraryVersion(slots64 map[string]*libSlot, c *ldcache.Cache) error {
+	var other string
+	for _, name := range []string{"libnvidia-ml.so", "libcuda.so"} {
+		s := slots64[name]
+		if s == nil {
+			continue
+		}
+		if s.real != "" {
+			x.d.LibraryVersion = x.d.Version
+			return nil
+		}
+		if other == "" {
+			other = s.other
+		}
+	}
+	if other != "" {
+		return &VersionMismatchError{
+			Module:      x.d.Version,
+			ModulePath:  x.procPath("/proc/driver/nvidia/version"),
+			Library:     libraryVersion(other),
+			LibraryPath: x.root.host(other),
+		}
+	}
+	x.warn("no NVIDIA driver libraries (libnvidia-ml.so, libcuda.so) in the dynamic linker cache %s (%d entries): "+
+		"is the driver's user-space installed under %s and ldconfig run?", x.ldcache, len(c.Entries), x.root.root)
+	return nil
+}
+
+// libraryVersion returns the version in a library file name
+// ("…/libcuda.so.535.261.03" → "535.261.03"), "" if there is none.
+func libraryVersion(p string) string {
+	b := path.Base(p)
+	i := strings.Index(b, ".so.")
+	if i < 0 {
+		return ""
+	}
+	return b[i+4:]
+}
+
+// unwrapPathErr strips the layers that repeat the path an error is about
+// (*fs.PathError, the ldcache package's "ld.so.cache PATH: …" prefix), so
+// that LdCacheError names the path once.
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	if u := errors.Unwrap(err); u != nil {
+		return u
+	}
+	return err
+}
