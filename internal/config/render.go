@@ -136,14 +136,14 @@ func commented() map[string]string {
 	return map[string]string{
 		"accept-nvidia-visible-devices-as-volume-mounts":         "false",
 		"accept-nvidia-visible-devices-envvar-when-unprivileged": "true",
-		"swarm-resource":                        `"DOCKER_RESOURCE_GPU"`,
-		"nvidia-container-cli.root":             `"/run/nvidia/driver"`,
-		"nvidia-container-cli.path":             `"/usr/bin/nvidia-container-cli"`,
-		"nvidia-container-cli.debug":            `"/var/log/nvidia-container-toolkit.log"`,
-		"nvidia-container-cli.ldcache":          `"/etc/ld.so.cache"`,
-		"nvidia-container-cli.no-cgroups":       "false",
-		"nvidia-container-cli.user":             `"root:video"`,
-		"nvidia-container-runtime.debug":        `"/var/log/nvidia-container-runtime.log"`,
+		"swarm-resource":                                           `"DOCKER_RESOURCE_GPU"`,
+		"nvidia-container-cli.root":                                `"/run/nvidia/driver"`,
+		"nvidia-container-cli.path":                                `"/usr/bin/nvidia-container-cli"`,
+		"nvidia-container-cli.debug":                               `"/var/log/nvidia-container-toolkit.log"`,
+		"nvidia-container-cli.ldcache":                             `"/etc/ld.so.cache"`,
+		"nvidia-container-cli.no-cgroups":                          "false",
+		"nvidia-container-cli.user":                                `"root:video"`,
+		"nvidia-container-runtime.debug":                           `"/var/log/nvidia-container-runtime.log"`,
 		"nvidia-container-runtime.modes.csv.compat-container-root": `"/usr/local/cuda/compat-orin"`,
 	}
 }
