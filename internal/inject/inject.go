@@ -1,0 +1,152 @@
+// Package inject is the one path from a container's GPU request to an
+// injection plan, shared by every way nctk is invoked: discover the driver,
+// resolve the selected devices, check the image's requirements, and build the
+// plan. nvidia-container-runtime (OCI spec edits), nvidia-container-cli
+// configure (imperative, for the prestart hook and containerd) and
+// nvidia-ctk cdi generate all get their plan from here; they differ only in
+// how they apply it.
+package inject
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/requirements"
+	"github.com/nctk/nctk/internal/selector"
+)
+
+// Job is a resolved request: what to inject, from which driver, where.
+type Job struct {
+	// Driver says where the driver is (root, ld.so.cache, dev root).
+	Driver discover.Options
+	// Devices are device tokens (indices, UUIDs, bus ids, MIG ids, "all");
+	// nil or empty injects no GPU (the "none" request: libraries and
+	// control nodes only).
+	Devices []string
+	// Caps are the driver capabilities.
+	Caps caps.Set
+	// Requirements are NVIDIA_REQUIRE_* expressions; each must hold.
+	Requirements []string
+	// MIGConfig/MIGMonitor expose the global MIG capabilities.
+	MIGConfig  bool
+	MIGMonitor bool
+	// IMEXChannels are IMEX channel numbers.
+	IMEXChannels []int
+
+	NoPersistenced  bool
+	NoFabricManager bool
+	NoGSPFirmware   bool
+
+	// Target is where files land in the container.
+	Target plan.Target
+	// Logger receives debug output; nil discards it.
+	Logger *slog.Logger
+}
+
+// Result is a computed injection.
+type Result struct {
+	Plan      *plan.Plan
+	Driver    *discover.Driver
+	Selection selector.Selection
+}
+
+// Phase names the step that failed, as NVIDIA's CLI prefixes its errors
+// ("detection error: …").
+type Phase string
+
+// Phases.
+const (
+	PhaseDetection   Phase = "detection"
+	PhaseDevice      Phase = "device"
+	PhaseRequirement Phase = "requirement"
+	PhaseInput       Phase = "input"
+)
+
+// Error is a failed injection with the phase it failed in.
+type Error struct {
+	Phase Phase
+	Err   error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s error: %v", e.Phase, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// PhaseOf returns the phase of an injection error, "" if it is none.
+func PhaseOf(err error) Phase {
+	var ie *Error
+	if errors.As(err, &ie) {
+		return ie.Phase
+	}
+	return ""
+}
+
+// Run discovers the driver, selects the devices, checks the requirements and
+// builds the plan.
+func Run(ctx context.Context, j Job) (*Result, error) {
+	log := j.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opts := j.Driver
+	// Only requirements need facts the driver alone knows (the CUDA
+	// version, compute capabilities): ask it only then.
+	opts.Probe = opts.Probe || len(j.Requirements) > 0
+	drv, err := discover.Discover(opts)
+	if err != nil {
+		return nil, &Error{Phase: PhaseDetection, Err: err}
+	}
+	for _, w := range drv.Warnings {
+		log.Debug("discovery", "warning", w)
+	}
+	sel, err := selector.Resolve(drv, j.Devices)
+	if err != nil {
+		return nil, &Error{Phase: PhaseDevice, Err: err}
+	}
+	if len(j.Requirements) > 0 {
+		if err := requirements.Check(j.Requirements, Facts(drv, sel)); err != nil {
+			return nil, &Error{Phase: PhaseRequirement, Err: err}
+		}
+	}
+	o := plan.Options{
+		Caps:            j.Caps,
+		GPUs:            sel.GPUs,
+		MIGConfig:       j.MIGConfig,
+		MIGMonitor:      j.MIGMonitor,
+		IMEXChannels:    j.IMEXChannels,
+		NoPersistenced:  j.NoPersistenced,
+		NoFabricManager: j.NoFabricManager,
+		NoGSPFirmware:   j.NoGSPFirmware,
+		Target:          j.Target,
+	}
+	for _, m := range sel.MIG {
+		o.MIG = append(o.MIG, plan.MIGSelection{Parent: m.Parent, Device: m.MIG})
+	}
+	p, err := plan.Build(drv, o)
+	if err != nil {
+		return nil, &Error{Phase: PhaseDevice, Err: err}
+	}
+	log.Debug("injection plan", "devices", len(p.Devices), "mounts", len(p.Mounts),
+		"symlinks", len(p.Symlinks), "gpus", len(sel.GPUs))
+	return &Result{Plan: p, Driver: drv, Selection: sel}, nil
+}
+
+// Facts are the host values requirements are checked against: the driver
+// and CUDA versions, and each selected device's architecture and brand (a
+// MIG device has its parent's).
+func Facts(d *discover.Driver, sel selector.Selection) requirements.Facts {
+	f := requirements.Facts{CUDA: d.CUDAVersion, Driver: d.Version}
+	for _, g := range sel.GPUs {
+		f.Devices = append(f.Devices, requirements.DeviceFacts{
+			Index: fmt.Sprint(g.Index), UUID: g.UUID, Arch: g.Arch, Brand: g.Brand})
+	}
+	for _, m := range sel.MIG {
+		f.Devices = append(f.Devices, requirements.DeviceFacts{
+			Index: m.Name(), UUID: m.MIG.UUID, Arch: m.Parent.Arch, Brand: m.Parent.Brand})
+	}
+	return f
+}

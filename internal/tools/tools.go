@@ -1,0 +1,47 @@
+// Package tools maps the names nctk is installed under to the tools'
+// entry points; cmd/nctk dispatches through it.
+package tools
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cli/runtime"
+)
+
+// Version is nctk's version, printed by every tool's --version.
+const Version = "0.1.0"
+
+// All returns the tools by the names they are installed under.
+func All() map[string]app.Tool {
+	return map[string]app.Tool{
+		"nvidia-container-runtime": runtime.Main,
+	}
+}
+
+// Run picks the tool from argv[0]'s base name, or from argv[1] when invoked
+// as nctk, and runs it.
+func Run(e *app.Env) int {
+	all := All()
+	name := filepath.Base(e.Args[0])
+	if t, ok := all[name]; ok {
+		return t(e)
+	}
+	if len(e.Args) > 1 {
+		if t, ok := all[e.Args[1]]; ok {
+			sub := *e
+			sub.Args = e.Args[1:]
+			return t(&sub)
+		}
+	}
+	names := make([]string, 0, len(all))
+	for n := range all {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(e.Stderr, "nctk %s: run as one of: %s\n(or: nctk TOOL [ARGS...])\n", Version, strings.Join(names, ", "))
+	return 2
+}
