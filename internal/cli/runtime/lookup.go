@@ -1,0 +1,101 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// standardDirs are searched after $PATH for runtimes and hook binaries.
+func standardDirs() []string {
+	return []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+}
+
+// FindRuntime returns the first candidate that resolves to an executable
+// file other than self: an entry containing "/" is a path; otherwise
+// pathEnv (a $PATH value) and then the standard sbin/bin directories are
+// searched. self ("" for none) is this program's executable, skipped so
+// that a wrapper installed as "runc" does not exec itself.
+func FindRuntime(candidates []string, pathEnv, self string) (string, error) {
+	if len(candidates) == 0 {
+		return "", errors.New("no low-level runtime configured (nvidia-container-runtime.runtimes is empty)")
+	}
+	var selfID fileID
+	if self != "" {
+		selfID, _ = idOf(self)
+	}
+	for _, c := range candidates {
+		if c == "" {
+			continue
+		}
+		var tries []string
+		if strings.Contains(c, "/") {
+			tries = []string{c}
+		} else {
+			for _, d := range append(filepath.SplitList(pathEnv), standardDirs()...) {
+				if d == "" {
+					continue
+				}
+				tries = append(tries, filepath.Join(d, c))
+			}
+		}
+		for _, p := range tries {
+			if !isExecutable(p) {
+				continue
+			}
+			if id, err := idOf(p); err == nil && selfID.ino != 0 && id == selfID {
+				continue
+			}
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				continue
+			}
+			return abs, nil
+		}
+	}
+	return "", fmt.Errorf("no low-level runtime found: none of %q is an executable in $PATH or %s",
+		candidates, strings.Join(standardDirs(), ":"))
+}
+
+// FindHelper returns the absolute path of a helper binary (nvidia-cdi-hook):
+// next to the program (dir of argv0 or of the executable), then in $PATH
+// and the standard directories.
+func FindHelper(name, argv0, pathEnv string) (string, error) {
+	var dirs []string
+	if strings.Contains(argv0, "/") {
+		dirs = append(dirs, filepath.Dir(argv0))
+	}
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	dirs = append(dirs, filepath.SplitList(pathEnv)...)
+	dirs = append(dirs, standardDirs()...)
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		p := filepath.Join(d, name)
+		if isExecutable(p) {
+			return filepath.Abs(p)
+		}
+	}
+	return "", fmt.Errorf("%s not found next to %s, in $PATH or in %s", name, argv0, strings.Join(standardDirs(), ":"))
+}
+
+type fileID struct{ dev, ino uint64 }
+
+func idOf(p string) (fileID, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return fileID{}, err
+	}
+	return fileID{dev: st.Dev, ino: st.Ino}, nil
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}

@@ -1,0 +1,182 @@
+// Package runtime is nvidia-container-runtime: a runc-compatible wrapper.
+//
+// It takes a runc command line verbatim. On create and run it edits the
+// bundle's config.json — device nodes with their device cgroup rules, read-
+// only bind mounts of driver files, createContainer hooks with an explicit
+// minimal environment, environment variables — atomically and keeping every
+// field it does not know, and then execs the low-level runtime (runc, crun)
+// with the same arguments and environment. Every other subcommand and flag
+// goes straight to the low-level runtime: the process is replaced (exec, no
+// fork), so exit status, stdio, pid files and console sockets are the
+// runtime's own. A container that requests no GPU is not touched.
+//
+// Errors stop before anything is modified and before the low-level runtime
+// runs; they go to stderr and to the engine's --log file in its
+// --log-format (containerd reports the last "error" line of that file).
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	rdebug "runtime/debug"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/plan"
+)
+
+// Runtime is the wrapper with its dependencies.
+type Runtime struct {
+	// Planner computes the injection plan.
+	Planner Planner
+	// LoadConfig reads config.toml.
+	LoadConfig func(e *app.Env) (*Config, error)
+	// Exec replaces the process with the low-level runtime; it returns
+	// only on failure.
+	Exec func(path string, argv, env []string) error
+	// Self is this program's executable, never chosen as the low-level
+	// runtime ("" for none).
+	Self string
+	// Version is printed by --version before the low-level runtime's.
+	Version string
+}
+
+// New returns the wrapper as installed.
+func New() *Runtime {
+	self, _ := os.Executable()
+	return &Runtime{
+		Planner:    defaultPlanner(),
+		LoadConfig: LoadConfig,
+		Exec:       syscall.Exec,
+		Self:       self,
+		Version:    buildVersion(),
+	}
+}
+
+// Main is nvidia-container-runtime's entry point.
+func Main(e *app.Env) int {
+	return New().Run(e)
+}
+
+// Run runs the wrapper. It returns only when it fails (status 1); on
+// success the process has become the low-level runtime.
+func (r *Runtime) Run(e *app.Env) int {
+	inv, perr := ParseArgs(e.Args)
+	if inv == nil {
+		inv = &Invocation{CommandIndex: -1}
+	}
+	cfg, cerr := r.LoadConfig(e)
+	log := newLogger(inv, cfg)
+	defer log.close()
+	fail := func(err error) int {
+		log.Error(err.Error())
+		fmt.Fprintf(e.Stderr, "nvidia-container-runtime: error: %v\n", err)
+		return 1
+	}
+	if perr != nil {
+		return fail(perr)
+	}
+	if cerr != nil {
+		return fail(cerr)
+	}
+	if inv.Version {
+		fmt.Fprintf(e.Stdout, "NVIDIA Container Runtime version %s\nspec: %s\n\n", r.Version, specs.Version)
+	}
+	path := e.Getenv("PATH")
+	rt, err := FindRuntime(cfg.Runtimes, path, r.Self)
+	if err != nil {
+		return fail(err)
+	}
+	if inv.Injects() {
+		start := time.Now()
+		if err := r.inject(e, inv, cfg, log); err != nil {
+			return fail(err)
+		}
+		log.Debug("prepared container", "command", inv.Command, "elapsed", time.Since(start))
+	}
+	argv := append([]string{rt}, e.Args[1:]...)
+	if log.enabled(slog.LevelDebug) {
+		log.Debug("exec low-level runtime", "path", rt, "args", argv)
+	}
+	// The log files are close-on-exec.
+	if err := r.Exec(rt, argv, e.Environ); err != nil {
+		return fail(fmt.Errorf("exec low-level runtime %s: %w", rt, err))
+	}
+	return 0
+}
+
+// inject edits the bundle's config.json for a create or run. Nothing is
+// written unless every step succeeds.
+func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *Config, log *logger) error {
+	bundle := inv.Bundle
+	if bundle == "" {
+		bundle = "."
+	}
+	bundle, err := filepath.Abs(bundle)
+	if err != nil {
+		return fmt.Errorf("bundle %s: %w", inv.Bundle, err)
+	}
+	specPath := filepath.Join(bundle, "config.json")
+	doc, err := ocispec.Load(specPath)
+	if err != nil {
+		return err
+	}
+	spec := doc.Spec()
+	if spec.Root == nil || spec.Root.Path == "" {
+		return fmt.Errorf("invalid OCI spec %s: root.path is not set", specPath)
+	}
+	rootfs := spec.Root.Path
+	if !filepath.IsAbs(rootfs) {
+		rootfs = filepath.Join(bundle, rootfs)
+	}
+	p, err := r.Planner.Prepare(context.Background(), Input{Spec: spec, Rootfs: filepath.Clean(rootfs), Bundle: bundle, Config: cfg})
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		log.Debug("not a GPU container; spec left as it is", "spec", specPath)
+		return nil
+	}
+	hc := ocispec.HookConfig{Path: cfg.HookPath, LdconfigPath: cfg.LdconfigPath}
+	if hc.Path == "" && needsHooks(p) {
+		if hc.Path, err = FindHelper(ocispec.HookBinary, e.Args[0], e.Getenv("PATH")); err != nil {
+			return fmt.Errorf("container hooks: %w", err)
+		}
+	}
+	if err := ocispec.Apply(doc, p, hc); err != nil {
+		return err
+	}
+	if err := ocispec.Save(specPath, doc); err != nil {
+		return err
+	}
+	log.Info("injected GPU access into the OCI spec", "spec", specPath,
+		"devices", len(p.Devices), "mounts", len(p.Mounts), "symlinks", len(p.Symlinks))
+	return nil
+}
+
+// needsHooks reports whether the plan has work for nvidia-cdi-hook.
+func needsHooks(p *plan.Plan) bool {
+	return len(p.Symlinks) > 0 || len(p.LdconfigDirs) > 0 || p.Proc != nil
+}
+
+// buildVersion is the module version and VCS revision of the binary.
+func buildVersion() string {
+	bi, ok := rdebug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " (commit " + s.Value[:12] + ")"
+		}
+	}
+	return v + " nctk"
+}
