@@ -217,13 +217,14 @@ func TestDockerGPUsHook(t *testing.T) {
 	// The GPU hook comes first; dockerd adds its own libnetwork-setkey
 	// prestart hook (/proc/<dockerd pid>/exe) after it, even with
 	// --network=none.
-	if spec.Hooks == nil || len(spec.Hooks.Prestart) == 0 {
+	prestart := PrestartHooks(&spec)
+	if len(prestart) == 0 {
 		t.Fatalf("spec hooks: %+v", spec.Hooks)
 	}
-	for i, h := range spec.Hooks.Prestart {
+	for i, h := range prestart {
 		t.Logf("spec prestart hook %d: path %s args %q env %q", i, h.Path, h.Args, h.Env)
 	}
-	h := spec.Hooks.Prestart[0]
+	h := prestart[0]
 	if h.Path != hook.Path || !slices.Equal(h.Args, []string{"nvidia-container-runtime-hook", "prestart"}) {
 		t.Errorf("spec prestart hook = %s %q; want %s [nvidia-container-runtime-hook prestart]", h.Path, h.Args, hook.Path)
 	}
@@ -279,10 +280,11 @@ func TestCtrGPUs(t *testing.T) {
 	if err := json.Unmarshal([]byte(c.MustCtr("container", "info", "spec-only")), &info); err != nil {
 		t.Fatalf("ctr container info: %v", err)
 	}
-	if info.Spec.Hooks == nil || len(info.Spec.Hooks.Prestart) != 1 {
+	prestart := PrestartHooks(&info.Spec)
+	if len(prestart) != 1 {
 		t.Fatalf("spec hooks: %+v", info.Spec.Hooks)
 	}
-	h := info.Spec.Hooks.Prestart[0]
+	h := prestart[0]
 	t.Logf("ctr --gpus prestart hook: path %s args %q", h.Path, h.Args)
 	wantArgs := []string{"containerd", "oci-hook", "--", cli.Path, "--load-kmods", "configure", "--device=1",
 		"--compute", "--compat32", "--graphics", "--utility", "--video", "--display", "--pid={{pid}}", "{{rootfs}}"}

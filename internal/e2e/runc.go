@@ -236,3 +236,14 @@ func (r *Runc) cleanup() {
 		}
 	}
 }
+
+// PrestartHooks returns the spec's prestart hooks: deprecated in the runtime
+// spec, but what dockerd --gpus and ctr --gpus inject on the engines tested
+// here.
+func PrestartHooks(s *specs.Spec) []specs.Hook {
+	if s == nil || s.Hooks == nil {
+		return nil
+	}
+	//lint:ignore SA1019 the engines under test still emit prestart hooks.
+	return s.Hooks.Prestart
+}
