@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nctk/nctk/internal/config"
 )
 
 // lazyFile is an append-only log file opened on the first write, so a
@@ -75,19 +77,6 @@ func logrusLevel(l slog.Level) string {
 	return "error"
 }
 
-// parseLevel maps config log-level names (logrus's) to slog levels.
-func parseLevel(s string) slog.Level {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "trace", "debug":
-		return slog.LevelDebug
-	case "warn", "warning":
-		return slog.LevelWarn
-	case "error", "fatal", "panic":
-		return slog.LevelError
-	}
-	return slog.LevelInfo
-}
-
 // logger is the runtime's logging: the engine's --log file (warnings and
 // errors; everything with --debug) in the --log-format it asked for, and
 // the debug log file from config.toml.
@@ -96,7 +85,7 @@ type logger struct {
 	closers []io.Closer
 }
 
-func newLogger(inv *Invocation, cfg *Config) *logger {
+func newLogger(inv *Invocation, cfg *config.Config) *logger {
 	l := &logger{}
 	var hs []slog.Handler
 	if inv.Log != "" {
@@ -112,10 +101,10 @@ func newLogger(inv *Invocation, cfg *Config) *logger {
 			hs = append(hs, slog.NewTextHandler(f, runcLogOptions(lv)))
 		}
 	}
-	if cfg != nil && cfg.DebugLog != "" && cfg.DebugLog != os.DevNull {
-		f := &lazyFile{path: cfg.DebugLog, mode: 0o600}
+	if cfg != nil && cfg.Runtime.Debug != "" && cfg.Runtime.Debug != os.DevNull {
+		f := &lazyFile{path: cfg.Runtime.Debug, mode: 0o600}
 		l.closers = append(l.closers, f)
-		lv := parseLevel(cfg.LogLevel)
+		lv, _ := cfg.SlogLevel()
 		if inv.Debug {
 			lv = slog.LevelDebug
 		}

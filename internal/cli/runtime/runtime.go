@@ -28,6 +28,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 )
@@ -37,13 +38,17 @@ type Runtime struct {
 	// Planner computes the injection plan.
 	Planner Planner
 	// LoadConfig reads config.toml.
-	LoadConfig func(e *app.Env) (*Config, error)
+	LoadConfig func(e *app.Env) (*config.Config, error)
 	// Exec replaces the process with the low-level runtime; it returns
 	// only on failure.
 	Exec func(path string, argv, env []string) error
 	// Self is this program's executable, never chosen as the low-level
 	// runtime ("" for none).
 	Self string
+	// HookPath is the nvidia-cdi-hook binary the spec's hooks run; ""
+	// finds it next to this program, in $PATH or in the standard
+	// directories.
+	HookPath string
 	// Version is printed by --version before the low-level runtime's.
 	Version string
 }
@@ -90,11 +95,14 @@ func (r *Runtime) Run(e *app.Env) int {
 		fmt.Fprintf(e.Stdout, "NVIDIA Container Runtime version %s\nspec: %s\n\n", r.Version, specs.Version)
 	}
 	path := e.Getenv("PATH")
-	rt, err := FindRuntime(cfg.Runtimes, path, r.Self)
+	rt, err := FindRuntime(cfg.Runtime.Runtimes, path, r.Self)
 	if err != nil {
 		return fail(err)
 	}
 	if inv.Injects() {
+		for _, w := range cfg.Warnings {
+			log.Warn("config " + cfg.Path + ": " + w)
+		}
 		start := time.Now()
 		if err := r.inject(e, inv, cfg, log); err != nil {
 			return fail(err)
@@ -114,7 +122,7 @@ func (r *Runtime) Run(e *app.Env) int {
 
 // inject edits the bundle's config.json for a create or run. Nothing is
 // written unless every step succeeds.
-func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *Config, log *logger) error {
+func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *logger) error {
 	bundle := inv.Bundle
 	if bundle == "" {
 		bundle = "."
@@ -144,7 +152,7 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *Config, log *logger) 
 		log.Debug("not a GPU container; spec left as it is", "spec", specPath)
 		return nil
 	}
-	hc := ocispec.HookConfig{Path: cfg.HookPath, LdconfigPath: cfg.LdconfigPath}
+	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: hostLdconfig(cfg)}
 	if hc.Path == "" && needsHooks(p) {
 		if hc.Path, err = FindHelper(ocispec.HookBinary, e.Args[0], e.Getenv("PATH")); err != nil {
 			return fmt.Errorf("container hooks: %w", err)
@@ -166,17 +174,20 @@ func needsHooks(p *plan.Plan) bool {
 	return len(p.Symlinks) > 0 || len(p.LdconfigDirs) > 0 || p.Proc != nil
 }
 
-// buildVersion is the module version and VCS revision of the binary.
+// buildVersion is the module version and VCS revision of the binary
+// (internal/tools.Version cannot be imported here: tools imports this
+// package).
 func buildVersion() string {
+	v := "unknown"
 	bi, ok := rdebug.ReadBuildInfo()
 	if !ok {
-		return "unknown"
+		return v
 	}
-	v := bi.Main.Version
+	v = bi.Main.Version
 	for _, s := range bi.Settings {
 		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
 			v += " (commit " + s.Value[:12] + ")"
 		}
 	}
-	return v + " nctk"
+	return "nctk " + v
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 )
@@ -107,12 +108,12 @@ func newHarness(t *testing.T) *harness {
 	h.hook = writeExecutable(t, filepath.Join(bin, "nvidia-cdi-hook"), "#!/bin/sh\nexit 0\n")
 	h.rt = &Runtime{
 		Planner: h.planner,
-		LoadConfig: func(*app.Env) (*Config, error) {
-			c := DefaultConfig()
-			c.Runtimes = []string{"no-such-runtime", h.runc}
-			c.HookPath = h.hook
+		LoadConfig: func(*app.Env) (*config.Config, error) {
+			c := config.Default()
+			c.Runtime.Runtimes = []string{"no-such-runtime", h.runc}
 			return c, nil
 		},
+		HookPath: h.hook,
 		Exec: func(path string, argv, env []string) error {
 			h.exec.called, h.exec.path, h.exec.argv, h.exec.env = true, path, argv, env
 			return nil
@@ -324,15 +325,15 @@ func TestErrors(t *testing.T) {
 			[]string{"cuda>=13.1"}},
 		{"no runtime", gpuSpec, []string{"create", "--bundle", "BUNDLE", "id"},
 			func(h *harness) {
-				h.rt.LoadConfig = func(*app.Env) (*Config, error) {
-					c := DefaultConfig()
-					c.Runtimes = []string{"no-such-runtime-1", "/no/such/runtime-2"}
+				h.rt.LoadConfig = func(*app.Env) (*config.Config, error) {
+					c := config.Default()
+					c.Runtime.Runtimes = []string{"no-such-runtime-1", "/no/such/runtime-2"}
 					return c, nil
 				}
 			}, []string{"no low-level runtime found", "no-such-runtime-1"}},
 		{"config error", gpuSpec, []string{"create", "--bundle", "BUNDLE", "id"},
 			func(h *harness) {
-				h.rt.LoadConfig = func(*app.Env) (*Config, error) { return nil, errors.New("config /etc/x.toml: bad key") }
+				h.rt.LoadConfig = func(*app.Env) (*config.Config, error) { return nil, errors.New("config /etc/x.toml: bad key") }
 			}, []string{"/etc/x.toml"}},
 		{"bundle without value", gpuSpec, []string{"create", "id", "--bundle"}, nil, []string{"needs a value"}},
 		{"relative mount in plan", gpuSpec, []string{"create", "--bundle", "BUNDLE", "id"},
@@ -418,9 +419,9 @@ func TestDebugLogFromConfig(t *testing.T) {
 	h := newHarness(t)
 	debug := filepath.Join(t.TempDir(), "runtime.log")
 	load := h.rt.LoadConfig
-	h.rt.LoadConfig = func(e *app.Env) (*Config, error) {
+	h.rt.LoadConfig = func(e *app.Env) (*config.Config, error) {
 		c, err := load(e)
-		c.DebugLog, c.LogLevel = debug, "debug"
+		c.Runtime.Debug, c.Runtime.LogLevel = debug, "debug"
 		return c, err
 	}
 	bundle := writeBundle(t, gpuSpec)
@@ -446,12 +447,7 @@ func TestDebugLogFromConfig(t *testing.T) {
 
 func TestHookPathFoundNextToProgram(t *testing.T) {
 	h := newHarness(t)
-	load := h.rt.LoadConfig
-	h.rt.LoadConfig = func(e *app.Env) (*Config, error) {
-		c, err := load(e)
-		c.HookPath = ""
-		return c, err
-	}
+	h.rt.HookPath = ""
 	bin := t.TempDir()
 	hook := writeExecutable(t, filepath.Join(bin, "nvidia-cdi-hook"), "#!/bin/sh\n")
 	bundle := writeBundle(t, gpuSpec)
@@ -514,6 +510,7 @@ func TestLoadConfig(t *testing.T) {
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "config.toml")
 	writeExecutable(t, cfgFile, `
+unknown-key = 1
 [nvidia-container-cli]
 ldconfig = "@/sbin/ldconfig.real"
 [nvidia-container-runtime]
@@ -525,13 +522,13 @@ runtimes = ["crun", "/usr/bin/runc"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(c.Runtimes, []string{"crun", "/usr/bin/runc"}) || c.DebugLog != "/var/log/nvidia-container-runtime.log" ||
-		c.LogLevel != "debug" || c.LdconfigPath != "/sbin/ldconfig.real" || c.Path != cfgFile {
+	if !slices.Equal(c.Runtime.Runtimes, []string{"crun", "/usr/bin/runc"}) || c.Runtime.Debug != "/var/log/nvidia-container-runtime.log" ||
+		hostLdconfig(c) != "/sbin/ldconfig.real" || c.Path != cfgFile || len(c.Warnings) == 0 {
 		t.Errorf("config %+v", c)
 	}
 	// Missing file: defaults, unless named explicitly.
 	c, err = LoadConfig(&app.Env{Environ: []string{"XDG_CONFIG_HOME=" + dir}})
-	if err != nil || !slices.Equal(c.Runtimes, []string{"runc", "crun"}) {
+	if err != nil || !slices.Equal(c.Runtime.Runtimes, []string{"runc", "crun"}) {
 		t.Errorf("defaults: %+v, %v", c, err)
 	}
 	if _, err := LoadConfig(&app.Env{Environ: []string{"NVIDIA_CTK_CONFIG_FILE_PATH=" + filepath.Join(dir, "nope.toml")}}); err == nil {
