@@ -1,6 +1,7 @@
 package procfs
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -30,24 +31,28 @@ const maxCapMinor = 1<<20 - 1
 // "gpu0/gi1/access 12", "gpu0/gi1/ci0/access 13"). Duplicate names are an
 // error.
 func ParseMIGMinors(data []byte) (map[string]uint32, error) {
-	m := make(map[string]uint32)
+	m := make(map[string]uint32, bytes.Count(data, []byte{'\n'})+1)
 	err := lines(data, func(n int, line string) error {
-		f := strings.Fields(line)
-		switch len(f) {
-		case 0:
+		t := strings.Trim(line, " \t")
+		if t == "" {
 			return nil
-		case 2:
-		default:
+		}
+		i := strings.IndexAny(t, " \t")
+		if i < 0 {
 			return fmt.Errorf("line %d: %q: want \"<name> <minor>\"", n, line)
 		}
-		minor, err := strconv.ParseUint(f[1], 10, 32)
+		name, num := t[:i], strings.TrimLeft(t[i:], " \t")
+		if strings.ContainsAny(num, " \t") {
+			return fmt.Errorf("line %d: %q: want \"<name> <minor>\"", n, line)
+		}
+		minor, err := strconv.ParseUint(num, 10, 32)
 		if err != nil || minor > maxCapMinor {
-			return fmt.Errorf("line %d: %s: minor %q is not a number in [0,%d]", n, f[0], f[1], maxCapMinor)
+			return fmt.Errorf("line %d: %s: minor %q is not a number in [0,%d]", n, name, num, maxCapMinor)
 		}
-		if _, dup := m[f[0]]; dup {
-			return fmt.Errorf("line %d: duplicate name %q", n, f[0])
+		if _, dup := m[name]; dup {
+			return fmt.Errorf("line %d: duplicate name %q", n, name)
 		}
-		m[f[0]] = uint32(minor)
+		m[name] = uint32(minor)
 		return nil
 	})
 	if err != nil {

@@ -7,7 +7,6 @@
 package procfs
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -82,17 +81,18 @@ func ReadMIGMinors(path string) (map[string]uint32, error) { return read(path, P
 func ReadCapAccess(path string) (uint32, error) { return read(path, ParseCapAccess) }
 
 // lines calls fn for each line of data (1-based numbers, without the
-// newline and a trailing CR), stopping at the first error.
+// newline and a trailing CR), stopping at the first error. The lines are
+// substrings of one copy of data.
 func lines(data []byte, fn func(n int, line string) error) error {
-	for n := 1; len(data) > 0; n++ {
-		var l []byte
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			l, data = data[:i], data[i+1:]
+	s := string(data)
+	for n := 1; len(s) > 0; n++ {
+		var l string
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			l, s = s[:i], s[i+1:]
 		} else {
-			l, data = data, nil
+			l, s = s, ""
 		}
-		l = bytes.TrimSuffix(l, []byte{'\r'})
-		if err := fn(n, string(l)); err != nil {
+		if err := fn(n, strings.TrimSuffix(l, "\r")); err != nil {
 			return err
 		}
 	}

@@ -369,3 +369,10 @@ func TestHostProcDevices(t *testing.T) {
 		t.Errorf("host /proc/devices: mem major %d %v", m, ok)
 	}
 }
+
+func TestParseMIGMinorsBlanks(t *testing.T) {
+	m, err := ParseMIGMinors([]byte("  config\t1\r\nmonitor   2  \n"))
+	if err != nil || len(m) != 2 || m["config"] != 1 || m["monitor"] != 2 {
+		t.Fatalf("got %v %v", m, err)
+	}
+}
