@@ -1,0 +1,268 @@
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/plan"
+)
+
+// CreatePlaceholder makes sure an object that a mount of the given kind can
+// cover exists at p inside the root and returns it open (O_PATH, never
+// following a symlink). Missing parents are created inside the root.
+//
+//   - KindDir: an existing directory is reused; otherwise one is created.
+//   - KindFile, KindSocket (and device nodes): an existing non-directory is
+//     reused (an image's own copy of a driver file is covered, not
+//     modified); otherwise an empty regular file is created with O_EXCL.
+//   - An existing symlink is an error wrapping ErrSymlink, naming the path:
+//     the image put it there, and following it is exactly the escape of
+//     CVE-2024-0132/0133; deleting the image's file is not ours to decide.
+//
+// The caller owns the returned file.
+func (r *Root) CreatePlaceholder(p string, kind plan.MountKind, mode fs.FileMode) (*os.File, error) {
+	cp, err := clean(p)
+	if err != nil {
+		return nil, r.errorf(p, err)
+	}
+	fd, err := r.placeholder(cp, kind == plan.KindDir, uint32(mode.Perm()))
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), cp), nil
+}
+
+// placeholder is CreatePlaceholder on a cleaned path, returning a raw fd.
+func (r *Root) placeholder(cp string, dir bool, mode uint32) (int, error) {
+	if cp == "/" {
+		if !dir {
+			return -1, r.errorf(cp, errors.New("the container root is not a file"))
+		}
+		return unix.Dup(r.fd)
+	}
+	parent, name, err := split(cp)
+	if err != nil {
+		return -1, r.errorf(cp, err)
+	}
+	dfd, err := r.mkdirAll(parent, 0o755)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(dfd)
+	for range 4 {
+		fd, err := openNoFollow(dfd, name, unix.O_PATH)
+		if err == nil {
+			if err := checkPlaceholder(fd, dir); err != nil {
+				unix.Close(fd)
+				return -1, r.errorf(cp, err)
+			}
+			return fd, nil
+		}
+		if err == unix.ELOOP {
+			return -1, r.errorf(cp, ErrSymlink)
+		}
+		if err != unix.ENOENT {
+			return -1, r.errorf(cp, fmt.Errorf("open mount point: %w", err))
+		}
+		// Missing: create it, exclusively, then loop to open what we made.
+		if dir {
+			err = unix.Mkdirat(dfd, name, mode|0o100)
+		} else {
+			var cfd int
+			cfd, err = unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+			if err == nil {
+				unix.Close(cfd)
+			}
+		}
+		if err == nil {
+			r.record(undoRemove(dfd, name, dir))
+			continue
+		}
+		if err != unix.EEXIST {
+			return -1, r.errorf(cp, fmt.Errorf("create mount point: %w", err))
+		}
+	}
+	return -1, r.errorf(cp, errors.New("create mount point: changed concurrently"))
+}
+
+// checkPlaceholder checks that the object open at fd can be covered by a
+// mount of a directory (dir) or of a non-directory.
+func checkPlaceholder(fd int, dir bool) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	switch t := st.Mode & unix.S_IFMT; {
+	case t == unix.S_IFLNK:
+		return ErrSymlink
+	case dir && t != unix.S_IFDIR:
+		return fmt.Errorf("mount point for a directory: %w (%s)", ErrExists, typeName(t))
+	case !dir && t == unix.S_IFDIR:
+		return fmt.Errorf("mount point for a file: %w (a directory)", ErrExists)
+	}
+	return nil
+}
+
+func typeName(t uint32) string {
+	switch t {
+	case unix.S_IFREG:
+		return "a regular file"
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFLNK:
+		return "a symlink"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	}
+	return "an unknown file type"
+}
+
+// Symlink creates the symlink link -> target inside the root. Missing
+// parents of link are created inside the root. The target is stored as
+// given (it is resolved by the container's own lookups, inside its root).
+//
+//   - link already a symlink to target: nothing to do.
+//   - link a symlink to something else: replaced atomically (a new link
+//     renamed over it); the old one is restored by Rollback.
+//   - link an existing file, directory or other object: an error wrapping
+//     ErrExists; the image's file is not removed.
+func (r *Root) Symlink(target, link string) error {
+	if target == "" {
+		return r.errorf(link, errors.New("symlink with an empty target"))
+	}
+	if len(target) >= unix.PathMax || containsNUL(target) {
+		return r.errorf(link, fmt.Errorf("invalid symlink target %q", target))
+	}
+	cp, err := clean(link)
+	if err != nil {
+		return r.errorf(link, err)
+	}
+	parent, name, err := split(cp)
+	if err != nil {
+		return r.errorf(cp, err)
+	}
+	dfd, err := r.mkdirAll(parent, 0o755)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	for range 4 {
+		old, err := readlinkat(dfd, name)
+		switch {
+		case err == nil && old == target:
+			return nil
+		case err == nil:
+			if err := replaceSymlink(dfd, name, target); err != nil {
+				return r.errorf(cp, fmt.Errorf("replace symlink: %w", err))
+			}
+			r.record(undoSymlink(dfd, name, old))
+			return nil
+		case err == unix.EINVAL:
+			var st unix.Stat_t
+			if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+				return r.errorf(cp, fmt.Errorf("create symlink to %s: %w (%s)", target, ErrExists, typeName(st.Mode&unix.S_IFMT)))
+			}
+			continue
+		case err != unix.ENOENT:
+			return r.errorf(cp, fmt.Errorf("create symlink: %w", err))
+		}
+		err = unix.Symlinkat(target, dfd, name)
+		if err == nil {
+			r.record(undoRemove(dfd, name, false))
+			return nil
+		}
+		if err != unix.EEXIST {
+			return r.errorf(cp, fmt.Errorf("create symlink to %s: %w", target, err))
+		}
+	}
+	return r.errorf(cp, errors.New("create symlink: changed concurrently"))
+}
+
+// Readlink returns the target of the symlink p inside the root (its parent
+// resolved inside the root, the link itself not followed).
+func (r *Root) Readlink(p string) (string, error) {
+	cp, err := clean(p)
+	if err != nil {
+		return "", r.errorf(p, err)
+	}
+	parent, name, err := split(cp)
+	if err != nil {
+		return "", r.errorf(cp, err)
+	}
+	dfd, err := r.openDir(parent)
+	if err != nil {
+		return "", r.errorf(cp, err)
+	}
+	defer unix.Close(dfd)
+	t, err := readlinkat(dfd, name)
+	if err != nil {
+		return "", r.errorf(cp, err)
+	}
+	return t, nil
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		if len(buf) >= unix.PathMax {
+			return "", unix.ENAMETOOLONG
+		}
+		buf = make([]byte, len(buf)*4)
+	}
+}
+
+// replaceSymlink atomically makes name in dirfd a symlink to target: a new
+// link with a temporary name is renamed over name. Renaming never follows
+// the old link, and fails (EISDIR/ENOTDIR) rather than replacing a
+// directory.
+func replaceSymlink(dirfd int, name, target string) error {
+	for i := range 100 {
+		tmp := "." + name + ".nctk-link-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(i)
+		err := unix.Symlinkat(target, dirfd, tmp)
+		if err == unix.EEXIST {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		// Only a symlink may be replaced: check right before the rename.
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFLNK {
+			unix.Unlinkat(dirfd, tmp, 0)
+			return fmt.Errorf("%w (%s)", ErrExists, typeName(st.Mode&unix.S_IFMT))
+		}
+		if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+			unix.Unlinkat(dirfd, tmp, 0)
+			return err
+		}
+		return nil
+	}
+	return unix.EEXIST
+}

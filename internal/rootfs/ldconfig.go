@@ -1,0 +1,251 @@
+package rootfs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultLdconfig is the host ldconfig used when none is configured (with
+// ".real" preferred when it exists, as on Ubuntu).
+const DefaultLdconfig = "/sbin/ldconfig"
+
+// childLdconfig is argv[1] of the re-executed ldconfig sandbox child.
+const childLdconfig = "__nctk-ldconfig"
+
+// HostLdconfigPath turns a configured ldconfig (NVIDIA's
+// nvidia-container-cli.ldconfig: "@/sbin/ldconfig", "@" marking a host
+// path) into the host path to run: "" means DefaultLdconfig, and X.real is
+// preferred over X when it exists. A path without "@" names the container's
+// own binary; nctk never runs that (CVE-2024-0136/0137) and reports an
+// error.
+func HostLdconfigPath(configured string) (string, error) {
+	p := configured
+	switch {
+	case p == "":
+		p = DefaultLdconfig
+	case strings.HasPrefix(p, "@"):
+		p = p[1:]
+	default:
+		return "", fmt.Errorf("ldconfig %q is a container path: only host ldconfig paths (\"@/sbin/ldconfig\") are supported", configured)
+	}
+	if !path.IsAbs(p) {
+		return "", fmt.Errorf("ldconfig %q: not an absolute host path", configured)
+	}
+	if !strings.HasSuffix(p, ".real") {
+		if st, err := os.Stat(p + ".real"); err == nil && st.Mode().IsRegular() {
+			return p + ".real", nil
+		}
+	}
+	return p, nil
+}
+
+// Ldconfig is a sealed in-memory copy of the host's ldconfig binary: what is
+// executed is the copy made when it was prepared, which nothing (least of
+// all the container) can modify.
+type Ldconfig struct {
+	path  string
+	memfd *os.File
+}
+
+// PrepareLdconfig copies the host ldconfig at hostPath into a sealed memfd.
+// Call it in the host's mount namespace.
+func PrepareLdconfig(hostPath string) (*Ldconfig, error) {
+	f, err := os.OpenFile(hostPath, os.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open ldconfig: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat ldconfig %s: %w", hostPath, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("ldconfig %s: not a regular file", hostPath)
+	}
+	if st.Size() > 64<<20 {
+		return nil, fmt.Errorf("ldconfig %s: implausibly large (%d bytes)", hostPath, st.Size())
+	}
+	fd, err := unix.MemfdCreate("nctk-ldconfig", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
+	if err == unix.EINVAL {
+		// Kernels before 6.3 do not know MFD_EXEC (memfds are executable).
+		fd, err = unix.MemfdCreate("nctk-ldconfig", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("copy ldconfig %s: memfd_create: %w", hostPath, err)
+	}
+	mf := os.NewFile(uintptr(fd), "memfd:nctk-ldconfig")
+	if _, err := io.Copy(mf, f); err != nil {
+		mf.Close()
+		return nil, fmt.Errorf("copy ldconfig %s: %w", hostPath, err)
+	}
+	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals|unix.F_SEAL_EXEC); err != nil {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+			mf.Close()
+			return nil, fmt.Errorf("seal ldconfig copy of %s: %w", hostPath, err)
+		}
+	}
+	return &Ldconfig{path: hostPath, memfd: mf}, nil
+}
+
+// Path returns the host path the copy was made from.
+func (l *Ldconfig) Path() string { return l.path }
+
+// Close releases the copy.
+func (l *Ldconfig) Close() error {
+	if l == nil || l.memfd == nil {
+		return nil
+	}
+	err := l.memfd.Close()
+	l.memfd = nil
+	return err
+}
+
+// LdconfigOptions configure a confined ldconfig run.
+type LdconfigOptions struct {
+	// Ldconfig is the configured ldconfig ("@/sbin/ldconfig"; see
+	// HostLdconfigPath). Used by RunLdconfig only.
+	Ldconfig string
+	// NoPivot uses MS_MOVE+chroot instead of pivot_root (rootfs on ramfs).
+	// pivot_root failing with EINVAL falls back to it anyway.
+	NoPivot bool
+	// ConfDropIn writes /etc/ld.so.conf.d/00-nctk.conf listing the
+	// directories (and creates /etc/ld.so.conf including ld.so.conf.d when
+	// the image has none), so that a later ldconfig run by the container
+	// keeps them. Used for CDI specs, whose library directories are host
+	// paths the image's loader may not search.
+	ConfDropIn bool
+	// Timeout bounds the run (default 30s).
+	Timeout time.Duration
+	// Exe is the binary re-executed as the sandbox child; "" means
+	// /proc/self/exe (this binary, which must call MaybeRunChild).
+	Exe string
+	// Log receives ldconfig's output at debug level (nil: discarded).
+	Log *slog.Logger
+}
+
+// childConfig is passed to the sandbox child as argv[2].
+type childConfig struct {
+	Root    string   `json:"root"`
+	Dev     uint64   `json:"dev"`
+	Ino     uint64   `json:"ino"`
+	NoPivot bool     `json:"noPivot,omitempty"`
+	DropIn  bool     `json:"dropIn,omitempty"`
+	Dirs    []string `json:"dirs"`
+}
+
+// RunLdconfig runs the host's ldconfig (opts.Ldconfig) confined to the
+// container root at rootPath (a path in the caller's mount namespace) over
+// dirs: `ldconfig -f /etc/ld.so.conf -C /etc/ld.so.cache DIR…`, which
+// rebuilds the container's ld.so.cache and creates the libraries' SONAME
+// links.
+func RunLdconfig(ctx context.Context, rootPath string, dirs []string, opts LdconfigOptions) error {
+	hp, err := HostLdconfigPath(opts.Ldconfig)
+	if err != nil {
+		return err
+	}
+	l, err := PrepareLdconfig(hp)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	return l.Run(ctx, rootPath, dirs, opts)
+}
+
+// Run runs the sealed ldconfig confined to the container root at rootPath
+// (a path in the calling thread's mount namespace; the child's namespaces
+// are copies of that thread's).
+func (l *Ldconfig) Run(ctx context.Context, rootPath string, dirs []string, opts LdconfigOptions) error {
+	if l == nil || l.memfd == nil {
+		return errors.New("run ldconfig: not prepared")
+	}
+	for _, d := range dirs {
+		if !path.IsAbs(d) || containsNUL(d) {
+			return fmt.Errorf("run ldconfig: library directory %q is not an absolute path", d)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(rootPath, &st); err != nil {
+		return fmt.Errorf("run ldconfig: container root %s: %w", rootPath, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("run ldconfig: container root %s is not a directory", rootPath)
+	}
+	cfg, err := json.Marshal(childConfig{Root: rootPath, Dev: st.Dev, Ino: st.Ino, NoPivot: opts.NoPivot, DropIn: opts.ConfDropIn, Dirs: dirs})
+	if err != nil {
+		return fmt.Errorf("run ldconfig: %w", err)
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	exe := opts.Exe
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	var out limitedBuffer
+	out.max = 64 << 10
+	cmd := exec.CommandContext(ctx, exe, childLdconfig, string(cfg))
+	cmd.Args[0] = "nctk-ldconfig"
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.Stdin = nil
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	cmd.ExtraFiles = []*os.File{l.memfd}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	err = cmd.Run()
+	output := strings.TrimSpace(out.String())
+	if opts.Log != nil && output != "" {
+		opts.Log.Debug("ldconfig output", "ldconfig", l.path, "root", rootPath, "output", output)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		if output != "" {
+			return fmt.Errorf("process %s failed in container root %s: %w: %s", l.path, rootPath, err, lastLines(output, 5))
+		}
+		return fmt.Errorf("process %s failed in container root %s: %w", l.path, rootPath, err)
+	}
+	return nil
+}
+
+// limitedBuffer keeps the first max bytes written to it.
+type limitedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "; ")
+}

@@ -1,0 +1,526 @@
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/plan"
+)
+
+// MountFlags are the per-mount attributes nctk sets.
+type MountFlags struct {
+	ReadOnly  bool
+	NoSuid    bool
+	NoDev     bool
+	NoExec    bool
+	Recursive bool // rbind: include submounts of a directory source
+}
+
+// ParseMountOptions maps OCI mount options to MountFlags. Propagation
+// options (rprivate, private, …) and "bind" are accepted and ignored: every
+// mount nctk makes is private. Unknown options are an error naming them.
+func ParseMountOptions(opts []string) (MountFlags, error) {
+	var f MountFlags
+	for _, o := range opts {
+		switch o {
+		case plan.OptRO:
+			f.ReadOnly = true
+		case "rw":
+			f.ReadOnly = false
+		case plan.OptNoSuid:
+			f.NoSuid = true
+		case plan.OptNoDev:
+			f.NoDev = true
+		case plan.OptNoExec:
+			f.NoExec = true
+		case plan.OptRBind:
+			f.Recursive = true
+		case "bind", plan.OptRPrivate, "private", "rslave", "slave", "suid", "dev", "exec":
+		default:
+			return f, fmt.Errorf("unsupported mount option %q", o)
+		}
+	}
+	return f, nil
+}
+
+func (f MountFlags) attrs() uint64 {
+	var a uint64
+	if f.ReadOnly {
+		a |= unix.MOUNT_ATTR_RDONLY
+	}
+	if f.NoSuid {
+		a |= unix.MOUNT_ATTR_NOSUID
+	}
+	if f.NoDev {
+		a |= unix.MOUNT_ATTR_NODEV
+	}
+	if f.NoExec {
+		a |= unix.MOUNT_ATTR_NOEXEC
+	}
+	return a
+}
+
+func (f MountFlags) msFlags() uintptr {
+	var m uintptr
+	if f.ReadOnly {
+		m |= unix.MS_RDONLY
+	}
+	if f.NoSuid {
+		m |= unix.MS_NOSUID
+	}
+	if f.NoDev {
+		m |= unix.MS_NODEV
+	}
+	if f.NoExec {
+		m |= unix.MS_NOEXEC
+	}
+	return m
+}
+
+// Source is a host object checked and ready to be bind-mounted into a
+// container root: its O_PATH descriptor and, where the kernel has the new
+// mount API, a detached clone of it (open_tree) with the mount attributes
+// already applied. What Attach mounts is this object, whatever happens to
+// the path it was opened by.
+//
+// A Source is prepared where its path is meaningful (the host mount
+// namespace) and may be attached in another mount namespace (the
+// container's). It can be attached once.
+type Source struct {
+	path  string
+	dir   bool
+	flags MountFlags
+	fd    int // O_PATH to the object
+	tree  int // detached mount (open_tree), -1 if unavailable
+	st    unix.Stat_t
+	used  bool
+}
+
+// Path returns the host path the source was opened by.
+func (s *Source) Path() string { return s.path }
+
+// Close releases the source's descriptors (an unattached clone vanishes).
+func (s *Source) Close() error {
+	if s == nil {
+		return nil
+	}
+	if s.tree >= 0 {
+		unix.Close(s.tree)
+		s.tree = -1
+	}
+	if s.fd >= 0 {
+		unix.Close(s.fd)
+		s.fd = -1
+	}
+	return nil
+}
+
+// OpenSource opens the host object at hostPath for a bind mount of the given
+// kind with OCI options opts. The last component must not be a symlink
+// (discovery hands over resolved paths) and the object's type must match the
+// kind: a regular file for KindFile, a directory for KindDir, a socket for
+// KindSocket.
+func OpenSource(hostPath string, kind plan.MountKind, opts []string) (*Source, error) {
+	want := map[plan.MountKind]uint32{plan.KindFile: unix.S_IFREG, plan.KindDir: unix.S_IFDIR, plan.KindSocket: unix.S_IFSOCK}[kind]
+	if want == 0 {
+		return nil, fmt.Errorf("mount source %s: unknown mount kind %d", hostPath, kind)
+	}
+	s, err := openSource(hostPath, opts)
+	if err != nil {
+		return nil, err
+	}
+	if t := s.st.Mode & unix.S_IFMT; t != want {
+		s.Close()
+		return nil, fmt.Errorf("mount source %s: unexpected file type: %s, want %s", hostPath, typeName(t), typeName(want))
+	}
+	s.dir = kind == plan.KindDir
+	if err := s.clone(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenDevice opens the host device node at hostPath for a bind mount. It
+// must be a character device with the given major:minor numbers (the
+// checked node, not one an image or a race put at the path).
+func OpenDevice(hostPath string, major, minor uint32, opts []string) (*Source, error) {
+	s, err := openSource(hostPath, opts)
+	if err != nil {
+		return nil, err
+	}
+	if t := s.st.Mode & unix.S_IFMT; t != unix.S_IFCHR {
+		s.Close()
+		return nil, fmt.Errorf("invalid device node %s: %s, want a character device", hostPath, typeName(t))
+	}
+	rdev := uint64(s.st.Rdev)
+	if unix.Major(rdev) != major || unix.Minor(rdev) != minor {
+		s.Close()
+		return nil, fmt.Errorf("invalid device node %s: device %d:%d, want %d:%d", hostPath, unix.Major(rdev), unix.Minor(rdev), major, minor)
+	}
+	if s.flags.NoDev {
+		s.Close()
+		return nil, fmt.Errorf("device node %s: option nodev would make it unusable", hostPath)
+	}
+	if err := s.clone(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func openSource(hostPath string, opts []string) (*Source, error) {
+	flags, err := ParseMountOptions(opts)
+	if err != nil {
+		return nil, fmt.Errorf("mount source %s: %w", hostPath, err)
+	}
+	if !strings.HasPrefix(hostPath, "/") {
+		return nil, fmt.Errorf("mount source %s: not an absolute path", hostPath)
+	}
+	fd, err := unix.Open(hostPath, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open mount source %s: %w", hostPath, err)
+	}
+	s := &Source{path: hostPath, flags: flags, fd: fd, tree: -1}
+	if err := unix.Fstat(fd, &s.st); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("stat mount source %s: %w", hostPath, err)
+	}
+	if s.st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		s.Close()
+		return nil, fmt.Errorf("mount source %s: %w", hostPath, errors.New("is a symlink (want the resolved file)"))
+	}
+	return s, nil
+}
+
+// clone makes the detached mount with the source's attributes. ENOSYS
+// (kernels before 5.2/5.12) leaves tree at -1: Attach then binds by fd.
+func (s *Source) clone() error {
+	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
+	if s.flags.Recursive && s.dir {
+		flags |= unix.AT_RECURSIVE
+	}
+	tree, err := unix.OpenTree(s.fd, "", flags)
+	if err == unix.ENOSYS {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("clone mount source %s: open_tree: %w", s.path, err)
+	}
+	attr := unix.MountAttr{Attr_set: s.flags.attrs(), Propagation: unix.MS_PRIVATE}
+	setFlags := uint(unix.AT_EMPTY_PATH)
+	if s.flags.Recursive {
+		setFlags |= unix.AT_RECURSIVE
+	}
+	if err := unix.MountSetattr(tree, "", setFlags, &attr); err != nil {
+		unix.Close(tree)
+		if err == unix.ENOSYS {
+			return nil
+		}
+		return fmt.Errorf("set mount attributes of %s: mount_setattr: %w", s.path, err)
+	}
+	s.tree = tree
+	return nil
+}
+
+// Attach mounts the source over dst inside the root, creating the mount
+// point (CreatePlaceholder rules) first. The new mount is private and
+// carries the source's flags from the start.
+func (r *Root) Attach(s *Source, dst string) error {
+	cp, err := clean(dst)
+	if err != nil {
+		return r.errorf(dst, err)
+	}
+	if s == nil || s.fd < 0 {
+		return r.errorf(cp, errors.New("mount: closed source"))
+	}
+	if s.used {
+		return r.errorf(cp, fmt.Errorf("mount %s: source already attached", s.path))
+	}
+	ph, err := r.placeholder(cp, s.dir, placeholderMode(s))
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ph)
+	if s.tree >= 0 && !r.legacyMount {
+		err = unix.MoveMount(s.tree, "", ph, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+		if err != nil {
+			return r.errorf(cp, fmt.Errorf("mount %s: move_mount: %w", s.path, err))
+		}
+		s.used = true
+		r.record(undoMount(s.tree, cp))
+		// A shared parent makes the attached mount shared: make it private
+		// again so that nothing mounted later propagates through it.
+		attr := unix.MountAttr{Propagation: unix.MS_PRIVATE}
+		if err := unix.MountSetattr(s.tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return r.errorf(cp, fmt.Errorf("mount %s: make private: %w", s.path, err))
+		}
+		return nil
+	}
+	if err := r.legacyBind(s, cp, ph); err != nil {
+		return err
+	}
+	s.used = true
+	return nil
+}
+
+// placeholderMode is the mode of a placeholder created for s.
+func placeholderMode(s *Source) uint32 {
+	if s.dir {
+		return 0o755
+	}
+	return 0o644
+}
+
+// legacyBind bind-mounts s onto the placeholder ph through /proc/self/fd
+// magic links (kernels without open_tree), then remounts it with its flags.
+func (r *Root) legacyBind(s *Source, cp string, ph int) error {
+	src := s.fd
+	flags := uintptr(unix.MS_BIND)
+	if s.flags.Recursive && s.dir {
+		flags |= unix.MS_REC
+	}
+	err := unix.Mount(procFdPath(src), procFdPath(ph), "", flags, "")
+	if err == unix.EINVAL {
+		// The source lives in another mount namespace (prepared on the
+		// host, attached in the container's). Before pivot_root the
+		// container's namespace still shows the host's files: reopen the
+		// path here and insist it is the very object that was checked.
+		alt, oerr := unix.Open(s.path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if oerr != nil {
+			return r.errorf(cp, fmt.Errorf("mount %s: %w", s.path, err))
+		}
+		defer unix.Close(alt)
+		if !sameFile(alt, &s.st) {
+			return r.errorf(cp, fmt.Errorf("mount %s: source changed since it was checked", s.path))
+		}
+		err = unix.Mount(procFdPath(alt), procFdPath(ph), "", flags, "")
+	}
+	if err != nil {
+		return r.errorf(cp, fmt.Errorf("mount %s: %w", s.path, err))
+	}
+	// Reopen the mount point: the lookup now lands on the new mount's root.
+	mnt, err := r.reopenMounted(cp, s.dir)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(mnt)
+	r.record(undoMount(mnt, cp))
+	if !sameFile(mnt, &s.st) {
+		return r.errorf(cp, fmt.Errorf("mount %s: mounted object is not the source", s.path))
+	}
+	remount := unix.MS_BIND | unix.MS_REMOUNT | s.flags.msFlags()
+	if err := unix.Mount("", procFdPath(mnt), "", remount, ""); err != nil {
+		return r.errorf(cp, fmt.Errorf("remount %s: %w", s.path, err))
+	}
+	if err := unix.Mount("", procFdPath(mnt), "", unix.MS_PRIVATE, ""); err != nil {
+		return r.errorf(cp, fmt.Errorf("make %s private: %w", cp, err))
+	}
+	return nil
+}
+
+// reopenMounted opens cp (whose parent exists) without following a final
+// symlink; after a mount, this yields the mounted root.
+func (r *Root) reopenMounted(cp string, dir bool) (int, error) {
+	if cp == "/" {
+		return unix.Dup(r.fd)
+	}
+	parent, name, err := split(cp)
+	if err != nil {
+		return -1, r.errorf(cp, err)
+	}
+	dfd, err := r.openDir(parent)
+	if err != nil {
+		return -1, r.errorf(cp, err)
+	}
+	defer unix.Close(dfd)
+	flags := unix.O_PATH
+	if dir {
+		flags |= unix.O_DIRECTORY
+	}
+	fd, err := openNoFollow(dfd, name, flags)
+	if err != nil {
+		return -1, r.errorf(cp, fmt.Errorf("reopen mount point: %w", err))
+	}
+	return fd, nil
+}
+
+func sameFile(fd int, want *unix.Stat_t) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino
+}
+
+// BindMount opens hostPath (OpenSource rules) and attaches it over dst
+// inside the root. Use OpenSource and Attach when the source must be
+// prepared in another mount namespace.
+func (r *Root) BindMount(hostPath, dst string, kind plan.MountKind, opts []string) error {
+	s, err := OpenSource(hostPath, kind, opts)
+	if err != nil {
+		return r.errorf(dst, err)
+	}
+	defer s.Close()
+	return r.Attach(s, dst)
+}
+
+// TmpfsFile is a file created in a tmpfs before it is exposed.
+type TmpfsFile struct {
+	Name string // relative to the tmpfs root, no ".." components
+	Data []byte
+	Mode fs.FileMode
+}
+
+// Tmpfs describes a tmpfs mount and its initial content.
+type Tmpfs struct {
+	Mode  fs.FileMode // of the tmpfs root
+	Size  string      // tmpfs size= option ("" = 1m)
+	Dirs  []string    // relative directories to create (parents first)
+	Files []TmpfsFile
+	Flags MountFlags // applied after the content is written
+}
+
+// MountTmpfs mounts a tmpfs holding t's content at dst inside the root
+// (creating the directory if needed). The content is written before the
+// tmpfs is attached (new mount API) and t.Flags (typically ro) are set
+// before anything in the container can see it.
+func (r *Root) MountTmpfs(dst string, t Tmpfs) error {
+	cp, err := clean(dst)
+	if err != nil {
+		return r.errorf(dst, err)
+	}
+	for _, d := range t.Dirs {
+		if !validRel(d) {
+			return r.errorf(cp, fmt.Errorf("tmpfs directory %q: not a relative path inside the tmpfs", d))
+		}
+	}
+	for _, f := range t.Files {
+		if !validRel(f.Name) {
+			return r.errorf(cp, fmt.Errorf("tmpfs file %q: not a relative path inside the tmpfs", f.Name))
+		}
+	}
+	size := t.Size
+	if size == "" {
+		size = "1m"
+	}
+	mode := t.Mode.Perm()
+	if mode == 0 {
+		mode = 0o755
+	}
+	data := fmt.Sprintf("mode=%o,size=%s", uint32(mode), size)
+	ph, err := r.placeholder(cp, true, 0o755)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ph)
+	if !r.legacyMount {
+		mnt, err := newTmpfs(data)
+		if err == nil {
+			defer unix.Close(mnt)
+			if err := populate(mnt, t); err != nil {
+				return r.errorf(cp, err)
+			}
+			attr := unix.MountAttr{Attr_set: t.Flags.attrs(), Propagation: unix.MS_PRIVATE}
+			if err := unix.MountSetattr(mnt, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+				return r.errorf(cp, fmt.Errorf("set tmpfs attributes: %w", err))
+			}
+			if err := unix.MoveMount(mnt, "", ph, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+				return r.errorf(cp, fmt.Errorf("mount tmpfs: move_mount: %w", err))
+			}
+			r.record(undoMount(mnt, cp))
+			return nil
+		}
+		if err != unix.ENOSYS {
+			return r.errorf(cp, fmt.Errorf("create tmpfs: %w", err))
+		}
+	}
+	// Legacy: mount through the placeholder's magic link, fill, remount.
+	if err := unix.Mount("tmpfs", procFdPath(ph), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, data); err != nil {
+		return r.errorf(cp, fmt.Errorf("mount tmpfs: %w", err))
+	}
+	mnt, err := r.reopenMounted(cp, true)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(mnt)
+	r.record(undoMount(mnt, cp))
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(mnt, &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
+		return r.errorf(cp, errors.New("mount tmpfs: mount point does not show the new tmpfs"))
+	}
+	if err := populate(mnt, t); err != nil {
+		return r.errorf(cp, err)
+	}
+	flags := uintptr(unix.MS_REMOUNT|unix.MS_BIND) | t.Flags.msFlags()
+	if err := unix.Mount("", procFdPath(mnt), "", flags, ""); err != nil {
+		return r.errorf(cp, fmt.Errorf("remount tmpfs: %w", err))
+	}
+	return unix.Mount("", procFdPath(mnt), "", unix.MS_PRIVATE, "")
+}
+
+// newTmpfs creates a detached tmpfs mount (fsopen/fsmount).
+func newTmpfs(data string) (int, error) {
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fsfd)
+	for _, kv := range strings.Split(data, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		if err := unix.FsconfigSetString(fsfd, k, v); err != nil {
+			return -1, fmt.Errorf("tmpfs option %s: %w", kv, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, fmt.Errorf("tmpfs: %w", err)
+	}
+	return unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+}
+
+// populate writes t's directories and files below the tmpfs root mnt.
+func populate(mnt int, t Tmpfs) error {
+	for _, d := range t.Dirs {
+		parts := strings.Split(d, "/")
+		for i := range parts {
+			p := strings.Join(parts[:i+1], "/")
+			if err := unix.Mkdirat(mnt, p, 0o555); err != nil && err != unix.EEXIST {
+				return fmt.Errorf("tmpfs directory %s: %w", p, err)
+			}
+		}
+	}
+	for _, f := range t.Files {
+		mode := uint32(f.Mode.Perm())
+		if mode == 0 {
+			mode = 0o444
+		}
+		fd, err := unix.Openat(mnt, f.Name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		if err != nil {
+			return fmt.Errorf("tmpfs file %s: %w", f.Name, err)
+		}
+		err = writeAll(fd, f.Data)
+		if err == nil {
+			err = unix.Fchmod(fd, mode)
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("tmpfs file %s: %w", f.Name, err)
+		}
+	}
+	return nil
+}
+
+// validRel reports whether p is a relative path with no "..", "." or empty
+// components.
+func validRel(p string) bool {
+	if p == "" || strings.HasPrefix(p, "/") {
+		return false
+	}
+	for c := range strings.SplitSeq(p, "/") {
+		if c == "" || c == "." || c == ".." {
+			return false
+		}
+	}
+	return true
+}

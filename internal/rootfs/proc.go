@@ -1,0 +1,176 @@
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/procfs"
+)
+
+// ContainerProcDriver is where the driver's proc directory appears in a
+// container.
+const ContainerProcDriver = "/proc/driver/nvidia"
+
+// ProcDriver is a prepared /proc/driver/nvidia view: copies of the host's
+// files (params rewritten so that ModifyDeviceFiles is 0) and the sources of
+// the selected GPUs' directories. Prepare it on the host with
+// PrepareProcDriver and mount it with Root.MountProcDriver, possibly in the
+// container's mount namespace.
+type ProcDriver struct {
+	files []TmpfsFile
+	gpus  []procGPU
+}
+
+type procGPU struct {
+	name string // directory name under gpus/ (the bus id as the host has it)
+	src  *Source
+}
+
+// Close releases the prepared GPU directory sources.
+func (pd *ProcDriver) Close() error {
+	if pd == nil {
+		return nil
+	}
+	for _, g := range pd.gpus {
+		g.src.Close()
+	}
+	return nil
+}
+
+// maxProcFile bounds each copied proc file.
+const maxProcFile = 1 << 20
+
+// PrepareProcDriver reads view.HostDir's files and opens the gpus/<bus id>
+// directory of each selected GPU (trying the 4-hex-digit PCI domain form
+// when the 8-digit one is absent, as drivers on some VMs name them).
+// Missing files are skipped; a missing GPU directory is an error.
+func PrepareProcDriver(view *plan.ProcView) (*ProcDriver, error) {
+	if view == nil {
+		return nil, errors.New("proc view: nil")
+	}
+	if !path.IsAbs(view.HostDir) {
+		return nil, fmt.Errorf("proc view: host directory %q is not absolute", view.HostDir)
+	}
+	pd := &ProcDriver{}
+	for _, name := range view.Files {
+		if !validRel(name) || strings.Contains(name, "/") {
+			return nil, fmt.Errorf("proc view: invalid file name %q", name)
+		}
+		p := path.Join(view.HostDir, name)
+		data, err := readSmall(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("proc view: %w", err)
+		}
+		if name == "params" {
+			data = procfs.DisableDeviceFileModification(data)
+		}
+		pd.files = append(pd.files, TmpfsFile{Name: name, Data: data, Mode: 0o444})
+	}
+	for _, bus := range view.GPUDirs {
+		if !validRel(bus) || strings.Contains(bus, "/") {
+			pd.Close()
+			return nil, fmt.Errorf("proc view: invalid GPU bus id %q", bus)
+		}
+		name := bus
+		src, err := OpenSource(path.Join(view.HostDir, "gpus", name), plan.KindDir, []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptNoExec})
+		if err != nil && errors.Is(err, unix.ENOENT) && len(bus) > 4 && strings.HasPrefix(bus, "0000") {
+			name = bus[4:]
+			src, err = OpenSource(path.Join(view.HostDir, "gpus", name), plan.KindDir, []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptNoExec})
+		}
+		if err != nil {
+			pd.Close()
+			return nil, fmt.Errorf("proc view: GPU %s: %w", bus, err)
+		}
+		pd.gpus = append(pd.gpus, procGPU{name: name, src: src})
+	}
+	return pd, nil
+}
+
+func readSmall(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxProcFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	if len(data) > maxProcFile {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", p, maxProcFile)
+	}
+	return data, nil
+}
+
+// MountProcDriver masks the container's /proc/driver/nvidia with a
+// read-only, nosuid, nodev, noexec tmpfs holding pd's file copies and
+// read-only binds of the selected GPUs' directories only, so that other
+// GPUs' proc entries are invisible.
+//
+// When the container's /proc/driver exists but has no nvidia directory (no
+// driver loaded in this kernel: procfs cannot grow a mount point), there is
+// nothing to mask and the view is skipped with a warning.
+func (r *Root) MountProcDriver(pd *ProcDriver, log *slog.Logger) error {
+	if pd == nil {
+		return nil
+	}
+	if skip, err := r.procDirMissing(); err != nil {
+		return err
+	} else if skip {
+		if log != nil {
+			log.Warn("container has no /proc/driver/nvidia (driver not loaded in this kernel); proc view skipped", "root", r.path)
+		}
+		return nil
+	}
+	t := Tmpfs{
+		Mode:  0o555,
+		Size:  "1m",
+		Files: pd.files,
+		Flags: MountFlags{ReadOnly: true, NoSuid: true, NoDev: true, NoExec: true},
+	}
+	for _, g := range pd.gpus {
+		t.Dirs = append(t.Dirs, "gpus/"+g.name)
+	}
+	if err := r.MountTmpfs(ContainerProcDriver, t); err != nil {
+		return err
+	}
+	for _, g := range pd.gpus {
+		if err := r.Attach(g.src, ContainerProcDriver+"/gpus/"+g.name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// procDirMissing reports whether the container's /proc/driver/nvidia is
+// absent from a procfs (which cannot hold a new mount point).
+func (r *Root) procDirMissing() (bool, error) {
+	if r.Exists(ContainerProcDriver) {
+		return false, nil
+	}
+	for _, p := range []string{"/proc/driver", "/proc"} {
+		fd, err := r.openDir(p)
+		if err != nil {
+			continue
+		}
+		var sfs unix.Statfs_t
+		err = unix.Fstatfs(fd, &sfs)
+		unix.Close(fd)
+		if err != nil {
+			return false, r.errorf(p, err)
+		}
+		return sfs.Type == unix.PROC_SUPER_MAGIC, nil
+	}
+	return false, nil
+}
