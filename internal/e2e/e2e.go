@@ -12,6 +12,22 @@
 // The helpers need root and the engines' tools. Missing prerequisites make a
 // test skip with the reason printed; with NCTK_E2E_STRICT=1 in the
 // environment (CI, where .ci/setup installed everything) they fail instead.
+//
+// A typical GPU test in another package:
+//
+//	root := e2e.BuildRootfs(t, e2e.RootfsOptions{})
+//	d := e2e.StartDockerd(t, e2e.DockerdOptions{
+//		Runtimes:  map[string]e2e.DockerRuntime{"nvidia": {Path: runtimeBin}},
+//		ExtraPath: []string{dirWithHookBinary}, // for --gpus
+//	})
+//	d.ImportImage(root, "nctk-e2e:probe")
+//	r := d.Docker("run", "--rm", "--network=none", "--runtime=nvidia",
+//		"-e", "NVIDIA_VISIBLE_DEVICES=all", "nctk-e2e:probe", e2e.CudaprobePath, "init")
+//
+// and likewise StartContainerd + Ctr ("run --gpus 0"), NewPodman + Podman
+// ("run --device nvidia.com/gpu=all" with PodmanOptions.CDISpecDir), and
+// MakeBundle + NewRunc/NewRuntime for the runtime alone. FakeTool records
+// how an engine calls a binary (hook, CLI, runtime) without a GPU.
 package e2e
 
 import (

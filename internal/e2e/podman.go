@@ -47,7 +47,11 @@ type PodmanOptions struct {
 	ExtraPath []string
 	// Env entries (KEY=VALUE) are added to podman's environment.
 	Env []string
-	// ContainersConf is TOML appended to the generated containers.conf.
+	// EngineConf and ContainersSection are TOML lines (key = value) added to
+	// the [engine] and [containers] tables of the generated containers.conf.
+	EngineConf, ContainersSection []string
+	// ContainersConf is TOML appended to the generated containers.conf, for
+	// other tables (TOML forbids repeating [engine] or [containers]).
 	ContainersConf string
 }
 
@@ -130,14 +134,14 @@ func NewPodman(t testing.TB, opts PodmanOptions) *Podman {
 	}
 	conf := fmt.Sprintf(`[containers]
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
-
+%s
 [engine]
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 events_logfile_path = %s
 lock_type = "file"
 hooks_dir = [%s]
-`, tomlString(filepath.Join(dir, "events.log")), tomlStrings(hooks))
+%s`, tomlLines(opts.ContainersSection), tomlString(filepath.Join(dir, "events.log")), tomlStrings(hooks), tomlLines(opts.EngineConf))
 	if opts.ContainersConf != "" {
 		conf += "\n" + opts.ContainersConf + "\n"
 	}
@@ -202,6 +206,13 @@ mount --bind "$cdi" /var/run/cdi
 exec "$@"`
 
 func tomlString(s string) string { return strconv.Quote(s) }
+
+func tomlLines(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
 
 func tomlStrings(ss []string) string {
 	q := make([]string, len(ss))
