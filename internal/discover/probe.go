@@ -68,6 +68,9 @@ func (x *discoverer) probe(ctx context.Context) {
 	if len(noArch) > 0 {
 		why := res.DeviceError
 		if why == "" {
+			why = res.CUDAError
+		}
+		if why == "" {
 			why = "libcuda did not report these devices"
 		}
 		x.warn("architecture unknown for GPU %s: %s", strings.Join(noArch, ", "), why)

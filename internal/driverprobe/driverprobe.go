@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -155,6 +156,9 @@ type Config struct {
 	CacheDir string
 	// NoCache disables reading and writing the cache.
 	NoCache bool
+	// Credential, when set, runs the child as that user and group
+	// (privilege separation, like NVIDIA's --user for its NVML process).
+	Credential *syscall.Credential
 }
 
 // Probe returns the driver's answers for req, from the cache when the same
@@ -239,6 +243,9 @@ func runChild(ctx context.Context, req Request, cfg Config) (*Result, error) {
 	cmd.Stderr = &stderr
 	cmd.ExtraFiles = []*os.File{pw}
 	cmd.WaitDelay = time.Second
+	if cfg.Credential != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cfg.Credential}
+	}
 	if err := cmd.Start(); err != nil {
 		pw.Close()
 		return nil, fmt.Errorf("driver probe: start %s: %w", exe, err)

@@ -201,8 +201,14 @@ const haveCgo = true
 func runProbe(req Request) Result {
 	var res Result
 	start := time.Now()
-	defer func() { res.ProbeDuration = time.Since(start) }()
+	probeCUDA(req, &res)
+	probeNVML(req, &res)
+	res.ProbeDuration = time.Since(start)
+	return res
+}
 
+// probeCUDA fills the libcuda part of res.
+func probeCUDA(req Request, res *Result) {
 	cpath := C.CString(req.Libcuda)
 	defer C.free(unsafe.Pointer(cpath))
 	var cr C.nctk_cu_probe
@@ -224,10 +230,10 @@ func runProbe(req Request) Result {
 	switch {
 	case h == nil:
 		res.CUDAError = fmt.Sprintf("dlopen %s: %s", req.Libcuda, C.GoString(&cr.err[0]))
-		return res
+		return
 	case C.GoString(&cr.failed_call[0]) == "dlsym":
 		res.CUDAError = fmt.Sprintf("%s: %s", req.Libcuda, C.GoString(&cr.err[0]))
-		return res
+		return
 	}
 	if cr.version_rc == 0 {
 		res.CUDADriverVersion = int(cr.version)
@@ -253,8 +259,12 @@ func runProbe(req Request) Result {
 		}
 	}
 
+}
+
+// probeNVML fills the NVML part of res.
+func probeNVML(req Request, res *Result) {
 	if req.NVML == "" {
-		return res
+		return
 	}
 	npath := C.CString(req.NVML)
 	defer C.free(unsafe.Pointer(npath))
@@ -263,14 +273,14 @@ func runProbe(req Request) Result {
 	switch {
 	case nh == nil:
 		res.NVMLError = fmt.Sprintf("dlopen %s: %s", req.NVML, C.GoString(&nr.err[0]))
-		return res
+		return
 	case nr.init_rc != 0:
 		msg := C.GoString(&nr.err[0])
 		if s := C.nctk_nvml_error(nh, nr.init_rc); msg == "" && s != nil {
 			msg = C.GoString(s)
 		}
 		res.NVMLError = fmt.Sprintf("nvmlInit_v2: %s (%d)", msg, int(nr.init_rc))
-		return res
+		return
 	}
 	defer C.nctk_nvml_shutdown(nh)
 	brands := map[string]string{}
@@ -290,5 +300,4 @@ func runProbe(req Request) Result {
 		brands[bus] = BrandName(int(brand))
 	}
 	res.Brands = brands
-	return res
 }

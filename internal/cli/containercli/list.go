@@ -1,0 +1,375 @@
+package containercli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/cli/containercli/nvc"
+	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/selector"
+)
+
+func listOptions() []nvc.Option {
+	return []nvc.Option{
+		{Long: "device", Short: 'd', Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Device UUID(s) or index(es) to list"},
+		{Long: "libraries", Short: 'l', Doc: "List driver libraries"},
+		{Long: "binaries", Short: 'b', Doc: "List driver binaries"},
+		{Long: "ipcs", Short: 'i', Doc: "List driver ipcs"},
+		{Long: "firmwares", Short: 'f', Doc: "List driver firmwares"},
+		{Long: "compat32", Doc: "Enable 32bits compatibility"},
+		{Long: "mig-config", Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Enable configuration of MIG devices"},
+		{Long: "mig-monitor", Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Enable monitoring of MIG devices"},
+		{Long: "imex-channel", Arg: nvc.RequiredArg, ArgName: "CHANNEL", Doc: "IMEX channel ID(s) to list"},
+		{Long: "no-persistenced", Doc: "Don't include the NVIDIA persistence daemon socket"},
+		{Long: "no-fabricmanager", Doc: "Don't include the NVIDIA fabricmanager socket"},
+		{Long: "no-gsp-firmware", Doc: "Don't include GSP firmware"},
+		// Capability filters (nctk's addition): restrict libraries,
+		// binaries, IPCs and driver-wide device nodes to what a
+		// container with these driver capabilities gets.
+		{Long: "compute", Doc: "Only what the compute capability selects"},
+		{Long: "utility", Doc: "Only what the utility capability selects"},
+		{Long: "video", Doc: "Only what the video capability selects"},
+		{Long: "graphics", Doc: "Only what the graphics capability selects"},
+		{Long: "display", Doc: "Only what the display capability selects"},
+		{Long: "ngx", Doc: "Only what the ngx capability selects"},
+	}
+}
+
+// listRequest is a parsed list command line.
+type listRequest struct {
+	devices                              []string // --device values
+	libraries, binaries, ipcs, firmwares bool
+	compat32                             bool
+	migConfig, migMonitor                bool
+	imex                                 []uint32
+	noPersistenced, noFabricManager      bool
+	noGSPFirmware                        bool
+	caps                                 caps.Set // nil: no capability filter
+}
+
+// parseList interprets list's options. With no option other than
+// --imex-channel and capability filters, list shows everything, as
+// NVIDIA's does: --device=all --libraries --binaries --ipcs --firmwares
+// --compat32.
+func parseList(parsed []nvc.Parsed) (*listRequest, error) {
+	r := &listRequest{}
+	listing := false
+	for _, p := range parsed {
+		name := p.Name()
+		switch name {
+		case "imex-channel":
+			ids, err := parseIMEXChannels(p.Value)
+			if err != nil {
+				return nil, err
+			}
+			r.imex = append(r.imex, ids...)
+			continue
+		case "compute", "utility", "video", "graphics", "display", "ngx":
+			if r.caps == nil {
+				r.caps = caps.Set{}
+			}
+			r.caps[caps.Capability(name)] = true
+			continue
+		}
+		listing = true
+		switch name {
+		case "device":
+			r.devices = append(r.devices, p.Value)
+		case "libraries":
+			r.libraries = true
+		case "binaries":
+			r.binaries = true
+		case "ipcs":
+			r.ipcs = true
+		case "firmwares":
+			r.firmwares = true
+		case "compat32":
+			r.compat32 = true
+		case "mig-config", "mig-monitor":
+			if !strings.EqualFold(p.Value, "all") {
+				return nil, fmt.Errorf("%s: %w", name, errOnlyAll)
+			}
+			if name == "mig-config" {
+				r.migConfig = true
+			} else {
+				r.migMonitor = true
+			}
+		case "no-persistenced":
+			r.noPersistenced = true
+		case "no-fabricmanager":
+			r.noFabricManager = true
+		case "no-gsp-firmware":
+			r.noGSPFirmware = true
+		}
+	}
+	if !listing {
+		r.devices = []string{"all"}
+		r.libraries, r.binaries, r.ipcs, r.firmwares, r.compat32 = true, true, true, true, true
+	}
+	if r.noGSPFirmware {
+		r.firmwares = false
+	}
+	return r, nil
+}
+
+// parseIMEXChannels reads a comma-separated list of decimal channel ids
+// below 2^20.
+func parseIMEXChannels(v string) ([]uint32, error) {
+	var out []uint32
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || n >= 1<<20 {
+			return nil, fmt.Errorf("invalid IMEX channel: %s (want a decimal number below %d)", s, 1<<20)
+		}
+		out = append(out, uint32(n))
+	}
+	return out, nil
+}
+
+func runList(e *app.Env, g *nvc.Globals, args []string) int {
+	parsed, operands, code, done := parseCommand(e, "list", listOptions(), args)
+	if done {
+		return code
+	}
+	if len(operands) > 0 {
+		return nvc.UsageFail(e, nvc.Prog+" list", fmt.Errorf("unexpected argument: %s", operands[0]))
+	}
+	req, err := parseList(parsed)
+	if err != nil {
+		if errors.Is(err, errOnlyAll) {
+			phase := "mig-config"
+			if strings.HasPrefix(err.Error(), "mig-monitor") {
+				phase = "mig-monitor"
+			}
+			return nvc.Fail(e, phase, errOnlyAll)
+		}
+		return nvc.Fail(e, "input", err)
+	}
+	log, closeLog, err := g.OpenLog()
+	if err != nil {
+		return nvc.Fail(e, "initialization", err)
+	}
+	defer closeLog()
+	d, phase, err := discoverDriver(e, g, log, false)
+	if err != nil {
+		return nvc.Fail(e, phase, err)
+	}
+	lines, phase, err := listLines(d, req, g.Root)
+	if err != nil {
+		return nvc.Fail(e, phase, err)
+	}
+	writeLines(e.Stdout, lines)
+	return 0
+}
+
+func writeLines(w io.Writer, lines []string) {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	io.WriteString(w, b.String())
+}
+
+// listLines computes list's output in NVIDIA's fixed order: device nodes
+// (driver-wide, GPUs, MIG capabilities), IMEX channels, MIG
+// config/monitor, binaries, libraries (64-bit, then 32-bit), IPCs,
+// firmware; one host path per line, duplicates dropped.
+func listLines(d *discover.Driver, r *listRequest, root string) ([]string, string, error) {
+	var out []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		if p != "" && !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	capSet := r.caps
+	if capSet != nil && r.compat32 {
+		capSet = mergeCaps(capSet, caps.Set{caps.Compat32: true})
+	}
+
+	// Device selection.
+	var sel selector.Selection
+	if len(r.devices) > 0 {
+		if len(d.GPUs) == 0 && allOnly(r.devices) {
+			// NVIDIA's CLI skips selection on a host without GPUs.
+		} else {
+			s, err := selector.Resolve(d, r.devices)
+			if err != nil {
+				var nog *selector.NoGPUError
+				if errors.As(err, &nog) {
+					nog.Source = "--device"
+				}
+				return nil, "device", trimPhase(err, "device error: ")
+			}
+			sel = s
+		}
+		if sel.All && (r.migConfig || r.migMonitor) {
+			// "all" includes every MIG device; NVIDIA refuses config/monitor
+			// only with specific MIG devices.
+		} else if len(sel.MIG) > 0 && r.migConfig {
+			return nil, "mig-config", errors.New("cannot enable mig-config with specific MIG devices selected")
+		} else if len(sel.MIG) > 0 && r.migMonitor {
+			return nil, "mig-monitor", errors.New("cannot enable mig-monitor with specific MIG devices selected")
+		}
+		gpus := slices.Clone(sel.GPUs)
+		slices.SortFunc(gpus, func(a, b discover.GPU) int { return a.Index - b.Index })
+		if err := d.CheckDevices(gpus); err != nil {
+			return nil, "device", err
+		}
+		for _, n := range d.ControlNodes {
+			if capSet == nil || controlNodeWanted(path.Base(n.Path), capSet) {
+				add(n.HostPath)
+			}
+		}
+		for _, g := range gpus {
+			add(g.Node.HostPath)
+		}
+		if !r.migConfig && !r.migMonitor {
+			for _, m := range sel.MIG {
+				add(join(d.Root, m.MIG.GIAccessProc))
+				add(join(d.Root, m.MIG.CIAccessProc))
+				add(m.MIG.GIAccess.HostPath)
+				add(m.MIG.CIAccess.HostPath)
+			}
+		}
+	}
+
+	// IMEX channels.
+	for _, id := range r.imex {
+		name := fmt.Sprintf("channel%d", id)
+		i := slices.IndexFunc(d.IMEXChannels, func(n discover.DeviceNode) bool { return path.Base(n.Path) == name })
+		if i < 0 {
+			return nil, "device", fmt.Errorf("missing device /dev/nvidia-caps-imex-channels/%s (IMEX channel %d)", name, id)
+		}
+		add(d.IMEXChannels[i].HostPath)
+	}
+
+	// MIG configuration and monitoring.
+	for _, mc := range []struct {
+		on   bool
+		name string
+		node discover.DeviceNode
+	}{{r.migConfig, "config", d.MIGConfig}, {r.migMonitor, "monitor", d.MIGMonitor}} {
+		if !mc.on {
+			continue
+		}
+		add(join(d.Root, "/proc/driver/nvidia/capabilities/mig/"+mc.name))
+		add(mc.node.HostPath)
+		for _, g := range sel.GPUs {
+			if !g.MIGCapable {
+				continue
+			}
+			add(join(d.Root, g.MIGCapsDir))
+			if len(g.MIGCapNodes) > 0 {
+				add(path.Dir(g.MIGCapNodes[0].HostPath))
+			}
+			for _, n := range g.MIGCapNodes {
+				add(n.HostPath)
+			}
+		}
+	}
+
+	if r.binaries {
+		bins := d.Binaries
+		if capSet != nil {
+			bins = d.BinariesFor(capSet)
+		}
+		for _, f := range bins {
+			add(f.HostPath)
+		}
+	}
+	if r.libraries {
+		var libs []discover.File
+		if capSet != nil {
+			libs = d.LibrariesFor(capSet)
+		} else {
+			for _, f := range d.Libraries {
+				if !f.Compat32 || r.compat32 {
+					libs = append(libs, f)
+				}
+			}
+		}
+		for _, f := range libs {
+			add(f.HostPath)
+		}
+	}
+	if r.ipcs {
+		ipcs := d.IPCs
+		if capSet != nil {
+			ipcs = d.IPCsFor(capSet)
+		}
+		for _, f := range ipcs {
+			if (r.noPersistenced && f.Name == "persistenced") || (r.noFabricManager && f.Name == "fabricmanager") {
+				continue
+			}
+			add(f.HostPath)
+		}
+	}
+	if r.firmwares {
+		for _, f := range d.Firmware {
+			add(join(d.Root, f.Path))
+		}
+	}
+	return out, "", nil
+}
+
+// controlNodeWanted says whether a container with caps gets a driver-wide
+// node: nvidiactl always, the uvm nodes with compute libraries, modeset
+// with display.
+func controlNodeWanted(name string, s caps.Set) bool {
+	switch name {
+	case "nvidia-uvm", "nvidia-uvm-tools":
+		return slices.Contains(s.LibraryCapabilities(), caps.Compute)
+	case "nvidia-modeset":
+		return s.Has(caps.Display)
+	}
+	return true
+}
+
+func mergeCaps(a, b caps.Set) caps.Set {
+	out := caps.Set{}
+	for c, ok := range a {
+		out[c] = ok
+	}
+	for c, ok := range b {
+		out[c] = out[c] || ok
+	}
+	return out
+}
+
+func allOnly(devices []string) bool {
+	toks := selector.Split(strings.Join(devices, ","))
+	return len(toks) > 0 && !slices.ContainsFunc(toks, func(t string) bool { return !strings.EqualFold(t, "all") })
+}
+
+// trimPhase drops a phase prefix an error already carries, so that it is
+// not printed twice.
+func trimPhase(err error, prefix string) error {
+	if s, ok := strings.CutPrefix(err.Error(), prefix); ok {
+		return errors.New(s)
+	}
+	return err
+}
+
+func join(root, p string) string {
+	if p == "" {
+		return ""
+	}
+	if root == "/" || root == "" {
+		return p
+	}
+	return root + p
+}
