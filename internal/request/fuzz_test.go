@@ -1,0 +1,107 @@
+package request
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/requirements"
+)
+
+// FuzzFromSpec feeds arbitrary values to the request variables: FromSpec
+// must either fail with an *Error or return a consistent request.
+func FuzzFromSpec(f *testing.F) {
+	f.Add("all", "", "", "", "", "", "", false)
+	f.Add("0,1", "compute,utility", require130, "", "0,1", "", "", true)
+	f.Add("", "", "", "12.2.0", "", "", "", false)
+	f.Add("none", "all", "cuda>=abc", "", "all", "true", "all", false)
+	f.Add("void,0", "graphics,gpu", "", "", "", "yes", "", true)
+	f.Add("nvidia.com/gpu=0,GPU-x", " ", "arch>=8.0 brand=tesla", "x", "-1", "0", "", false)
+	f.Add(" , ,", "compat32", "", "10", "1048576", "", "all", true)
+	f.Fuzz(func(t *testing.T, visible, capsVal, require, cudaVersion, imex, disable, mig string, privileged bool) {
+		env := []string{"PATH=/bin"}
+		for k, v := range map[string]string{
+			EnvVisibleDevices: visible, EnvDriverCapabilities: capsVal, EnvRequireCUDA: require,
+			EnvCUDAVersion: cudaVersion, EnvIMEXChannels: imex, EnvDisableRequire: disable, EnvMIGConfigDevices: mig,
+		} {
+			if v != "" {
+				env = append(env, k+"="+v)
+			}
+		}
+		for _, cfg := range []*config.Config{config.Default(), strictConfig()} {
+			r, err := FromSpec(spec(privileged, env...), cfg)
+			if err != nil {
+				var re *Error
+				if !errors.As(err, &re) {
+					t.Fatalf("FromSpec: error %T (%v), want *Error", err, err)
+				}
+				return
+			}
+			kinds := 0
+			for _, b := range []bool{r.Void, r.All, r.None, len(r.Devices)+len(r.CDIDevices) > 0 && !r.All} {
+				if b {
+					kinds++
+				}
+			}
+			if kinds != 1 {
+				t.Fatalf("request is not exactly one of void/all/none/list: %+v", r)
+			}
+			if r.All && (len(r.Devices) != 1 || r.Devices[0] != "all") {
+				t.Fatalf("all with devices %q", r.Devices)
+			}
+			for _, d := range r.Devices {
+				if d == "" || strings.ContainsAny(d, ",") || strings.TrimSpace(d) != d {
+					t.Fatalf("bad device token %q", d)
+				}
+			}
+			if r.DisableRequire && len(r.Requirements) > 0 {
+				t.Fatalf("requirements %q with DisableRequire", r.Requirements)
+			}
+			for _, req := range r.Requirements {
+				if _, err := requirements.Parse(req); err != nil {
+					t.Fatalf("requirement %q does not parse: %v", req, err)
+				}
+			}
+			supported, _ := cfg.SupportedCapabilities()
+			for c := range r.Caps {
+				if !supported.Has(c) {
+					t.Fatalf("capability %s not supported", c)
+				}
+			}
+			if !r.Privileged && (r.MIGConfig != "" || r.MIGMonitor != "") {
+				t.Fatalf("MIG request in an unprivileged container")
+			}
+		}
+	})
+}
+
+func strictConfig() *config.Config {
+	c := config.Default()
+	c.AcceptEnvvarUnprivileged = false
+	c.SupportedDriverCapabilities = "compute,utility"
+	return c
+}
+
+// FuzzParseState checks that any stdin either parses to a state with a
+// positive pid and a bundle or fails with an error.
+func FuzzParseState(f *testing.F) {
+	for _, s := range []string{
+		`{"ociVersion":"1.0.2","id":"c1","status":"created","pid":4242,"bundle":"/run/b"}`,
+		`{"pid":7,"bundlePath":"/var/run/docker/b"}`, `{"pid":"1"}`, `[]`, `null`, ``, `{"pid":1e99,"bundle":"/b"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseState(data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "OCI state: ") {
+				t.Fatalf("error without context: %v", err)
+			}
+			return
+		}
+		if s.Pid <= 0 || s.Bundle == "" {
+			t.Fatalf("accepted state %+v", s)
+		}
+	})
+}

@@ -1,0 +1,616 @@
+// Package request works out what a container asks of the NVIDIA driver from
+// its OCI spec (environment, mounts, annotations, capabilities) and the
+// toolkit configuration, with NVIDIA's semantics and precedence:
+//
+//  1. CDI device annotations (cdi.k8s.io/… by default; not in legacy or csv
+//     mode);
+//  2. device lists given as /dev/null bind mounts under
+//     /var/run/nvidia-container-devices (only when
+//     accept-nvidia-visible-devices-as-volume-mounts is on);
+//  3. the environment: the swarm-resource variables if any is set, else
+//     NVIDIA_VISIBLE_DEVICES; honoured only in privileged containers unless
+//     accept-nvidia-visible-devices-envvar-when-unprivileged is on (the
+//     default).
+//
+// NVIDIA_VISIBLE_DEVICES unset, empty or holding void means "not a GPU
+// container", except for legacy CUDA images (CUDA_VERSION set,
+// NVIDIA_REQUIRE_CUDA not), which get all GPUs, all supported capabilities
+// and a cuda>=MAJOR.MINOR requirement.
+package request
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/requirements"
+)
+
+// Environment variables a container's request is read from.
+const (
+	EnvVisibleDevices     = "NVIDIA_VISIBLE_DEVICES"
+	EnvDriverCapabilities = "NVIDIA_DRIVER_CAPABILITIES"
+	EnvRequirePrefix      = "NVIDIA_REQUIRE_"
+	EnvRequireCUDA        = "NVIDIA_REQUIRE_CUDA"
+	EnvRequireJetpack     = "NVIDIA_REQUIRE_JETPACK"
+	EnvDisableRequire     = "NVIDIA_DISABLE_REQUIRE"
+	EnvCUDAVersion        = "CUDA_VERSION"
+	EnvMIGConfigDevices   = "NVIDIA_MIG_CONFIG_DEVICES"
+	EnvMIGMonitorDevices  = "NVIDIA_MIG_MONITOR_DEVICES"
+	EnvIMEXChannels       = "NVIDIA_IMEX_CHANNELS"
+)
+
+// DeviceListMountRoot is where device lists given as volume mounts live.
+const DeviceListMountRoot = "/var/run/nvidia-container-devices"
+
+// MaxIMEXChannel bounds IMEX channel ids (they are below 2^20).
+const MaxIMEXChannel = 1<<20 - 1
+
+// Device sources (Request.DeviceSource).
+const (
+	SourceAnnotations  = "annotations"
+	SourceVolumeMounts = "volume-mounts"
+	SourceLegacy       = "CUDA_VERSION"
+)
+
+// Request is what a container asks for.
+type Request struct {
+	// Void means "not a GPU container": nothing is to be done. When set,
+	// only Privileged, Legacy, DeviceSource and Warnings are filled in.
+	Void bool
+	// All: every GPU (Devices is ["all"]).
+	All bool
+	// None: no GPU, but the driver libraries and control nodes.
+	None bool
+	// Devices are the device tokens in the order given (selector
+	// language), CDI names excluded.
+	Devices []string
+	// CDIDevices are fully-qualified CDI device names (vendor/class=name),
+	// from the device list or from annotations.
+	CDIDevices []string
+	// Caps are the driver capabilities to inject.
+	Caps caps.Set
+	// Requirements are the NVIDIA_REQUIRE_* expressions (and the legacy
+	// cuda>= one) to check; nil when DisableRequire.
+	Requirements []string
+	// DisableRequire is set by NVIDIA_DISABLE_REQUIRE or disable-require.
+	DisableRequire bool
+	// MIGConfig and MIGMonitor are NVIDIA_MIG_CONFIG_DEVICES and
+	// NVIDIA_MIG_MONITOR_DEVICES (privileged containers only).
+	MIGConfig, MIGMonitor string
+	// IMEXChannels are the requested IMEX channel ids.
+	IMEXChannels []string
+	// Privileged: CAP_SYS_ADMIN is in the bounding set.
+	Privileged bool
+	// Legacy: a legacy CUDA image (CUDA_VERSION set, NVIDIA_REQUIRE_CUDA
+	// not).
+	Legacy bool
+	// DeviceSource names where the device list came from: annotations,
+	// volume-mounts, the environment variable(s), or CUDA_VERSION.
+	DeviceSource string
+	// Warnings lists requests that were ignored and why.
+	Warnings []string
+}
+
+// Error reports a request the container cannot have.
+type Error struct {
+	// Var names the variable, mount or annotation at fault.
+	Var string
+	// Value is its value.
+	Value string
+	Err   error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("container request: %s=%q: %v", e.Var, e.Value, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// env is a container's environment: the last definition of a name wins,
+// names keep the order of their first appearance.
+type env struct {
+	vals  map[string]string
+	order []string
+}
+
+func newEnv(list []string) env {
+	e := env{vals: map[string]string{}}
+	for _, kv := range list {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue
+		}
+		if _, seen := e.vals[k]; !seen {
+			e.order = append(e.order, k)
+		}
+		e.vals[k] = v
+	}
+	return e
+}
+
+func (e env) lookup(k string) (string, bool) { v, ok := e.vals[k]; return v, ok }
+func (e env) get(k string) string             { return e.vals[k] }
+
+// IsPrivileged reports whether CAP_SYS_ADMIN is in the spec's bounding set,
+// NVIDIA's definition of a privileged container.
+func IsPrivileged(spec *specs.Spec) bool {
+	if spec == nil || spec.Process == nil || spec.Process.Capabilities == nil {
+		return false
+	}
+	return slices.Contains(spec.Process.Capabilities.Bounding, "CAP_SYS_ADMIN")
+}
+
+// FromSpec reads the request of the container described by spec. cfg nil
+// means the defaults. Errors are *Error, naming the variable and value.
+func FromSpec(spec *specs.Spec, cfg *config.Config) (Request, error) {
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	if spec == nil {
+		return Request{}, errors.New("container request: no OCI spec")
+	}
+	var environ []string
+	if spec.Process != nil {
+		environ = spec.Process.Env
+	}
+	e := newEnv(environ)
+	r := Request{
+		Privileged: IsPrivileged(spec),
+		Legacy:     e.get(EnvCUDAVersion) != "" && e.get(EnvRequireCUDA) == "",
+	}
+
+	tokens, err := r.deviceTokens(spec, e, cfg)
+	if err != nil {
+		return Request{}, err
+	}
+	if err := r.classify(tokens); err != nil {
+		return Request{}, err
+	}
+	if r.Void {
+		return r, nil
+	}
+	if r.Caps, err = capabilities(e, cfg, r.Legacy); err != nil {
+		return Request{}, err
+	}
+	if err := r.requirements(e, cfg); err != nil {
+		return Request{}, err
+	}
+	if err := r.mig(e); err != nil {
+		return Request{}, err
+	}
+	if r.IMEXChannels, err = r.imexChannels(spec, e, cfg); err != nil {
+		return Request{}, err
+	}
+	return r, nil
+}
+
+func (r *Request) warn(format string, args ...any) {
+	r.Warnings = append(r.Warnings, fmt.Sprintf(format, args...))
+}
+
+// deviceTokens returns the device list by precedence; nil means void.
+// Annotation devices are put in CDIDevices directly.
+func (r *Request) deviceTokens(spec *specs.Spec, e env, cfg *config.Config) ([]string, error) {
+	if cfg.Runtime.Mode != config.ModeLegacy && cfg.Runtime.Mode != config.ModeCSV {
+		devs, err := annotationDevices(spec.Annotations, cfg.Runtime.Modes.CDI.AnnotationPrefixes)
+		if err != nil {
+			return nil, err
+		}
+		if len(devs) > 0 {
+			r.DeviceSource = SourceAnnotations
+			return devs, nil
+		}
+	}
+	if cfg.AcceptDeviceListAsVolumeMounts {
+		devs, _, err := mountDevices(spec.Mounts)
+		if err != nil {
+			return nil, err
+		}
+		if len(devs) > 0 {
+			r.DeviceSource = SourceVolumeMounts
+			return devs, nil
+		}
+	}
+	vars := []string{EnvVisibleDevices}
+	for _, v := range cfg.SwarmResourceVars() {
+		if _, ok := e.lookup(v); ok {
+			vars = cfg.SwarmResourceVars()
+			break
+		}
+	}
+	var tokens, setVars []string
+	for _, v := range vars {
+		val, ok := e.lookup(v)
+		if !ok {
+			continue
+		}
+		setVars = append(setVars, v)
+		for item := range strings.SplitSeq(val, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				tokens = append(tokens, item)
+			}
+		}
+	}
+	source := strings.Join(setVars, ",")
+	if len(setVars) == 0 && r.Legacy {
+		tokens, source = []string{"all"}, SourceLegacy
+	}
+	if len(tokens) == 0 {
+		return nil, nil
+	}
+	if !r.Privileged && !cfg.AcceptEnvvarUnprivileged {
+		r.warn("ignoring the devices requested by %s in an unprivileged container (accept-nvidia-visible-devices-envvar-when-unprivileged = false)", orVar(source))
+		return nil, nil
+	}
+	r.DeviceSource = source
+	return tokens, nil
+}
+
+func orVar(source string) string {
+	if source == SourceLegacy {
+		return "CUDA_VERSION (legacy image: all GPUs)"
+	}
+	return source
+}
+
+// classify sorts the device tokens: void anywhere → Void; otherwise the
+// first of all/none decides; other tokens are devices or CDI names.
+func (r *Request) classify(tokens []string) error {
+	if len(tokens) == 0 && len(r.CDIDevices) == 0 {
+		r.Void = true
+		return nil
+	}
+	if slices.Contains(tokens, "void") {
+		r.Void = true
+		return nil
+	}
+	for _, t := range tokens {
+		switch t {
+		case "all":
+			r.All, r.Devices = true, []string{"all"}
+			return nil
+		case "none":
+			r.None = true
+			return nil
+		}
+	}
+	for _, t := range tokens {
+		if looksLikeCDI(t) {
+			if _, _, _, err := parser.ParseQualifiedName(t); err != nil {
+				return &Error{Var: r.sourceVar(), Value: strings.Join(tokens, ","), Err: fmt.Errorf("invalid CDI device name %q: %w", t, err)}
+			}
+			r.CDIDevices = append(r.CDIDevices, t)
+			continue
+		}
+		r.Devices = append(r.Devices, t)
+	}
+	return nil
+}
+
+func (r *Request) sourceVar() string {
+	switch r.DeviceSource {
+	case "", SourceLegacy:
+		return EnvVisibleDevices
+	case SourceVolumeMounts:
+		return DeviceListMountRoot
+	}
+	return r.DeviceSource
+}
+
+// looksLikeCDI reports whether a token is meant as a CDI name
+// (vendor/class=name).
+func looksLikeCDI(t string) bool {
+	slash := strings.IndexByte(t, '/')
+	return slash > 0 && strings.IndexByte(t[slash:], '=') > 0
+}
+
+// annotationDevices collects CDI device names from annotations whose key
+// starts with one of prefixes, keys in sorted order.
+func annotationDevices(ann map[string]string, prefixes []string) ([]string, error) {
+	var keys []string
+	for k := range ann {
+		for _, p := range prefixes {
+			if p != "" && strings.HasPrefix(k, p) {
+				keys = append(keys, k)
+				break
+			}
+		}
+	}
+	sort.Strings(keys)
+	var out []string
+	for _, k := range keys {
+		for item := range strings.SplitSeq(ann[k], ",") {
+			item = strings.TrimSpace(item)
+			if item == "" {
+				continue
+			}
+			if _, _, _, err := parser.ParseQualifiedName(item); err != nil {
+				return nil, &Error{Var: "annotation " + k, Value: ann[k], Err: fmt.Errorf("invalid CDI device name %q: %w", item, err)}
+			}
+			out = append(out, item)
+		}
+	}
+	return out, nil
+}
+
+// mountDevices reads device ids and IMEX channels from /dev/null bind
+// mounts under DeviceListMountRoot: …/<id>, …/cdi/<vendor>/<class>/<name>
+// or …/cdi/<vendor>/<class>=<name>, …/imex/<channel>. Mounts are
+// deduplicated by destination.
+func mountDevices(mounts []specs.Mount) (devices, imex []string, err error) {
+	seen := map[string]bool{}
+	for _, m := range mounts {
+		if m.Source != "/dev/null" {
+			continue
+		}
+		rest, ok := strings.CutPrefix(cleanPath(m.Destination), DeviceListMountRoot+"/")
+		if !ok || rest == "" || seen[rest] {
+			continue
+		}
+		seen[rest] = true
+		switch {
+		case strings.HasPrefix(rest, "cdi/"):
+			name := strings.TrimPrefix(rest, "cdi/")
+			if parts := strings.Split(name, "/"); len(parts) == 3 && !strings.Contains(name, "=") {
+				name = parts[0] + "/" + parts[1] + "=" + parts[2]
+			}
+			if _, _, _, err := parser.ParseQualifiedName(name); err != nil {
+				return nil, nil, &Error{Var: "mount", Value: m.Destination, Err: fmt.Errorf("invalid CDI device name %q: %w", name, err)}
+			}
+			devices = append(devices, name)
+		case strings.HasPrefix(rest, "imex/"):
+			imex = append(imex, strings.TrimPrefix(rest, "imex/"))
+		default:
+			devices = append(devices, rest)
+		}
+	}
+	return devices, imex, nil
+}
+
+// cleanPath collapses repeated and trailing slashes (no .. handling: a
+// destination with .. components is not a device list entry).
+func cleanPath(p string) string {
+	for strings.Contains(p, "//") {
+		p = strings.ReplaceAll(p, "//", "/")
+	}
+	if len(p) > 1 {
+		p = strings.TrimSuffix(p, "/")
+	}
+	return p
+}
+
+// capabilities reads NVIDIA_DRIVER_CAPABILITIES against the supported set.
+func capabilities(e env, cfg *config.Config, legacy bool) (caps.Set, error) {
+	supported, err := cfg.SupportedCapabilities()
+	if err != nil {
+		return nil, err
+	}
+	val := e.get(EnvDriverCapabilities)
+	if strings.TrimSpace(val) == "" {
+		if legacy {
+			return supported, nil
+		}
+		return caps.Default().Intersect(supported), nil
+	}
+	out := caps.Set{}
+	for item := range strings.SplitSeq(val, ",") {
+		item = strings.TrimSpace(item)
+		switch item {
+		case "":
+			continue
+		case "all":
+			for c := range supported {
+				out[c] = true
+			}
+			continue
+		}
+		one, err := caps.Parse(item)
+		if err != nil {
+			return nil, &Error{Var: EnvDriverCapabilities, Value: val, Err: err}
+		}
+		for c := range one {
+			if !supported.Has(c) {
+				return nil, &Error{Var: EnvDriverCapabilities, Value: val, Err: fmt.Errorf("capability %s is not supported by this host (supported-driver-capabilities = %q in %s)", c, cfg.SupportedDriverCapabilities, configName(cfg))}
+			}
+			out[c] = true
+		}
+	}
+	return out, nil
+}
+
+func configName(cfg *config.Config) string {
+	if cfg.Path == "" {
+		return "the defaults"
+	}
+	return cfg.Path
+}
+
+// requirements collects NVIDIA_REQUIRE_* (not JETPACK) in environment
+// order, then the legacy cuda>= requirement.
+func (r *Request) requirements(e env, cfg *config.Config) error {
+	if cfg.DisableRequire {
+		r.DisableRequire = true
+	}
+	if v, ok := e.lookup(EnvDisableRequire); ok {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		switch {
+		case err != nil:
+			r.warn("%s=%q is not a boolean (true or false): requirements are checked", EnvDisableRequire, v)
+		case b:
+			r.DisableRequire = true
+		}
+	}
+	if r.DisableRequire {
+		return nil
+	}
+	for _, k := range e.order {
+		if !strings.HasPrefix(k, EnvRequirePrefix) || strings.HasPrefix(k, EnvRequireJetpack) {
+			continue
+		}
+		v := strings.TrimSpace(e.get(k))
+		if v == "" {
+			continue
+		}
+		if _, err := requirements.Parse(v); err != nil {
+			return &Error{Var: k, Value: v, Err: err}
+		}
+		r.Requirements = append(r.Requirements, v)
+	}
+	if r.Legacy {
+		v := e.get(EnvCUDAVersion)
+		req, err := legacyRequirement(v)
+		if err != nil {
+			return &Error{Var: EnvCUDAVersion, Value: v, Err: err}
+		}
+		r.Requirements = append(r.Requirements, req)
+	}
+	return nil
+}
+
+// legacyRequirement turns CUDA_VERSION (12.2.0, 11.8, 10) into
+// cuda>=MAJOR.MINOR.
+func legacyRequirement(v string) (string, error) {
+	parts := strings.Split(strings.TrimSpace(v), ".")
+	major, err := strconv.ParseUint(parts[0], 10, 32)
+	if err != nil {
+		return "", fmt.Errorf("not a CUDA version (want MAJOR.MINOR[.PATCH])")
+	}
+	var minor uint64
+	if len(parts) > 1 {
+		if minor, err = strconv.ParseUint(parts[1], 10, 32); err != nil {
+			return "", fmt.Errorf("not a CUDA version (want MAJOR.MINOR[.PATCH])")
+		}
+	}
+	return fmt.Sprintf("cuda>=%d.%d", major, minor), nil
+}
+
+// mig reads the MIG config/monitor requests, which only privileged
+// containers may make.
+func (r *Request) mig(e env) error {
+	for _, m := range []struct {
+		name string
+		dst  *string
+	}{{EnvMIGConfigDevices, &r.MIGConfig}, {EnvMIGMonitorDevices, &r.MIGMonitor}} {
+		v := strings.TrimSpace(e.get(m.name))
+		if v == "" {
+			continue
+		}
+		if !r.Privileged {
+			return &Error{Var: m.name, Value: v, Err: errors.New("only a privileged container (CAP_SYS_ADMIN in its bounding set) may ask for MIG configuration or monitoring")}
+		}
+		*m.dst = v
+	}
+	return nil
+}
+
+// imexChannels reads IMEX channel requests: from volume mounts when
+// accepted, else from NVIDIA_IMEX_CHANNELS under the same privilege rule
+// as device requests; "all" is ignored, as NVIDIA does.
+func (r *Request) imexChannels(spec *specs.Spec, e env, cfg *config.Config) ([]string, error) {
+	if cfg.Features.IgnoreIMEXChannelRequests {
+		return nil, nil
+	}
+	var ids []string
+	source := EnvIMEXChannels
+	if cfg.AcceptDeviceListAsVolumeMounts {
+		_, imex, err := mountDevices(spec.Mounts)
+		if err != nil {
+			return nil, err
+		}
+		ids, source = imex, DeviceListMountRoot+"/imex"
+	}
+	if len(ids) == 0 {
+		v, ok := e.lookup(EnvIMEXChannels)
+		if !ok {
+			return nil, nil
+		}
+		source = EnvIMEXChannels
+		for item := range strings.SplitSeq(v, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				ids = append(ids, item)
+			}
+		}
+		switch {
+		case len(ids) == 0:
+			return nil, nil
+		case slices.Contains(ids, "void") || slices.Contains(ids, "none"):
+			return nil, nil
+		case slices.Contains(ids, "all"):
+			r.warn("%s=%q: \"all\" is not honoured for IMEX channels; name the channels", EnvIMEXChannels, v)
+			return nil, nil
+		}
+		if !r.Privileged && !cfg.AcceptEnvvarUnprivileged {
+			r.warn("ignoring the IMEX channels requested by %s in an unprivileged container (accept-nvidia-visible-devices-envvar-when-unprivileged = false)", EnvIMEXChannels)
+			return nil, nil
+		}
+	}
+	var out []string
+	for _, id := range ids {
+		n, err := strconv.ParseUint(id, 10, 32)
+		if err != nil || n > MaxIMEXChannel {
+			return nil, &Error{Var: source, Value: strings.Join(ids, ","), Err: fmt.Errorf("IMEX channel %q: want a decimal channel number from 0 to %d", id, MaxIMEXChannel)}
+		}
+		id = strconv.FormatUint(n, 10)
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// State is the OCI container state a runtime passes to hooks on stdin.
+type State struct {
+	Version     string            `json:"ociVersion"`
+	ID          string            `json:"id"`
+	Status      string            `json:"status"`
+	Pid         int               `json:"pid"`
+	Bundle      string            `json:"bundle"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// ParseState parses the OCI state JSON a hook reads on stdin. The bundle is
+// "bundle", or "bundlePath" as Docker before 17.06 sent it. The state must
+// be one JSON object with a positive pid and a bundle.
+func ParseState(data []byte) (State, error) {
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return State{}, errors.New("OCI state: empty input (a hook expects the container's state JSON on stdin)")
+	}
+	var raw struct {
+		State
+		BundlePath string `json:"bundlePath"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return State{}, fmt.Errorf("OCI state: invalid JSON at byte %d: %w", se.Offset, err)
+		case errors.As(err, &te) && te.Field == "":
+			return State{}, fmt.Errorf("OCI state: want a JSON object, not a JSON %s", te.Value)
+		case errors.As(err, &te):
+			return State{}, fmt.Errorf("OCI state: field %q: want %s, not a JSON %s", strings.TrimPrefix(te.Field, "State."), te.Type, te.Value)
+		}
+		return State{}, fmt.Errorf("OCI state: %w", err)
+	}
+	s := raw.State
+	if s.Bundle == "" {
+		s.Bundle = raw.BundlePath
+	}
+	if s.Pid <= 0 {
+		return State{}, fmt.Errorf("OCI state: pid %d: want the container's process id (a positive number)", s.Pid)
+	}
+	if s.Bundle == "" {
+		return State{}, errors.New("OCI state: no bundle (neither \"bundle\" nor \"bundlePath\" is set)")
+	}
+	return s, nil
+}

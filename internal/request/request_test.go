@@ -1,0 +1,268 @@
+package request
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/config"
+)
+
+// spec builds an OCI spec with an environment, optionally privileged.
+func spec(privileged bool, env ...string) *specs.Spec {
+	s := &specs.Spec{Process: &specs.Process{Env: env, Capabilities: &specs.LinuxCapabilities{Bounding: []string{"CAP_CHOWN"}}}}
+	if privileged {
+		s.Process.Capabilities.Bounding = append(s.Process.Capabilities.Bounding, "CAP_SYS_ADMIN")
+	}
+	return s
+}
+
+func devMount(dst string) specs.Mount {
+	return specs.Mount{Source: "/dev/null", Destination: dst, Type: "bind", Options: []string{"bind", "ro"}}
+}
+
+func cfgWith(mod func(*config.Config)) *config.Config {
+	c := config.Default()
+	if mod != nil {
+		mod(c)
+	}
+	return c
+}
+
+func capSet(cs ...caps.Capability) caps.Set {
+	s := caps.Set{}
+	for _, c := range cs {
+		s[c] = true
+	}
+	return s
+}
+
+const require130 = "cuda>=13.0 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 brand=tesla,driver>=535,driver<536"
+
+func TestFromSpec(t *testing.T) {
+	volumeMounts := func(c *config.Config) { c.AcceptDeviceListAsVolumeMounts = true }
+	strict := func(c *config.Config) { c.AcceptEnvvarUnprivileged = false }
+	tests := []struct {
+		name string
+		spec *specs.Spec
+		cfg  *config.Config
+		want Request
+	}{
+		{"unset is void", spec(false, "PATH=/bin"), nil, Request{Void: true}},
+		{"empty is void", spec(false, "NVIDIA_VISIBLE_DEVICES="), nil, Request{Void: true}},
+		{"blank items void", spec(false, "NVIDIA_VISIBLE_DEVICES= , ,"), nil, Request{Void: true}},
+		{"void", spec(false, "NVIDIA_VISIBLE_DEVICES=void"), nil, Request{Void: true, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"void anywhere wins", spec(false, "NVIDIA_VISIBLE_DEVICES=all,void"), nil, Request{Void: true, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"no process", &specs.Spec{}, nil, Request{Void: true}},
+		{"all", spec(false, "NVIDIA_VISIBLE_DEVICES=all"), nil,
+			Request{All: true, Devices: []string{"all"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"first special token wins", spec(false, "NVIDIA_VISIBLE_DEVICES=0,none,all"), nil,
+			Request{None: true, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"none", spec(false, "NVIDIA_VISIBLE_DEVICES=none"), nil,
+			Request{None: true, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"list in order, trimmed", spec(false, "NVIDIA_VISIBLE_DEVICES= 3, GPU-abc ,,1:0,MIG-x,00000000:41:00.0"), nil,
+			Request{Devices: []string{"3", "GPU-abc", "1:0", "MIG-x", "00000000:41:00.0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"last definition wins", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_VISIBLE_DEVICES=1"), nil,
+			Request{Devices: []string{"1"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"cdi names kept apart", spec(false, "NVIDIA_VISIBLE_DEVICES=0,nvidia.com/gpu=1,nvidia.com/gpu=all"), nil,
+			Request{Devices: []string{"0"}, CDIDevices: []string{"nvidia.com/gpu=1", "nvidia.com/gpu=all"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"caps all", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"), nil,
+			Request{Devices: []string{"0"}, Caps: caps.Full(), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"caps list", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES= graphics, video,"), nil,
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Graphics, caps.Video), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"caps default within supported", spec(false, "NVIDIA_VISIBLE_DEVICES=0"), cfgWith(func(c *config.Config) { c.SupportedDriverCapabilities = "utility,graphics" }),
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"caps all within supported", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"), cfgWith(func(c *config.Config) { c.SupportedDriverCapabilities = "utility,compute" }),
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"requirements in env order, jetpack and empty skipped", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA="+require130, "NVIDIA_REQUIRE_JETPACK=csv-mounts=all", "NVIDIA_REQUIRE_ARCH=arch>=8.0", "NVIDIA_REQUIRE_EMPTY= ", "CUDA_VERSION=13.0.0"), nil,
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: []string{require130, "arch>=8.0"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"disable require", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99", "NVIDIA_DISABLE_REQUIRE=true"), nil,
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DisableRequire: true, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"disable require skips validation", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=abc", "NVIDIA_DISABLE_REQUIRE=1"), nil,
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DisableRequire: true, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"disable require false", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12", "NVIDIA_DISABLE_REQUIRE=false"), nil,
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: []string{"cuda>=12"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"disable require not a bool warns", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12", "NVIDIA_DISABLE_REQUIRE=yes"), nil,
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: []string{"cuda>=12"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES",
+				Warnings: []string{`NVIDIA_DISABLE_REQUIRE="yes" is not a boolean (true or false): requirements are checked`}}},
+		{"config disable-require", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99"), cfgWith(func(c *config.Config) { c.DisableRequire = true }),
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DisableRequire: true, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"legacy image", spec(false, "CUDA_VERSION=12.2.0"), nil,
+			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: caps.Full(), Requirements: []string{"cuda>=12.2"}, DeviceSource: "CUDA_VERSION"}},
+		{"legacy image, empty NVIDIA_REQUIRE_CUDA", spec(false, "CUDA_VERSION=11.8", "NVIDIA_REQUIRE_CUDA="), nil,
+			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: caps.Full(), Requirements: []string{"cuda>=11.8"}, DeviceSource: "CUDA_VERSION"}},
+		{"legacy image, major only", spec(false, "CUDA_VERSION=10", "NVIDIA_DRIVER_CAPABILITIES=utility"), nil,
+			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: capSet(caps.Utility), Requirements: []string{"cuda>=10.0"}, DeviceSource: "CUDA_VERSION"}},
+		{"legacy image, caps within supported", spec(false, "CUDA_VERSION=12.2.0"), cfgWith(func(c *config.Config) { c.SupportedDriverCapabilities = "compute,utility" }),
+			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: []string{"cuda>=12.2"}, DeviceSource: "CUDA_VERSION"}},
+		{"legacy image with devices set", spec(false, "CUDA_VERSION=12.2.0", "NVIDIA_VISIBLE_DEVICES=1"), nil,
+			Request{Legacy: true, Devices: []string{"1"}, Caps: caps.Full(), Requirements: []string{"cuda>=12.2"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"legacy image with devices empty is void", spec(false, "CUDA_VERSION=12.2.0", "NVIDIA_VISIBLE_DEVICES="), nil, Request{Void: true, Legacy: true}},
+		{"not legacy with NVIDIA_REQUIRE_CUDA", spec(false, "CUDA_VERSION=12.2.0", "NVIDIA_REQUIRE_CUDA=cuda>=12.2"), nil, Request{Void: true}},
+		{"swarm resource replaces", spec(false, "NVIDIA_VISIBLE_DEVICES=all", "DOCKER_RESOURCE_GPU=GPU-a,GPU-b"), cfgWith(func(c *config.Config) { c.SwarmResource = "DOCKER_RESOURCE_GPU,DOCKER_RESOURCE_NVIDIA" }),
+			Request{Devices: []string{"GPU-a", "GPU-b"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "DOCKER_RESOURCE_GPU"}},
+		{"swarm resources concatenated", spec(false, "DOCKER_RESOURCE_NVIDIA=2", "DOCKER_RESOURCE_GPU=1"), cfgWith(func(c *config.Config) { c.SwarmResource = "DOCKER_RESOURCE_GPU, DOCKER_RESOURCE_NVIDIA" }),
+			Request{Devices: []string{"1", "2"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "DOCKER_RESOURCE_GPU,DOCKER_RESOURCE_NVIDIA"}},
+		{"swarm resource unset falls back", spec(false, "NVIDIA_VISIBLE_DEVICES=0"), cfgWith(func(c *config.Config) { c.SwarmResource = "DOCKER_RESOURCE_GPU" }),
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"unprivileged env refused", spec(false, "NVIDIA_VISIBLE_DEVICES=all"), cfgWith(strict),
+			Request{Void: true, Warnings: []string{"ignoring the devices requested by NVIDIA_VISIBLE_DEVICES in an unprivileged container (accept-nvidia-visible-devices-envvar-when-unprivileged = false)"}}},
+		{"unprivileged legacy refused", spec(false, "CUDA_VERSION=12.2"), cfgWith(strict),
+			Request{Void: true, Legacy: true, Warnings: []string{"ignoring the devices requested by CUDA_VERSION (legacy image: all GPUs) in an unprivileged container (accept-nvidia-visible-devices-envvar-when-unprivileged = false)"}}},
+		{"privileged env accepted", spec(true, "NVIDIA_VISIBLE_DEVICES=0"), cfgWith(strict),
+			Request{Privileged: true, Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"volume mounts ignored unless configured", withMounts(spec(false), devMount("/var/run/nvidia-container-devices/0")), nil, Request{Void: true}},
+		{"volume mounts", withMounts(spec(false, "NVIDIA_VISIBLE_DEVICES=all"),
+			devMount("/var/run/nvidia-container-devices/1"), devMount("/var/run/nvidia-container-devices//GPU-x/"), devMount("/var/run/nvidia-container-devices/1"),
+			specs.Mount{Source: "/tmp/x", Destination: "/var/run/nvidia-container-devices/2"}, devMount("/var/run/other/3"),
+			devMount("/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/0"), devMount("/var/run/nvidia-container-devices/cdi/nvidia.com/gpu=1")),
+			cfgWith(volumeMounts),
+			Request{Devices: []string{"1", "GPU-x"}, CDIDevices: []string{"nvidia.com/gpu=0", "nvidia.com/gpu=1"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "volume-mounts"}},
+		{"volume mount all, unprivileged strict", withMounts(spec(false), devMount("/var/run/nvidia-container-devices/all")), cfgWith(func(c *config.Config) { volumeMounts(c); strict(c) }),
+			Request{All: true, Devices: []string{"all"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "volume-mounts"}},
+		{"volume mounts empty fall back to env", spec(false, "NVIDIA_VISIBLE_DEVICES=2"), cfgWith(volumeMounts),
+			Request{Devices: []string{"2"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"annotations first", withAnnotations(withMounts(spec(false, "NVIDIA_VISIBLE_DEVICES=all"), devMount("/var/run/nvidia-container-devices/1")),
+			map[string]string{"cdi.k8s.io/z": "nvidia.com/gpu=1", "cdi.k8s.io/a": "nvidia.com/gpu=0, nvidia.com/gpu=2", "other": "x"}), cfgWith(volumeMounts),
+			Request{CDIDevices: []string{"nvidia.com/gpu=0", "nvidia.com/gpu=2", "nvidia.com/gpu=1"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "annotations"}},
+		{"annotations ignored in legacy mode", withAnnotations(spec(false, "NVIDIA_VISIBLE_DEVICES=0"), map[string]string{"cdi.k8s.io/a": "nvidia.com/gpu=1"}), cfgWith(func(c *config.Config) { c.Runtime.Mode = "legacy" }),
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"mig privileged", spec(true, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=all"), nil,
+			Request{Privileged: true, Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), MIGConfig: "all", MIGMonitor: "all", DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"mig ignored when void", spec(false, "NVIDIA_MIG_CONFIG_DEVICES=all"), nil, Request{Void: true}},
+		{"imex channels", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=0, 1,1,007"), nil,
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), IMEXChannels: []string{"0", "1", "7"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"imex all ignored", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=all"), nil,
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES",
+				Warnings: []string{`NVIDIA_IMEX_CHANNELS="all": "all" is not honoured for IMEX channels; name the channels`}}},
+		{"imex requests ignored by feature", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=x"), cfgWith(func(c *config.Config) { c.Features.IgnoreIMEXChannelRequests = true }),
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"imex from mounts first", withMounts(spec(true, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=5"), devMount("/var/run/nvidia-container-devices/imex/3")), cfgWith(volumeMounts),
+			Request{Privileged: true, Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), IMEXChannels: []string{"3"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+		{"imex env unprivileged strict", withMounts(spec(false, "NVIDIA_IMEX_CHANNELS=5"), devMount("/var/run/nvidia-container-devices/0")), cfgWith(func(c *config.Config) { volumeMounts(c); strict(c) }),
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "volume-mounts",
+				Warnings: []string{"ignoring the IMEX channels requested by NVIDIA_IMEX_CHANNELS in an unprivileged container (accept-nvidia-visible-devices-envvar-when-unprivileged = false)"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := FromSpec(tt.spec, tt.cfg)
+			if err != nil {
+				t.Fatalf("FromSpec: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("FromSpec =\n %+v\nwant\n %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func withMounts(s *specs.Spec, m ...specs.Mount) *specs.Spec { s.Mounts = append(s.Mounts, m...); return s }
+
+func withAnnotations(s *specs.Spec, a map[string]string) *specs.Spec { s.Annotations = a; return s }
+
+func TestFromSpecErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		spec *specs.Spec
+		cfg  *config.Config
+		want string
+	}{
+		{"unknown capability", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,gpu"),
+			nil, `container request: NVIDIA_DRIVER_CAPABILITIES="compute,gpu": unknown driver capability "gpu"`},
+		{"unsupported capability", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=graphics"),
+			cfgWith(func(c *config.Config) { c.SupportedDriverCapabilities = "compute,utility"; c.Path = "/etc/nvidia-container-runtime/config.toml" }),
+			`NVIDIA_DRIVER_CAPABILITIES="graphics": capability graphics is not supported by this host (supported-driver-capabilities = "compute,utility" in /etc/nvidia-container-runtime/config.toml)`},
+		{"bad requirement", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=abc"),
+			nil, `container request: NVIDIA_REQUIRE_CUDA="cuda>=abc": requirement error: invalid expression "cuda>=abc"`},
+		{"bad CUDA_VERSION", spec(false, "CUDA_VERSION=twelve"), nil, `CUDA_VERSION="twelve": not a CUDA version`},
+		{"mig unprivileged", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"),
+			nil, `NVIDIA_MIG_CONFIG_DEVICES="all": only a privileged container (CAP_SYS_ADMIN in its bounding set) may ask`},
+		{"mig monitor unprivileged", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_MONITOR_DEVICES=all"), nil, `NVIDIA_MIG_MONITOR_DEVICES="all": only a privileged`},
+		{"bad imex", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=0,-1"), nil, `NVIDIA_IMEX_CHANNELS="0,-1": IMEX channel "-1": want a decimal channel number from 0 to 1048575`},
+		{"imex too big", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1048576"), nil, `IMEX channel "1048576"`},
+		{"bad cdi name", spec(false, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu="), nil, `NVIDIA_VISIBLE_DEVICES="nvidia.com/gpu=": invalid CDI device name "nvidia.com/gpu="`},
+		{"bad annotation", withAnnotations(spec(false), map[string]string{"cdi.k8s.io/x": "gpu0"}), nil, `annotation cdi.k8s.io/x="gpu0": invalid CDI device name "gpu0"`},
+		{"bad cdi mount", withMounts(spec(false), devMount("/var/run/nvidia-container-devices/cdi/nvidia.com/gpu")),
+			cfgWith(func(c *config.Config) { c.AcceptDeviceListAsVolumeMounts = true }), `mount="/var/run/nvidia-container-devices/cdi/nvidia.com/gpu": invalid CDI device name`},
+		{"bad unsupported config", spec(false, "NVIDIA_VISIBLE_DEVICES=0"), cfgWith(func(c *config.Config) { c.SupportedDriverCapabilities = "bogus" }), `supported-driver-capabilities = "bogus"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := FromSpec(tt.spec, tt.cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("FromSpec = %v, want %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := FromSpec(nil, nil); err == nil {
+		t.Error("nil spec: no error")
+	}
+	var re *Error
+	_, err := FromSpec(spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_X=bad"), nil)
+	if !errors.As(err, &re) || re.Var != "NVIDIA_REQUIRE_X" || re.Value != "bad" {
+		t.Errorf("error = %#v", err)
+	}
+}
+
+func TestIsPrivileged(t *testing.T) {
+	if IsPrivileged(nil) || IsPrivileged(&specs.Spec{}) || IsPrivileged(spec(false)) || !IsPrivileged(spec(true)) {
+		t.Error("IsPrivileged")
+	}
+	s := spec(false)
+	s.Process.Capabilities.Effective = []string{"CAP_SYS_ADMIN"}
+	if IsPrivileged(s) {
+		t.Error("only the bounding set counts")
+	}
+}
+
+func TestParseState(t *testing.T) {
+	tests := []struct {
+		in   string
+		want State
+	}{
+		{`{"ociVersion":"1.0.2","id":"c1","status":"created","pid":4242,"bundle":"/run/containerd/b","annotations":{"a":"b"}}`,
+			State{Version: "1.0.2", ID: "c1", Status: "created", Pid: 4242, Bundle: "/run/containerd/b", Annotations: map[string]string{"a": "b"}}},
+		{`{"id":"old","pid":7,"bundlePath":"/var/run/docker/b"}`, State{ID: "old", Pid: 7, Bundle: "/var/run/docker/b"}},
+		{`{"pid":7,"bundle":"/new","bundlePath":"/old","unknown":[1,2]}` + "\n", State{Pid: 7, Bundle: "/new"}},
+	}
+	for _, tt := range tests {
+		got, err := ParseState([]byte(tt.in))
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ParseState(%s) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+		}
+	}
+	errs := []struct{ in, want string }{
+		{"", "OCI state: empty input"},
+		{" \n", "OCI state: empty input"},
+		{"{", "OCI state: invalid JSON"},
+		{`{"pid":1,"bundle":"/b"} x`, "OCI state: invalid JSON at byte"},
+		{`[1]`, "OCI state: want a JSON object, not a JSON array"},
+		{`{"pid":"12","bundle":"/b"}`, `OCI state: field "pid": want int, not a JSON string`},
+		{`{"pid":1.5,"bundle":"/b"}`, `field "pid"`},
+		{`{"bundle":"/b"}`, "OCI state: pid 0: want the container's process id"},
+		{`{"pid":-3,"bundle":"/b"}`, "pid -3"},
+		{`{"pid":3}`, `OCI state: no bundle (neither "bundle" nor "bundlePath" is set)`},
+		{`null`, "pid 0"},
+	}
+	for _, tt := range errs {
+		_, err := ParseState([]byte(tt.in))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseState(%q) = %v, want %q", tt.in, err, tt.want)
+		}
+	}
+}
+
+func BenchmarkFromSpec(b *testing.B) {
+	s := spec(false, "PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=0,1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics",
+		"NVIDIA_REQUIRE_CUDA="+require130, "CUDA_VERSION=13.0.0")
+	cfg := config.Default()
+	for b.Loop() {
+		if _, err := FromSpec(s, cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
