@@ -139,7 +139,7 @@ func newEnv(list []string) env {
 }
 
 func (e env) lookup(k string) (string, bool) { v, ok := e.vals[k]; return v, ok }
-func (e env) get(k string) string             { return e.vals[k] }
+func (e env) get(k string) string            { return e.vals[k] }
 
 // IsPrivileged reports whether CAP_SYS_ADMIN is in the spec's bounding set,
 // NVIDIA's definition of a privileged container.

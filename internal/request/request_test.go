@@ -160,7 +160,10 @@ func TestFromSpec(t *testing.T) {
 	}
 }
 
-func withMounts(s *specs.Spec, m ...specs.Mount) *specs.Spec { s.Mounts = append(s.Mounts, m...); return s }
+func withMounts(s *specs.Spec, m ...specs.Mount) *specs.Spec {
+	s.Mounts = append(s.Mounts, m...)
+	return s
+}
 
 func withAnnotations(s *specs.Spec, a map[string]string) *specs.Spec { s.Annotations = a; return s }
 
@@ -174,7 +177,10 @@ func TestFromSpecErrors(t *testing.T) {
 		{"unknown capability", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,gpu"),
 			nil, `container request: NVIDIA_DRIVER_CAPABILITIES="compute,gpu": unknown driver capability "gpu"`},
 		{"unsupported capability", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=graphics"),
-			cfgWith(func(c *config.Config) { c.SupportedDriverCapabilities = "compute,utility"; c.Path = "/etc/nvidia-container-runtime/config.toml" }),
+			cfgWith(func(c *config.Config) {
+				c.SupportedDriverCapabilities = "compute,utility"
+				c.Path = "/etc/nvidia-container-runtime/config.toml"
+			}),
 			`NVIDIA_DRIVER_CAPABILITIES="graphics": capability graphics is not supported by this host (supported-driver-capabilities = "compute,utility" in /etc/nvidia-container-runtime/config.toml)`},
 		{"bad requirement", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=abc"),
 			nil, `container request: NVIDIA_REQUIRE_CUDA="cuda>=abc": requirement error: invalid expression "cuda>=abc"`},
