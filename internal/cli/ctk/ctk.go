@@ -1,0 +1,255 @@
+// Package ctk is nvidia-ctk, the NVIDIA Container Toolkit's command-line
+// utility:
+//
+//	nvidia-ctk [--debug|-d] [--quiet] [--config FILE] COMMAND ...
+//	  runtime configure         register the NVIDIA runtime with docker, containerd or CRI-O
+//	  config [default]          print or edit config.toml
+//	  system create-device-nodes
+//	  system create-dev-char-symlinks
+//	  cdi ...                   CDI specs (delegated to the CDI package)
+//	  hook ...                  the nvidia-cdi-hook commands (delegated)
+//
+// Every flag also works with a single dash, and the global ones have
+// environment twins (NVIDIA_CTK_DEBUG, NVIDIA_CTK_QUIET, NVIDIA_CTK_CONFIG).
+// Errors are printed as "nvidia-ctk: <message>" with exit status 1.
+package ctk
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	rdebug "runtime/debug"
+	"sort"
+	"strings"
+
+	"github.com/nctk/nctk/internal/app"
+)
+
+const prog = "nvidia-ctk"
+
+// env is what a command runs with.
+type env struct {
+	*app.Env
+	log *slog.Logger
+	// config is the global --config (the nvidia-ctk config.toml), "" if
+	// not given.
+	config string
+	quiet  bool
+	// path is the command's name path ("nvidia-ctk runtime configure").
+	path string
+}
+
+// command is one node of the command tree. A node has sub-commands, a run
+// function, or a tool: a whole command tree owned by another package,
+// which gets the remaining arguments as its argv (Args[0] = "nvidia-ctk
+// <name>").
+type command struct {
+	name    string
+	aliases []string
+	summary string
+	subs    []command
+	run     func(e *env, args []string) error
+	tool    app.Tool
+}
+
+// commands is the command table. The cdi and hook entries are the
+// registration points for the packages that own those trees: set their
+// tool to the package's entry point (hook: cdihook.Main once
+// internal/cli/cdihook exists; cdi: the CDI command package's Main).
+func commands() []command {
+	return []command{
+		{name: "runtime", summary: "configure container engines to use the NVIDIA runtime", subs: []command{
+			{name: "configure", summary: "add the NVIDIA runtime to docker, containerd or CRI-O", run: runtimeConfigure},
+		}},
+		{name: "config", summary: "print or edit the NVIDIA Container Toolkit config.toml", run: configCommand},
+		{name: "system", summary: "host setup: device nodes and /dev/char links", subs: []command{
+			{name: "create-device-nodes", summary: "create missing NVIDIA device nodes", run: createDeviceNodes},
+			{name: "create-dev-char-symlinks", summary: "create /dev/char/MAJOR:MINOR links to the NVIDIA device nodes", run: createDevCharSymlinks},
+		}},
+		{name: "cdi", summary: "generate and list CDI specs", tool: unavailable("cdi")},
+		{name: "hook", summary: "OCI hooks used by CDI specs (nvidia-cdi-hook)", tool: unavailable("hook")},
+	}
+}
+
+// unavailable stands in for a delegated command tree not built in.
+func unavailable(name string) app.Tool {
+	return func(e *app.Env) int {
+		fmt.Fprintf(e.Stderr, "%s: %s: not available in this build\n", prog, name)
+		return 1
+	}
+}
+
+// Main is the nvidia-ctk entry point.
+func Main(e *app.Env) int {
+	var debug, quiet, showVersion bool
+	var config string
+	fs := newFlagSet(prog)
+	fs.Bool(&debug, []string{"debug", "d"}, []string{"NVIDIA_CTK_DEBUG"}, "enable debug-level logging")
+	fs.Bool(&quiet, []string{"quiet", "q"}, []string{"NVIDIA_CTK_QUIET"}, "log errors and warnings only")
+	fs.String(&config, []string{"config"}, []string{"NVIDIA_CTK_CONFIG"}, "FILE", "the NVIDIA Container Toolkit config.toml to use")
+	fs.Bool(&showVersion, []string{"version", "v"}, nil, "print the version and exit")
+
+	args := e.Args
+	if len(args) == 0 {
+		args = []string{prog}
+	}
+	rest, err := fs.Parse(e, args[1:])
+	root := command{name: prog, subs: commands()}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		writeHelp(e.Stdout, prog, root, fs)
+		return 0
+	case err != nil:
+		return fail(e, err)
+	case showVersion:
+		fmt.Fprintf(e.Stdout, "%s version %s\n", prog, version())
+		return 0
+	}
+	level := slog.LevelInfo
+	if quiet {
+		level = slog.LevelWarn
+	}
+	if debug {
+		level = slog.LevelDebug
+	}
+	ce := &env{Env: e, log: newLogger(e.Stderr, level), config: config, quiet: quiet && !debug, path: prog}
+	if len(rest) == 0 {
+		writeHelp(e.Stdout, prog, root, fs)
+		return 0
+	}
+	return dispatch(ce, root, rest)
+}
+
+// dispatch walks the tree from cmd with args (args[0] names a child).
+func dispatch(e *env, cmd command, args []string) int {
+	if len(args) == 0 {
+		writeHelp(e.Stderr, e.path, cmd, nil)
+		return 1
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		writeHelp(e.Stdout, e.path, cmd, nil)
+		return 0
+	}
+	sub, ok := findCommand(cmd.subs, args[0])
+	if !ok {
+		if strings.HasPrefix(args[0], "-") {
+			return fail(e.Env, fmt.Errorf("%s: unknown flag %s (global flags go before the command)", e.path, args[0]))
+		}
+		return fail(e.Env, fmt.Errorf("%s: unknown command %q (commands: %s)", e.path, args[0], strings.Join(names(cmd.subs), ", ")))
+	}
+	e.path += " " + sub.name
+	switch {
+	case sub.tool != nil:
+		child := *e.Env
+		child.Args = append([]string{e.path}, args[1:]...)
+		return sub.tool(&child)
+	case sub.run != nil:
+		err := sub.run(e, args[1:])
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if err != nil {
+			return fail(e.Env, err)
+		}
+		return 0
+	default:
+		return dispatch(e, sub, args[1:])
+	}
+}
+
+func findCommand(cmds []command, name string) (command, bool) {
+	for _, c := range cmds {
+		if c.name == name {
+			return c, true
+		}
+		for _, a := range c.aliases {
+			if a == name {
+				return c, true
+			}
+		}
+	}
+	return command{}, false
+}
+
+func names(cmds []command) []string {
+	out := make([]string, 0, len(cmds))
+	for _, c := range cmds {
+		out = append(out, c.name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func writeHelp(w io.Writer, path string, cmd command, fs *flagSet) {
+	fmt.Fprintf(w, "Usage: %s", path)
+	if fs != nil {
+		fmt.Fprint(w, " [flags]")
+	}
+	fmt.Fprintln(w, " COMMAND [ARGS...]")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range cmd.subs {
+		fmt.Fprintf(w, "  %-28s %s\n", c.name, c.summary)
+	}
+	if fs != nil {
+		fmt.Fprintln(w, "\nFlags:")
+		fs.Usage(w)
+	}
+	fmt.Fprintf(w, "\nRun '%s COMMAND --help' for a command's flags.\n", path)
+}
+
+// commandHelp prints a leaf command's usage.
+func commandHelp(e *env, synopsis, description string, fs *flagSet) {
+	fmt.Fprintf(e.Stdout, "Usage: %s %s\n\n%s\n\nFlags:\n", e.path, synopsis, description)
+	fs.Usage(e.Stdout)
+}
+
+// parseLeaf parses a leaf command's flags, printing help for --help and
+// rejecting positional arguments.
+func parseLeaf(e *env, fs *flagSet, args []string, synopsis, description string) error {
+	rest, err := fs.Parse(e.Env, args)
+	if errors.Is(err, flag.ErrHelp) {
+		commandHelp(e, synopsis, description, fs)
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.path, err)
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("%s: unexpected argument %q", e.path, rest[0])
+	}
+	return nil
+}
+
+func fail(e *app.Env, err error) int {
+	fmt.Fprintf(e.Stderr, "%s: %v\n", prog, err)
+	return 1
+}
+
+// newLogger logs "level=… msg=…" lines (no time stamps) to w.
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+}
+
+// version is nctk's module version and VCS revision.
+func version() string {
+	v := "(devel)"
+	if bi, ok := rdebug.ReadBuildInfo(); ok {
+		v = bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " (commit " + s.Value[:12] + ")"
+			}
+		}
+	}
+	return "nctk " + v
+}

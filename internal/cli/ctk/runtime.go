@@ -1,0 +1,214 @@
+package ctk
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nctk/nctk/internal/engine"
+)
+
+// runtimeBinary is the executable the engines are pointed at.
+const runtimeBinary = "nvidia-container-runtime"
+
+// commandSourceTimeout bounds `containerd config dump` and friends.
+const commandSourceTimeout = 30 * time.Second
+
+func runtimeConfigure(e *env, args []string) error {
+	var (
+		runtimeName = "docker"
+		configPath  string
+		dropIn      string
+		source      = "file"
+		mode        = "config-file"
+		rtName      = engine.DefaultRuntimeName
+		rtPath      string
+		setDefault  bool
+		enableCDI   bool
+		dryRun      bool
+	)
+	fs := newFlagSet("configure")
+	fs.String(&runtimeName, []string{"runtime"}, nil, "NAME", "the engine to configure: docker, containerd or crio")
+	fs.String(&configPath, []string{"config"}, nil, "FILE", "the engine's config file (default: /etc/docker/daemon.json, /etc/containerd/config.toml, /etc/crio/crio.conf)")
+	fs.String(&dropIn, []string{"drop-in-config"}, nil, "FILE", "write the runtime to this drop-in file (containerd, crio; default /etc/containerd/conf.d/99-nvidia.toml, /etc/crio/crio.conf.d/99-nvidia.toml unless --config is given; \"\" edits the main file)")
+	fs.String(&source, []string{"config-source"}, nil, "SOURCE", "where the current settings come from: file, or command (`containerd config dump`, `crio status config`)")
+	fs.String(&mode, []string{"config-mode"}, nil, "MODE", "config-file (the only mode supported)")
+	fs.String(&rtName, []string{"nvidia-runtime-name"}, nil, "NAME", "the runtime's name in the engine")
+	fs.String(&rtPath, []string{"nvidia-runtime-path", "runtime-path"}, nil, "PATH", "the nvidia-container-runtime executable (default: found in PATH, else /usr/bin/nvidia-container-runtime)")
+	fs.Bool(&setDefault, []string{"set-as-default", "nvidia-set-as-default"}, nil, "make the runtime the engine's default")
+	fs.Bool(&enableCDI, []string{"cdi.enabled", "enable-cdi"}, nil, "enable CDI in the engine (docker: features.cdi; containerd: enable_cdi; always on in CRI-O)")
+	fs.Bool(&dryRun, []string{"dry-run"}, nil, "print the resulting file(s) instead of writing them")
+	if err := parseLeaf(e, fs, args, "[flags]", "Register the NVIDIA runtime in a container engine's configuration, keeping every other setting."); err != nil {
+		return err
+	}
+
+	eng, err := engine.ParseEngine(runtimeName)
+	if err != nil {
+		return fmt.Errorf("--runtime: %w", err)
+	}
+	if mode != "config-file" {
+		return fmt.Errorf("--config-mode=%s is not supported (only config-file)", mode)
+	}
+	if configPath == "" {
+		configPath = eng.DefaultConfigPath()
+	}
+	switch {
+	case eng == engine.Docker:
+		if fs.IsSet("drop-in-config") && dropIn != "" {
+			return fmt.Errorf("--drop-in-config: docker has no drop-in configuration files")
+		}
+		dropIn = ""
+	case !fs.IsSet("drop-in-config") && !fs.IsSet("config"):
+		dropIn = eng.DefaultDropInPath()
+	}
+	if rtPath, err = runtimePath(e, eng, rtPath); err != nil {
+		return err
+	}
+	req := engine.Request{
+		Engine:     eng,
+		ConfigPath: configPath,
+		DropInPath: dropIn,
+		Options:    engine.Options{RuntimeName: rtName, RuntimePath: rtPath, SetAsDefault: setDefault, EnableCDI: enableCDI},
+	}
+	switch source {
+	case "file":
+	case "command":
+		if eng == engine.Docker {
+			return fmt.Errorf("--config-source=command is not supported for docker")
+		}
+		if req.Source, err = engineConfigDump(e, eng, configPath); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--config-source=%q: want file or command", source)
+	}
+
+	res, err := engine.Plan(req)
+	if err != nil {
+		return err
+	}
+	for _, n := range res.Notes {
+		e.log.Warn(n)
+	}
+	if dryRun {
+		for _, f := range res.Files {
+			if len(res.Files) > 1 {
+				fmt.Fprintf(e.Stdout, "# %s\n", f.Path)
+			}
+			e.Stdout.Write(f.Data)
+		}
+		return nil
+	}
+	if !res.Changed() {
+		e.log.Info("configuration already up to date", "file", res.Files[0].Path)
+		return nil
+	}
+	if err := res.Apply(); err != nil {
+		return err
+	}
+	for _, f := range res.Files {
+		if f.Changed {
+			e.log.Info("wrote updated config", "file", f.Path)
+		}
+	}
+	e.log.Info(fmt.Sprintf("restart %s for the change to take effect", daemonName(eng)))
+	return nil
+}
+
+func daemonName(eng engine.Engine) string {
+	switch eng {
+	case engine.Docker:
+		return "dockerd"
+	case engine.CRIO:
+		return "crio"
+	}
+	return string(eng)
+}
+
+// runtimePath resolves --nvidia-runtime-path: the default is the runtime
+// found in PATH (absolute), else /usr/bin/nvidia-container-runtime.
+// containerd and CRI-O need an absolute path: a bare name is looked up in
+// PATH, a relative path is made absolute.
+func runtimePath(e *env, eng engine.Engine, p string) (string, error) {
+	pathEnv := e.Getenv("PATH")
+	if p == "" {
+		if found, err := lookPath(runtimeBinary, pathEnv); err == nil {
+			return found, nil
+		}
+		e.log.Debug("nvidia-container-runtime not found in PATH; using the default path", "path", engine.DefaultRuntimePath)
+		return engine.DefaultRuntimePath, nil
+	}
+	if eng == engine.Docker || filepath.IsAbs(p) {
+		return p, nil
+	}
+	if !strings.Contains(p, "/") {
+		found, err := lookPath(p, pathEnv)
+		if err != nil {
+			return "", fmt.Errorf("--nvidia-runtime-path=%s: %s needs an absolute path and %s is not in PATH", p, eng, p)
+		}
+		return found, nil
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("--nvidia-runtime-path=%s: %w", p, err)
+	}
+	return abs, nil
+}
+
+// lookPath finds an executable in the PATH list pathEnv and returns its
+// absolute path.
+func lookPath(name, pathEnv string) (string, error) {
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return filepath.Abs(p)
+		}
+	}
+	return "", fmt.Errorf("%s: not found in PATH", name)
+}
+
+// engineConfigDump runs the engine's own "print the effective config"
+// command for --config-source=command.
+func engineConfigDump(e *env, eng engine.Engine, configPath string) ([]byte, error) {
+	var candidates [][]string
+	switch eng {
+	case engine.Containerd:
+		argv := []string{"containerd"}
+		if _, err := os.Stat(configPath); err == nil {
+			argv = append(argv, "--config", configPath)
+		}
+		candidates = [][]string{append(argv, "config", "dump")}
+	case engine.CRIO:
+		candidates = [][]string{{"crio", "status", "config"}, {"crio-status", "config"}}
+	}
+	var errs []string
+	for _, argv := range candidates {
+		path, err := lookPath(argv[0], e.Getenv("PATH")+":/usr/local/sbin:/usr/sbin:/sbin")
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), commandSourceTimeout)
+		cmd := exec.CommandContext(ctx, path, argv[1:]...)
+		cmd.Env = e.Environ
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err = cmd.Run()
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String())))
+			continue
+		}
+		e.log.Debug("read the effective configuration", "command", strings.Join(argv, " "))
+		return stdout.Bytes(), nil
+	}
+	return nil, fmt.Errorf("--config-source=command: %s", strings.Join(errs, "; "))
+}
