@@ -3,11 +3,13 @@ package selector
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/requirements"
 )
 
 // testDriver has four GPUs whose minors do not follow their indices, and MIG
@@ -207,5 +209,29 @@ func BenchmarkResolve(b *testing.B) {
 		if _, err := Resolve(d, tokens); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestFacts(t *testing.T) {
+	d := testDriver()
+	d.CUDAVersion = "12.2"
+	d.GPUs[2].Arch, d.GPUs[2].Brand = "8.0", "Tesla"
+	sel, err := Resolve(d, []string{"2:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := sel.Facts(d)
+	want := requirements.Facts{CUDA: "12.2", Driver: "535.261.03", Devices: []requirements.DeviceFacts{
+		{Index: "2", UUID: "GPU-21111111-2222-3333-4444-555555555555", Arch: "8.0", Brand: "Tesla"},
+		{Index: "2:1", UUID: "MIG-bbbbbbbb-0000-0000-0000-000000000000", Arch: "8.0", Brand: "Tesla"},
+	}}
+	if !reflect.DeepEqual(f, want) {
+		t.Errorf("Facts = %+v", f)
+	}
+	if err := requirements.Check([]string{"arch>=9.0"}, f); err == nil || !strings.Contains(err.Error(), "GPU 2 (GPU-2") {
+		t.Errorf("Check = %v", err)
+	}
+	if f := (Selection{}).Facts(nil); len(f.Devices) != 0 || f.CUDA != "" {
+		t.Errorf("empty Facts = %+v", f)
 	}
 }
