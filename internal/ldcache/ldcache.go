@@ -25,7 +25,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"unsafe"
@@ -191,18 +193,74 @@ func Parse(data []byte) (*Cache, error) {
 	return parseNew(string(data[newOff:]), newOff)
 }
 
-// Load reads and parses the cache file at path. Errors name the path:
+// MaxSize bounds the cache files Load and Read accept (a cache with 100,000
+// entries takes about 10 MiB).
+const MaxSize = 256 << 20
+
+// ErrTooLarge: the file is larger than MaxSize.
+var ErrTooLarge = errors.New("file too large")
+
+// Load reads and parses the cache file at path (a regular file of at most
+// MaxSize bytes). Errors name the path:
 // "ld.so.cache /x/etc/ld.so.cache: truncated: …".
 func Load(path string) (*Cache, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("ld.so.cache: %w", err)
 	}
-	c, err := parseOwned(data)
+	defer f.Close()
+	c, err := Read(f)
 	if err != nil {
 		return nil, fmt.Errorf("ld.so.cache %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// Read reads a cache from r (for example a file opened inside a container
+// or driver root) and parses it. If r is an *os.File it must be a regular
+// file.
+func Read(r io.Reader) (*Cache, error) {
+	hint := 0
+	if f, ok := r.(*os.File); ok {
+		st, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("not a regular file (%v)", st.Mode().Type())
+		}
+		if st.Size() > MaxSize {
+			return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, st.Size(), MaxSize)
+		}
+		hint = int(st.Size())
+	}
+	data, err := readLimited(r, hint, MaxSize)
+	if err != nil {
+		return nil, err
+	}
+	return parseOwned(data)
+}
+
+// readLimited reads r to EOF into a buffer sized for hint bytes, failing
+// beyond limit bytes.
+func readLimited(r io.Reader, hint, limit int) ([]byte, error) {
+	buf := make([]byte, 0, max(hint+1, 512)) // +1: EOF is seen without growing
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, len(buf)) // doubles
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > limit {
+			return nil, fmt.Errorf("%w: over %d bytes", ErrTooLarge, limit)
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // parseOwned parses data that nothing else references or will modify; the
@@ -307,14 +365,48 @@ func parseNew(sec string, base int) (*Cache, error) {
 // prefixes, in file order. With no prefixes it returns every ELF entry of
 // that class.
 func (c *Cache) Lookup(class Class, prefixes ...string) []Entry {
+	return c.lookup(func(e Entry) bool { return e.Class() == class }, prefixes)
+}
+
+// LookupArch is Lookup for one exact architecture flag (Entry.Arch), as
+// NVIDIA's tools select entries: see HostArch.
+func (c *Cache) LookupArch(arch uint32, prefixes ...string) []Entry {
+	return c.lookup(func(e Entry) bool { return e.Arch() == arch }, prefixes)
+}
+
+// lookup returns the ELF entries accepted by want whose key starts with
+// any of prefixes (all of them for no prefixes).
+func (c *Cache) lookup(want func(Entry) bool, prefixes []string) []Entry {
 	m := newPrefixSet(prefixes)
 	var out []Entry
 	for _, e := range c.Entries {
-		if e.IsELF() && e.Class() == class && (len(prefixes) == 0 || m.matches(e.Key)) {
+		if e.IsELF() && want(e) && (len(prefixes) == 0 || m.matches(e.Key)) {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// HostArch returns the architecture flag of class on the architecture this
+// program runs on (GOARCH): amd64 64-bit x86-64, 32-bit i386; arm64 64-bit
+// AArch64, 32-bit armhf; ppc64le 64-bit only. ok is false where there is
+// none.
+func HostArch(class Class) (arch uint32, ok bool) { return archFor(runtime.GOARCH, class) }
+
+func archFor(goarch string, class Class) (uint32, bool) {
+	switch {
+	case goarch == "amd64" && class == Class64:
+		return ArchX8664, true
+	case goarch == "amd64" && class == Class32:
+		return ArchI386, true
+	case goarch == "arm64" && class == Class64:
+		return ArchAArch64, true
+	case goarch == "arm64" && class == Class32:
+		return ArchARMHF, true
+	case goarch == "ppc64le" && class == Class64:
+		return ArchPPC64, true
+	}
+	return 0, false
 }
 
 // prefixSet answers "does s start with any of these prefixes" in

@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // sample returns entries covering every class the package distinguishes.
@@ -356,5 +358,81 @@ func TestPrefixSet(t *testing.T) {
 				t.Fatalf("prefixes %q, key %q: matches %v, want %v", ps, s, got, want)
 			}
 		}
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+type failing struct{}
+
+func (failing) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }
+
+func TestRead(t *testing.T) {
+	data := BuildFormat(sample(), FormatCompat)
+	// A plain reader, read in small pieces.
+	c, err := Read(iotest.OneByteReader(bytes.NewReader(data)))
+	if err != nil || !slices.Equal(c.Entries, sample()) {
+		t.Fatalf("Read(one byte at a time) = %v, %v", c, err)
+	}
+	if _, err := Read(failing{}); err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Errorf("Read(failing) err = %v", err)
+	}
+	if _, err := readLimited(zeros{}, 0, 4096); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("readLimited(endless) err = %v", err)
+	}
+	for _, hint := range []int{0, 1, len(data) - 1, len(data), len(data) + 1, 10 * len(data)} {
+		got, err := readLimited(bytes.NewReader(data), hint, MaxSize)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("readLimited(hint %d) = %d bytes, %v", hint, len(got), err)
+		}
+	}
+	if _, err := os.Stat("/dev/null"); err == nil {
+		_, err := Load("/dev/null")
+		if err == nil || !strings.Contains(err.Error(), "ld.so.cache /dev/null: not a regular file") {
+			t.Errorf("Load(/dev/null) err = %v", err)
+		}
+	}
+}
+
+func TestLookupArch(t *testing.T) {
+	c, err := Parse(Build(sample()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		goarch string
+		class  Class
+		ok     bool
+		want   []string
+	}{
+		{"amd64", Class64, true, []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so"}},
+		{"amd64", Class32, true, []string{"/usr/lib/i386-linux-gnu/libcuda.so.1"}},
+		{"arm64", Class64, true, []string{"/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1"}},
+		{"arm64", Class32, true, []string{"/usr/lib/arm-linux-gnueabihf/libnvidia-ml.so.1"}},
+		{"ppc64le", Class64, true, []string{"/usr/lib/powerpc64le-linux-gnu/libnvidia-ml.so.1"}},
+		{"ppc64le", Class32, false, nil},
+		{"riscv64", Class64, false, nil},
+		{"amd64", ClassOther, false, nil},
+	} {
+		arch, ok := archFor(tc.goarch, tc.class)
+		if ok != tc.ok {
+			t.Errorf("archFor(%s, %v) ok = %v", tc.goarch, tc.class, ok)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		var got []string
+		for _, e := range c.LookupArch(arch, "libcuda", "libnvidia-ml") {
+			got = append(got, e.Value)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s %v: got %q, want %q", tc.goarch, tc.class, got, tc.want)
+		}
+	}
+	if a, ok := HostArch(Class64); runtime.GOARCH == "amd64" && (a != ArchX8664 || !ok) {
+		t.Errorf("HostArch(Class64) = %#x %v", a, ok)
 	}
 }
