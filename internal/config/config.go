@@ -245,23 +245,16 @@ func Load(environ []string) (*Config, error) {
 
 // LoadFile loads the config file at path over the defaults. A missing file
 // is an error when mustExist, else it gives the defaults (with Path "").
+// Nothing is logged: warnings (unknown keys, …) are in Config.Warnings.
 func LoadFile(path string, mustExist bool) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !mustExist {
-			slog.Debug("config file not found, using defaults", "path", path)
 			return Default(), nil
 		}
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c, err := Parse(data, path)
-	if err != nil {
-		return nil, err
-	}
-	for _, w := range c.Warnings {
-		slog.Warn("config", "path", path, "warning", w)
-	}
-	return c, nil
+	return Parse(data, path)
 }
 
 // Parse parses config file contents over the defaults and validates them.

@@ -262,11 +262,11 @@ func explain(f Failure, facts Facts) string {
 
 // Check evaluates every requirement against the host facts and returns nil
 // when all hold. Notes about unknown host values are logged with slog at
-// info level. See Evaluate.
+// debug level (a tool's stderr stays clean); use Evaluate to get them.
 func Check(reqs []string, facts Facts) error {
 	res, err := Evaluate(reqs, facts)
 	for _, n := range res.Notes {
-		slog.Info("requirement check", "note", n)
+		slog.Debug("requirement check", "note", n)
 	}
 	return err
 }
