@@ -9,6 +9,9 @@ import (
 	"strings"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cli/containercli"
+	"github.com/nctk/nctk/internal/cli/ctk"
+	"github.com/nctk/nctk/internal/cli/nvdocker"
 	"github.com/nctk/nctk/internal/cli/runtime"
 )
 
@@ -18,7 +21,10 @@ const Version = "0.1.0"
 // All returns the tools by the names they are installed under.
 func All() map[string]app.Tool {
 	return map[string]app.Tool{
+		"nvidia-container-cli":     containercli.Main,
 		"nvidia-container-runtime": runtime.Main,
+		"nvidia-ctk":               ctk.Main,
+		"nvidia-docker":            nvdocker.Main,
 	}
 }
 
