@@ -2,14 +2,17 @@ package nvdocker
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/e2e"
 )
 
 // mainEnv makes the test binary act as nvidia-docker (see TestMain), so
@@ -232,5 +235,53 @@ func BenchmarkRewrite(b *testing.B) {
 		if _, err := Rewrite(args, "0 1 GPU-0c6e6a2c-1f4e-1b2a-8a3d-8d9e1c2b3a4f"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestE2ENvidiaDocker runs `nvidia-docker run` against a private dockerd
+// whose nvidia runtime is a recording wrapper around runc, and checks the
+// container the runtime was asked to create: it carries exactly the GPUs
+// of NV_GPU.
+func TestE2ENvidiaDocker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	e2e.RequireRoot(t)
+	runc := e2e.RequireTool(t, "runc")
+	fake := e2e.NewFakeTool(t, t.TempDir(), "nvidia-container-runtime", e2e.FakeToolOptions{Exec: runc})
+	d := e2e.StartDockerd(t, e2e.DockerdOptions{Runtimes: map[string]e2e.DockerRuntime{"nvidia": {Path: fake.Path}}})
+	d.ImportImage(e2e.BuildRootfs(t, e2e.RootfsOptions{}), "nctk-e2e:nvdocker")
+
+	env := []string{"PATH=" + e2e.SystemPath, "HOME=" + t.TempDir(), "DOCKER_HOST=" + d.Host,
+		"NV_DOCKER=" + d.CLI, "NV_GPU=1 GPU-0c6e6a2c-1f4e-1b2a-8a3d-8d9e1c2b3a4f"}
+	stdout, stderr, code := runWrapper(t, env, "run", "--rm", "--network=none", "nctk-e2e:nvdocker", "sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES")
+	if code != 0 {
+		t.Fatalf("nvidia-docker run: exit %d\nstdout %s\nstderr %s\ndockerd log:\n%s", code, stdout, stderr, d.Log())
+	}
+	const want = "1,GPU-0c6e6a2c-1f4e-1b2a-8a3d-8d9e1c2b3a4f"
+	if strings.TrimSpace(stdout) != want {
+		t.Errorf("container saw NVIDIA_VISIBLE_DEVICES=%q, want %q", strings.TrimSpace(stdout), want)
+	}
+	calls, err := fake.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Process struct {
+			Env []string `json:"env"`
+		} `json:"process"`
+	}
+	found := false
+	for _, c := range calls {
+		if !slices.Contains(c.Argv, "create") || c.ConfigJSON == "" {
+			continue
+		}
+		if err := json.Unmarshal([]byte(c.ConfigJSON), &spec); err != nil {
+			t.Fatalf("config.json given to the runtime: %v", err)
+		}
+		found = found || slices.Contains(spec.Process.Env, "NVIDIA_VISIBLE_DEVICES="+want)
+	}
+	if !found {
+		t.Errorf("the nvidia runtime was not asked to create a container with NVIDIA_VISIBLE_DEVICES=%s (%d calls)", want, len(calls))
 	}
 }
