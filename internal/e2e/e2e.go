@@ -446,7 +446,9 @@ func killProcsMentioning(marker string) []int {
 // removeCgroup removes the cgroup directory name (relative to each
 // hierarchy's root) from every mounted cgroup hierarchy, children first.
 // Engines leave their (empty) parent cgroups behind; the harness gives each
-// daemon a unique parent so that it can remove it.
+// daemon and bundle a unique parent so that it can remove it. Processes
+// still in it (containers of a daemon that crashed, whose shim the cleanup
+// killed) are SIGKILLed first; they can only be the test's own.
 func removeCgroup(name string) error {
 	name = strings.Trim(filepath.Clean("/"+name), "/")
 	if name == "" {
@@ -456,26 +458,57 @@ func removeCgroup(name string) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	var dirs []string
 	for _, root := range roots {
 		dir := filepath.Join(root, name)
 		if _, err := os.Stat(dir); err != nil {
 			continue
 		}
-		var dirs []string
 		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
 				dirs = append(dirs, p)
 			}
 			return nil
 		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := removeCgroupDir(dirs[i]); err != nil {
-				errs = append(errs, err)
-			}
+	}
+	killCgroupProcs(dirs)
+	var errs []error
+	// Children first: deeper paths sort after their parents.
+	sort.SliceStable(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+	for _, d := range dirs {
+		if err := removeCgroupDir(d); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// killCgroupProcs SIGKILLs the processes listed in the cgroup.procs files
+// of dirs, a few rounds (a dying pid-namespace init takes its children
+// along; a process may fork meanwhile).
+func killCgroupProcs(dirs []string) {
+	self := os.Getpid()
+	for range 5 {
+		found := false
+		for _, d := range dirs {
+			data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(data)) {
+				pid, err := strconv.Atoi(f)
+				if err != nil || pid <= 1 || pid == self {
+					continue
+				}
+				found = true
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if !found {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // removeCgroupDir rmdirs one cgroup, retrying briefly while its last tasks
