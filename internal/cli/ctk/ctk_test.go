@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -298,5 +299,50 @@ func TestConfigCommand(t *testing.T) {
 		if _, stderr, code := run(t, nil, tt.args...); code != 1 || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%q: exit %d stderr %q, want %q", tt.args, code, stderr, tt.want)
 		}
+	}
+}
+
+func TestRuntimeConfigureContainerdCommandSource(t *testing.T) {
+	containerd, err := exec.LookPath("containerd")
+	if err != nil {
+		t.Skipf("containerd is not installed: %v", err)
+	}
+	dir := t.TempDir()
+	main := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(main, []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"example.com/pause:from-main\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dropIn := filepath.Join(dir, "conf.d", "99-nvidia.toml")
+	environ := []string{"PATH=" + filepath.Dir(containerd)}
+	stdout, stderr, code := run(t, environ, "-d", "runtime", "configure", "--runtime=containerd", "--config", main,
+		"--drop-in-config", dropIn, "--config-source", "command", "--runtime-path", "/usr/bin/nvidia-container-runtime", "--dry-run")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "containerd --config "+main+" config dump") {
+		t.Errorf("stderr %q does not show the dump command", stderr)
+	}
+	// The drop-in copies the effective CRI table: the main file's setting
+	// and containerd's defaults (which the file did not spell out).
+	for _, want := range []string{"# " + dropIn, "sandbox_image = 'example.com/pause:from-main'", "max_concurrent_downloads = 3",
+		"BinaryName = '/usr/bin/nvidia-container-runtime'", "# " + main, "imports = ['" + dropIn + "']"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("dry-run output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestRuntimeConfigureContainerdDefaultDropIn(t *testing.T) {
+	// Without --config and --drop-in-config, the default drop-in is used;
+	// a dry run reads the machine's files and writes nothing.
+	stdout, stderr, code := run(t, nil, "runtime", "configure", "--runtime=containerd", "--runtime-path", "/usr/bin/nvidia-container-runtime", "--dry-run")
+	if code != 0 {
+		t.Skipf("the machine's containerd config cannot be read here: %s", stderr)
+	}
+	if !strings.Contains(stdout, "runtimes.nvidia") {
+		t.Errorf("dry-run output:\n%s", stdout)
+	}
+	if strings.HasPrefix(stdout, "# ") && !strings.HasPrefix(stdout, "# /etc/containerd/conf.d/99-nvidia.toml\n") {
+		t.Errorf("first file is not the default drop-in:\n%s", stdout)
 	}
 }
