@@ -274,9 +274,12 @@ func probeNVML(req Request, res *Result) {
 	case nh == nil:
 		res.NVMLError = fmt.Sprintf("dlopen %s: %s", req.NVML, C.GoString(&nr.err[0]))
 		return
+	case C.GoString(&nr.err[0]) != "":
+		res.NVMLError = fmt.Sprintf("%s: %s", req.NVML, C.GoString(&nr.err[0]))
+		return
 	case nr.init_rc != 0:
-		msg := C.GoString(&nr.err[0])
-		if s := C.nctk_nvml_error(nh, nr.init_rc); msg == "" && s != nil {
+		msg := fmt.Sprintf("NVML error %d", int(nr.init_rc))
+		if s := C.nctk_nvml_error(nh, nr.init_rc); s != nil {
 			msg = C.GoString(s)
 		}
 		res.NVMLError = fmt.Sprintf("nvmlInit_v2: %s (%d)", msg, int(nr.init_rc))
