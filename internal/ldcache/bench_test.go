@@ -78,7 +78,7 @@ func cpuTime() time.Duration {
 // BenchmarkLoadLookup is discovery's use: load a cache file, then look up
 // NVIDIA's library prefixes for both classes.
 //
-// Measured 2026 on the 2-CPU Debian 12 VM while it ran other builds (load
+// Measured on the 2-CPU Debian 12 VM while it ran other builds (load
 // average ≈ 12, so wall times are noisy; -cpu 1, best of 3; cpu = process
 // user+system time):
 //
