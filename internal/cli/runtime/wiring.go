@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/plan"
 )
@@ -71,29 +72,20 @@ type PlannerFunc func(ctx context.Context, in Input) (*plan.Plan, error)
 // Prepare calls f.
 func (f PlannerFunc) Prepare(ctx context.Context, in Input) (*plan.Plan, error) { return f(ctx, in) }
 
-// defaultPlanner is the production planner. Until the request parser
-// (spec + config -> inject.Job) is wired here, containers that request no
-// GPU are left alone and a GPU request fails clearly instead of starting
-// without GPUs.
+// defaultPlanner is the production planner: internal/inject, the path every
+// nctk tool computes its injection plan with.
 func defaultPlanner() Planner {
-	return PlannerFunc(func(_ context.Context, in Input) (*plan.Plan, error) {
-		if !requestsGPUs(in.Spec) {
+	return PlannerFunc(func(ctx context.Context, in Input) (*plan.Plan, error) {
+		res, req, err := inject.Prepare(ctx, in.Spec, in.Rootfs, in.Config)
+		if err != nil {
+			return nil, err
+		}
+		if res == nil {
+			if len(req.CDIDevices) > 0 {
+				return nil, fmt.Errorf("CDI device requests (%s) are not supported by this runtime build", strings.Join(req.CDIDevices, ", "))
+			}
 			return nil, nil
 		}
-		return nil, errors.New("GPU injection is not available in this build (the request parser is not wired into nvidia-container-runtime)")
+		return res.Plan, nil
 	})
-}
-
-// requestsGPUs reports whether NVIDIA_VISIBLE_DEVICES asks for anything.
-func requestsGPUs(s *specs.Spec) bool {
-	if s == nil || s.Process == nil {
-		return false
-	}
-	v, set := "", false
-	for _, kv := range s.Process.Env {
-		if val, ok := strings.CutPrefix(kv, "NVIDIA_VISIBLE_DEVICES="); ok {
-			v, set = val, true
-		}
-	}
-	return set && strings.TrimSpace(v) != "" && !strings.Contains(v, "void")
 }
