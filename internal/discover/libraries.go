@@ -60,18 +60,27 @@ func (x *discoverer) libraries() error {
 		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: unwrapPathErr(err)}
 	}
 
-	// Slots in NVIDIA's order: 64-bit groups, then 32-bit groups.
+	// Slots in NVIDIA's order: 64-bit groups, then 32-bit groups. Entries
+	// are selected by the exact architecture flag of this machine's 64-bit
+	// and 32-bit ABIs (x86-64/i386, AArch64/armhf, ppc64le), as NVIDIA does.
 	var slots []*libSlot
-	index := map[ldcache.Class]map[string]*libSlot{ldcache.Class64: {}, ldcache.Class32: {}}
+	index := map[uint32]map[string]*libSlot{}
+	byClass := map[ldcache.Class]map[string]*libSlot{}
 	for _, class := range []ldcache.Class{ldcache.Class64, ldcache.Class32} {
+		arch, ok := ldcache.HostArch(class)
+		if !ok {
+			continue
+		}
+		index[arch] = map[string]*libSlot{}
+		byClass[class] = index[arch]
 		for _, g := range caps.LibraryGroupOrder() {
 			for _, p := range caps.Libraries(g) {
-				if _, dup := index[class][p]; dup {
+				if _, dup := index[arch][p]; dup {
 					continue
 				}
 				s := &libSlot{class: class, group: g, prefix: p}
 				slots = append(slots, s)
-				index[class][p] = s
+				index[arch][p] = s
 			}
 		}
 	}
@@ -82,7 +91,7 @@ func (x *discoverer) libraries() error {
 		if !e.IsELF() {
 			continue
 		}
-		byName, ok := index[e.Class()]
+		byName, ok := index[e.Arch()]
 		if !ok {
 			continue
 		}
@@ -114,7 +123,7 @@ func (x *discoverer) libraries() error {
 		x.log.Debug("selecting library", "path", real, "name", s.prefix, "class", e.Class().String())
 	}
 
-	if err := x.checkLibraryVersion(index[ldcache.Class64], c); err != nil {
+	if err := x.checkLibraryVersion(byClass[ldcache.Class64], c); err != nil {
 		return err
 	}
 
