@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,7 +36,30 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(childMain())
 	}
+	if filepath.Base(os.Args[0]) == ocispec.HookBinary {
+		os.Exit(hookRecorder())
+	}
 	os.Exit(m.Run())
+}
+
+// hookRecord is the file hookRecorder writes in its working directory.
+const hookRecord = "nctk-hook.out"
+
+// hookRecorder stands in for nvidia-cdi-hook: it records its arguments,
+// working directory (the container rootfs for a createContainer hook) and
+// exact environment into hookRecord there.
+func hookRecorder() int {
+	cwd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	out := "args: " + strings.Join(os.Args[1:], " ") + "\ncwd: " + cwd + "\n" + strings.Join(os.Environ(), "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(cwd, hookRecord), []byte(out), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }
 
 func childMain() int {
@@ -304,4 +328,19 @@ func TestProcessErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// requestsGPUs reports whether NVIDIA_VISIBLE_DEVICES asks for anything (the
+// test planner's stand-in for internal/request).
+func requestsGPUs(s *specs.Spec) bool {
+	if s == nil || s.Process == nil {
+		return false
+	}
+	v, set := "", false
+	for _, kv := range s.Process.Env {
+		if val, ok := strings.CutPrefix(kv, "NVIDIA_VISIBLE_DEVICES="); ok {
+			v, set = val, true
+		}
+	}
+	return set && strings.TrimSpace(v) != "" && !strings.Contains(v, "void")
 }
