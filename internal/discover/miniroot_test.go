@@ -597,3 +597,38 @@ func TestFirmwareClassPath(t *testing.T) {
 		t.Errorf("firmware %+v, want only the custom path's file", d.Firmware)
 	}
 }
+
+// FuzzResolve resolves arbitrary paths in a root full of hostile symlinks
+// (absolute, relative, escaping with .., loops): resolution never panics,
+// and every result is a clean absolute path that exists inside the root.
+func FuzzResolve(f *testing.F) {
+	m := newMiniRoot(f)
+	m.file("/usr/lib/libcuda.so.535", "x", 0o644)
+	m.symlink("/lib", "usr/lib")
+	m.symlink("/usr/lib/libcuda.so.1", "libcuda.so.535")
+	m.symlink("/usr/lib/abs", "/usr/lib/libcuda.so.1")
+	m.symlink("/usr/lib/escape", "../../../../../../../etc/passwd")
+	m.symlink("/usr/lib/up", "..")
+	m.symlink("/loop1", "/loop2")
+	m.symlink("/loop2", "/loop1")
+	m.symlink("/dangling", "/nowhere/at/all")
+	for _, s := range []string{"/lib/libcuda.so.1", "/usr/lib/abs", "/usr/lib/escape", "/usr/lib/up/up/up/lib/abs", "/loop1", "/dangling", "../..", "", "/./.././lib//libcuda.so.535"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		r := newInRoot(m.dir)
+		got, err := r.resolve(p)
+		if err != nil {
+			return
+		}
+		if !strings.HasPrefix(got, "/") || filepath.Clean(got) != got {
+			t.Fatalf("resolve(%q) = %q: not a clean absolute path", p, got)
+		}
+		if _, err := os.Lstat(r.host(got)); err != nil {
+			t.Fatalf("resolve(%q) = %q, which does not exist in the root: %v", p, got, err)
+		}
+		if fi, _ := os.Lstat(r.host(got)); fi.Mode()&os.ModeSymlink != 0 {
+			t.Fatalf("resolve(%q) = %q is still a symlink", p, got)
+		}
+	})
+}

@@ -11,6 +11,7 @@ package containercli
 import (
 	"errors"
 	"fmt"
+	"github.com/nctk/nctk/internal/version"
 	"log/slog"
 	"runtime"
 	"runtime/debug"
@@ -24,7 +25,7 @@ import (
 // CompatVersion is the NVIDIA CLI version whose interface this one
 // reproduces; --version reports it as cli-version/lib-version so that
 // scripts checking for features keep working.
-const CompatVersion = "1.17.8"
+const CompatVersion = version.NVIDIACompat
 
 // Commands are the commands implemented outside this package.
 type Commands struct {
@@ -106,7 +107,7 @@ func versionText() string {
 	}
 	return fmt.Sprintf("cli-version: %s\nlib-version: %s\nbuild date: %s\nbuild revision: %s\nbuild compiler: %s\n"+
 		"build platform: %s\nbuild flags: %s\n",
-		CompatVersion, CompatVersion, date, rev, runtime.Version()+" (nctk, Go reimplementation)", platform,
+		CompatVersion, CompatVersion, date, rev, runtime.Version()+" ("+version.String()+")", platform,
 		strings.TrimSpace(flags))
 }
 

@@ -204,3 +204,30 @@ func TestDiscoverOptions(t *testing.T) {
 		t.Errorf("search path\n got %s\nwant %s", got, want)
 	}
 }
+
+// FuzzParse: any argument vector is either parsed or rejected with a usage
+// error; it never panics, and every parsed option is one of the table's.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"--root=/x info", "-knr /drv list -l", "-u", "--user=1:2 -- x", "--comp", "-r", "--=x", "-", "--", "-\x00"} {
+		f.Add(s, true)
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, line string, inOrder bool) {
+		args := strings.Split(line, " ")
+		ps, ops, err := Parse(testOptions(), args, inOrder)
+		if err != nil {
+			if !IsUsage(err) {
+				t.Fatalf("non-usage error %T: %v", err, err)
+			}
+			return
+		}
+		if len(ps)+len(ops) > len(args)*len(line)+1 {
+			t.Fatalf("%d options and %d operands from %d arguments", len(ps), len(ops), len(args))
+		}
+		for _, p := range ps {
+			if p.Opt == nil || (p.Opt.Arg == NoArg && p.HasValue) {
+				t.Fatalf("bad parsed option %+v", p)
+			}
+		}
+	})
+}
