@@ -4,6 +4,7 @@ package tools
 
 import (
 	"fmt"
+	"github.com/nctk/nctk/internal/version"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -16,7 +17,6 @@ import (
 )
 
 // Version is nctk's version, printed by every tool's --version.
-const Version = "0.1.0"
 
 // All returns the tools by the names they are installed under.
 func All() map[string]app.Tool {
@@ -48,6 +48,6 @@ func Run(e *app.Env) int {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(e.Stderr, "nctk %s: run as one of: %s\n(or: nctk TOOL [ARGS...])\n", Version, strings.Join(names, ", "))
+	fmt.Fprintf(e.Stderr, "%s: run as one of: %s\n(or: nctk TOOL [ARGS...])\n", version.String(), strings.Join(names, ", "))
 	return 2
 }

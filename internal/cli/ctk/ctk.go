@@ -18,9 +18,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	nctkversion "github.com/nctk/nctk/internal/version"
 	"io"
 	"log/slog"
-	rdebug "runtime/debug"
 	"sort"
 	"strings"
 
@@ -240,16 +240,5 @@ func newLogger(w io.Writer, level slog.Level) *slog.Logger {
 	}))
 }
 
-// version is nctk's module version and VCS revision.
-func version() string {
-	v := "(devel)"
-	if bi, ok := rdebug.ReadBuildInfo(); ok {
-		v = bi.Main.Version
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += " (commit " + s.Value[:12] + ")"
-			}
-		}
-	}
-	return "nctk " + v
-}
+// version is nctk's version.
+func version() string { return nctkversion.String() }

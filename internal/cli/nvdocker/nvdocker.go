@@ -15,11 +15,11 @@ package nvdocker
 import (
 	"errors"
 	"fmt"
+	nctkversion "github.com/nctk/nctk/internal/version"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
-	rdebug "runtime/debug"
 	"strings"
 	"syscall"
 
@@ -236,16 +236,5 @@ func quoteArgs(argv []string) string {
 	return strings.Join(q, " ")
 }
 
-// version is nctk's module version and VCS revision.
-func version() string {
-	v := "(devel)"
-	if bi, ok := rdebug.ReadBuildInfo(); ok {
-		v = bi.Main.Version
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += " (commit " + s.Value[:12] + ")"
-			}
-		}
-	}
-	return "nctk " + v
-}
+// version is nctk's version.
+func version() string { return nctkversion.String() }

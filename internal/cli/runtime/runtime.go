@@ -18,10 +18,10 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"github.com/nctk/nctk/internal/version"
 	"log/slog"
 	"os"
 	"path/filepath"
-	rdebug "runtime/debug"
 	"syscall"
 	"time"
 
@@ -174,20 +174,5 @@ func needsHooks(p *plan.Plan) bool {
 	return len(p.Symlinks) > 0 || len(p.LdconfigDirs) > 0 || p.Proc != nil
 }
 
-// buildVersion is the module version and VCS revision of the binary
-// (internal/tools.Version cannot be imported here: tools imports this
-// package).
-func buildVersion() string {
-	v := "unknown"
-	bi, ok := rdebug.ReadBuildInfo()
-	if !ok {
-		return v
-	}
-	v = bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " (commit " + s.Value[:12] + ")"
-		}
-	}
-	return "nctk " + v
-}
+// buildVersion is nctk's version.
+func buildVersion() string { return version.String() }
