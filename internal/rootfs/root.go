@@ -423,3 +423,23 @@ func writeAll(fd int, data []byte) error {
 	}
 	return nil
 }
+
+// ReadDir returns the names in the directory p inside the root (following
+// symlinks inside the root), unsorted.
+func (r *Root) ReadDir(p string) ([]string, error) {
+	cp, err := clean(p)
+	if err != nil {
+		return nil, r.errorf(p, err)
+	}
+	fd, err := r.resolve(cp, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, r.errorf(cp, err)
+	}
+	f := os.NewFile(uintptr(fd), cp)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, r.errorf(cp, err)
+	}
+	return names, nil
+}

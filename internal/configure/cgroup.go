@@ -1,0 +1,345 @@
+package configure
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroupEntry is one line of /proc/PID/cgroup: "ID:controllers:path".
+type cgroupEntry struct {
+	ID          string
+	Controllers []string
+	Path        string
+}
+
+// parseProcCgroup parses /proc/PID/cgroup.
+func parseProcCgroup(data []byte) ([]cgroupEntry, error) {
+	var out []cgroupEntry
+	for n, line := range strings.Split(string(data), "\n") {
+		if line == "" {
+			continue
+		}
+		id, rest, ok1 := strings.Cut(line, ":")
+		ctrls, p, ok2 := strings.Cut(rest, ":")
+		if !ok1 || !ok2 || id == "" || !strings.HasPrefix(p, "/") {
+			return nil, fmt.Errorf("line %d: malformed cgroup entry %q", n+1, line)
+		}
+		if _, err := strconv.ParseUint(id, 10, 32); err != nil {
+			return nil, fmt.Errorf("line %d: malformed cgroup entry %q: hierarchy id", n+1, line)
+		}
+		e := cgroupEntry{ID: id, Path: p}
+		if ctrls != "" {
+			e.Controllers = strings.Split(ctrls, ",")
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// mountEntry is the part of a /proc/PID/mountinfo line this package uses.
+type mountEntry struct {
+	Root       string
+	MountPoint string
+	FSType     string
+	SuperOpts  []string
+}
+
+// parseMountinfo parses /proc/PID/mountinfo.
+func parseMountinfo(data []byte) ([]mountEntry, error) {
+	var out []mountEntry
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		sep := -1
+		for i := 6; i < len(f); i++ {
+			if f[i] == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(f) < 6 || sep < 0 || len(f) < sep+3 {
+			return nil, fmt.Errorf("mountinfo line %d: malformed: %q", n, line)
+		}
+		e := mountEntry{Root: unescapeOctal(f[3]), MountPoint: unescapeOctal(f[4]), FSType: f[sep+1]}
+		if len(f) > sep+3 {
+			e.SuperOpts = strings.Split(f[sep+3], ",")
+		}
+		out = append(out, e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("mountinfo: %w", err)
+	}
+	return out, nil
+}
+
+// unescapeOctal undoes mountinfo's \NNN escapes (space, tab, newline, \).
+func unescapeOctal(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func hasString(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// cgroupDir is a container's device cgroup.
+type cgroupDir struct {
+	Version int    // 1 (devices controller) or 2 (unified, BPF)
+	Dir     string // the cgroup's directory
+}
+
+// findDeviceCgroup locates the device cgroup of the process whose
+// /proc/PID/cgroup is cgroupData, given the mount table of the caller
+// (mountinfoData) and the prefix under which those mounts are visible
+// (procRoot, "" for the host). A devices controller line means cgroup v1;
+// otherwise the unified "0::" line means v2 (as NVIDIA decides).
+func findDeviceCgroup(cgroupData, mountinfoData []byte, procRoot string) (cgroupDir, error) {
+	entries, err := parseProcCgroup(cgroupData)
+	if err != nil {
+		return cgroupDir{}, err
+	}
+	var want *cgroupEntry
+	version := 0
+	for i := range entries {
+		if hasString(entries[i].Controllers, "devices") {
+			want, version = &entries[i], 1
+			break
+		}
+	}
+	if want == nil {
+		for i := range entries {
+			if entries[i].ID == "0" && len(entries[i].Controllers) == 0 {
+				want, version = &entries[i], 2
+				break
+			}
+		}
+	}
+	if want == nil {
+		return cgroupDir{}, errors.New("no devices or unified cgroup entries found")
+	}
+	mounts, err := parseMountinfo(mountinfoData)
+	if err != nil {
+		return cgroupDir{}, err
+	}
+	var notUnder []string
+	for _, m := range mounts {
+		if version == 1 && (m.FSType != "cgroup" || !hasString(m.SuperOpts, "devices")) {
+			continue
+		}
+		if version == 2 && m.FSType != "cgroup2" {
+			continue
+		}
+		if m.Root == "/.." || strings.HasPrefix(m.Root, "/../") {
+			return cgroupDir{}, fmt.Errorf("cgroup mount %s: root %s is outside this cgroup namespace", m.MountPoint, m.Root)
+		}
+		rel, ok := underPath(want.Path, m.Root)
+		if !ok {
+			notUnder = append(notUnder, m.MountPoint+" (root "+m.Root+")")
+			continue
+		}
+		if !path.IsAbs(m.MountPoint) || strings.Contains(m.MountPoint+"/", "/../") {
+			return cgroupDir{}, fmt.Errorf("cgroup mount point %q is not a clean absolute path", m.MountPoint)
+		}
+		dir := path.Join(procRoot, m.MountPoint, rel)
+		return cgroupDir{Version: version, Dir: dir}, nil
+	}
+	kind := "devices cgroup (v1)"
+	if version == 2 {
+		kind = "cgroup2"
+	}
+	if len(notUnder) > 0 {
+		return cgroupDir{}, fmt.Errorf("cgroup %s is not below any %s mount: %s", want.Path, kind, strings.Join(notUnder, ", "))
+	}
+	return cgroupDir{}, fmt.Errorf("cgroup subsystem devices not found: no %s mount", kind)
+}
+
+// underPath returns p relative to root when p is root or below it.
+func underPath(p, root string) (string, bool) {
+	for c := range strings.SplitSeq(p, "/") {
+		if c == ".." {
+			return "", false // outside our cgroup namespace (or crafted)
+		}
+	}
+	p, root = path.Clean(p), path.Clean(root)
+	if root == "/" {
+		return p, true
+	}
+	if p == root {
+		return "/", true
+	}
+	if strings.HasPrefix(p, root+"/") {
+		return p[len(root):], true
+	}
+	return "", false
+}
+
+// lookupDeviceCgroup reads the files findDeviceCgroup needs: the
+// container's /proc/PID/cgroup and our own mountinfo, both under procRoot.
+func lookupDeviceCgroup(procRoot string, pid int) (cgroupDir, error) {
+	cg := path.Join(procRoot, "/proc", strconv.Itoa(pid), "cgroup")
+	cgData, err := os.ReadFile(cg)
+	if err != nil {
+		return cgroupDir{}, fmt.Errorf("read %s: %w", cg, err)
+	}
+	mi := path.Join(procRoot, "/proc/self/mountinfo")
+	miData, err := os.ReadFile(mi)
+	if err != nil {
+		return cgroupDir{}, fmt.Errorf("read %s: %w", mi, err)
+	}
+	d, err := findDeviceCgroup(cgData, miData, procRoot)
+	if err != nil {
+		return cgroupDir{}, fmt.Errorf("%s: %w", cg, err)
+	}
+	return d, nil
+}
+
+// deviceRule is one "allow c MAJ:MIN rw" rule.
+type deviceRule struct{ Major, Minor uint32 }
+
+func (r deviceRule) String() string { return fmt.Sprintf("c %d:%d rw", r.Major, r.Minor) }
+
+// cgroupChange is applied device rules that can be reverted.
+type cgroupChange interface {
+	// Revert undoes the change (and releases it).
+	Revert() error
+	// Release keeps the change.
+	Release()
+}
+
+// allowDevicesV1 appends an allow rule per device to the v1 devices
+// cgroup at dir, skipping rules the cgroup already grants (so that
+// reverting never takes away access the container had before).
+func allowDevicesV1(dir string, rules []deviceRule) (cgroupChange, error) {
+	list, err := os.ReadFile(path.Join(dir, "devices.list"))
+	if err != nil {
+		return nil, fmt.Errorf("read device cgroup %s: %w", dir, err)
+	}
+	granted := parseDevicesList(list)
+	allowPath := path.Join(dir, "devices.allow")
+	f, err := os.OpenFile(allowPath, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", allowPath, err)
+	}
+	defer f.Close()
+	ch := &v1Change{dir: dir}
+	for _, r := range rules {
+		if granted.allows(r) {
+			continue
+		}
+		// One rule per write: the kernel parses a single rule per call.
+		if _, err := f.Write([]byte(r.String())); err != nil {
+			ch.Revert()
+			return nil, fmt.Errorf("write %q to %s: %w", r.String(), allowPath, err)
+		}
+		ch.added = append(ch.added, r)
+	}
+	return ch, nil
+}
+
+type v1Change struct {
+	dir   string
+	added []deviceRule
+}
+
+func (c *v1Change) Release() { c.added = nil }
+
+func (c *v1Change) Revert() error {
+	if len(c.added) == 0 {
+		return nil
+	}
+	p := path.Join(c.dir, "devices.deny")
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", p, err)
+	}
+	defer f.Close()
+	var errs []error
+	for _, r := range c.added {
+		if _, err := f.Write([]byte(r.String())); err != nil {
+			errs = append(errs, fmt.Errorf("write %q to %s: %w", r.String(), p, err))
+		}
+	}
+	c.added = nil
+	return errors.Join(errs...)
+}
+
+// devicesList is a parsed v1 devices.list.
+type devicesList []devicesListEntry
+
+type devicesListEntry struct {
+	typ          byte   // 'a', 'c' or 'b'
+	major, minor string // number or "*"
+	access       string
+}
+
+func parseDevicesList(data []byte) devicesList {
+	var out devicesList
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || len(f[0]) != 1 {
+			continue
+		}
+		maj, min, ok := strings.Cut(f[1], ":")
+		if !ok {
+			continue
+		}
+		out = append(out, devicesListEntry{typ: f[0][0], major: maj, minor: min, access: f[2]})
+	}
+	return out
+}
+
+func (l devicesList) allows(r deviceRule) bool {
+	for _, e := range l {
+		if e.typ != 'a' && e.typ != 'c' {
+			continue
+		}
+		if (e.major == "*" || e.major == strconv.FormatUint(uint64(r.Major), 10)) &&
+			(e.minor == "*" || e.minor == strconv.FormatUint(uint64(r.Minor), 10)) &&
+			strings.Contains(e.access, "r") && strings.Contains(e.access, "w") {
+			return true
+		}
+	}
+	return false
+}
+
+// openCgroupDir opens a cgroup directory for BPF attachment.
+func openCgroupDir(dir string) (int, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open cgroup %s: %w", dir, err)
+	}
+	return fd, nil
+}

@@ -1,0 +1,402 @@
+// Package configure applies an injection plan to a container that a runtime
+// has created but not started: what `nvidia-container-cli configure` does
+// when the prestart hook, dockerd's --gpus path or containerd's oci-hook
+// call it.
+//
+// # Where the work happens
+//
+// The container's root filesystem is mounted in the container's own mount
+// namespace, not yet pivoted into (the documented precondition of
+// configure: "the container has been created but not yet started"). Mounts
+// must be made in that namespace. Go programs are multi-threaded and
+// setns(CLONE_NEWNS) refuses a thread that shares its filesystem
+// information with others (EINVAL), so Apply runs the in-container work on
+// one dedicated OS thread that first unshares CLONE_FS and then joins the
+// namespace (see nsThread). That thread is locked to its goroutine and is
+// destroyed, never reused, when the work is done; no other thread of the
+// process ever enters the container's namespace. This needs no cgo and no
+// re-exec, and keeps host-side descriptors usable: sources are opened and
+// cloned (open_tree) on the host before the thread switches namespaces, and
+// attached (move_mount) inside the container's namespace afterwards, so
+// every mounted object is the one checked on the host.
+//
+// # Order and atomicity
+//
+//  1. input and container lookups (mount namespace, device cgroup);
+//  2. host-side preparation: driver files and device nodes opened and
+//     checked (types, device numbers), the /proc/driver/nvidia view read,
+//     the host ldconfig copied into a sealed memfd;
+//  3. in the container: proc view, bind mounts (ro, nosuid, nodev; devices
+//     ro, nosuid, noexec), symlinks, device nodes — all through
+//     internal/rootfs, resolved inside the container root;
+//  4. device cgroup rules for exactly the plan's devices (v1 devices.allow
+//     or v2 BPF program replacement), unless --no-cgroups;
+//  5. ldconfig (host binary, confined to the container root) over the
+//     plan's library directories.
+//
+// A failure in any step undoes the earlier ones (mounts lazily unmounted,
+// created files removed, cgroup rules reverted) and is reported as an
+// *Error naming its phase, as NVIDIA's CLI does ("mount error: …").
+package configure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/rootfs"
+)
+
+// Error phases, as in NVIDIA's "nvidia-container-cli: <phase> error: …".
+const (
+	PhaseInput     = "input"
+	PhaseContainer = "container"
+	PhaseMount     = "mount"
+	PhaseLdcache   = "ldcache"
+)
+
+// Error is a failed configure step.
+type Error struct {
+	Phase string
+	Err   error
+}
+
+func (e *Error) Error() string { return e.Phase + " error: " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Container identifies the container to configure.
+type Container struct {
+	// PID is the container's init process (the OCI state's pid).
+	PID int
+	// Rootfs is the container's root directory as seen in its mount
+	// namespace (absolute, not "/").
+	Rootfs string
+	// ProcRoot is where the /proc holding PID is visible: "" for the
+	// host's /proc (supervised mode, --pid given), the rootfs in
+	// standalone mode.
+	ProcRoot string
+}
+
+// CUDA forward-compatibility modes (--cuda-compat-mode).
+const (
+	CompatLdconfig = "ldconfig"
+	CompatMount    = "mount"
+	CompatDisabled = "disabled"
+)
+
+// CompatDir is where CUDA images keep forward-compatibility libraries.
+const CompatDir = "/usr/local/cuda/compat"
+
+// Options tune Apply.
+type Options struct {
+	// NoCgroups leaves the device cgroup alone (--no-cgroups).
+	NoCgroups bool
+	// NoDevBind does not mount device nodes (--no-devbind); their cgroup
+	// rules are still added.
+	NoDevBind bool
+	// Ldconfig is the configured ldconfig ("@/sbin/ldconfig"; "" for the
+	// default); see rootfs.HostLdconfigPath.
+	Ldconfig string
+	// NoPivot makes the ldconfig sandbox use MS_MOVE+chroot (--no-pivot).
+	NoPivot bool
+	// CUDACompatMode is ldconfig, mount or disabled ("" = disabled). Both
+	// ldconfig and mount make a newer /usr/local/cuda/compat visible
+	// through the container's ld.so.cache; nothing from the image is ever
+	// mounted (the CVE-2024-0132 path).
+	CUDACompatMode string
+	// DriverVersion is the host driver version (580.126.09), needed to
+	// decide whether the image's compat libraries are newer.
+	DriverVersion string
+	// Log receives debug messages (nil: discarded).
+	Log *slog.Logger
+	// LdconfigExe overrides the binary re-executed as the ldconfig sandbox
+	// (tests); "" is this binary.
+	LdconfigExe string
+}
+
+// Apply applies p to the container c. On error nothing it did remains.
+func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := validate(p, c, opts); err != nil {
+		return &Error{PhaseInput, err}
+	}
+	nsPath := path.Join(c.ProcRoot, "/proc", strconv.Itoa(c.PID), "ns/mnt")
+	nsfd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &Error{PhaseContainer, fmt.Errorf("open mount namespace %s: %w", nsPath, err)}
+	}
+	defer unix.Close(nsfd)
+	var cg cgroupDir
+	useCgroup := !opts.NoCgroups && len(p.Devices) > 0
+	if useCgroup {
+		if cg, err = lookupDeviceCgroup(c.ProcRoot, c.PID); err != nil {
+			return &Error{PhaseContainer, err}
+		}
+		log.Debug("device cgroup", "version", cg.Version, "dir", cg.Dir)
+	}
+
+	prep, err := prepare(p, opts)
+	if err != nil {
+		return err
+	}
+	defer prep.Close()
+
+	t, err := enterMountNS(nsfd)
+	if err != nil {
+		return &Error{PhaseContainer, fmt.Errorf("%s: %w", nsPath, err)}
+	}
+	defer t.Close()
+
+	var r *rootfs.Root
+	var compat string
+	err = t.Do(func() error {
+		var err error
+		if r, err = rootfs.Open(c.Rootfs); err != nil {
+			return err
+		}
+		if err := prep.apply(r, p, log); err != nil {
+			return err
+		}
+		compat = compatDir(r, p, opts, log)
+		return nil
+	})
+	rollback := func() {
+		if r == nil {
+			return
+		}
+		t.Do(func() error {
+			if err := r.Rollback(); err != nil {
+				log.Warn("rollback incomplete", "root", c.Rootfs, "error", err)
+			}
+			return r.Close()
+		})
+	}
+	if err != nil {
+		rollback()
+		return &Error{PhaseMount, err}
+	}
+
+	var change cgroupChange
+	if useCgroup {
+		rules := deviceRules(p)
+		if cg.Version == 1 {
+			change, err = allowDevicesV1(cg.Dir, rules)
+		} else {
+			change, err = allowDevicesV2(cg.Dir, rules)
+		}
+		if err != nil {
+			rollback()
+			return &Error{PhaseMount, fmt.Errorf("failed to add device rules: %w", err)}
+		}
+		log.Debug("device cgroup rules added", "dir", cg.Dir, "rules", len(rules))
+	}
+
+	dirs := p.LdconfigDirs
+	if compat != "" {
+		dirs = append(append([]string(nil), dirs...), compat)
+	}
+	if len(dirs) > 0 {
+		err = t.Do(func() error {
+			return prep.ldconfig.Run(ctx, c.Rootfs, dirs, rootfs.LdconfigOptions{NoPivot: opts.NoPivot, Exe: opts.LdconfigExe, Log: log})
+		})
+		if err != nil {
+			if change != nil {
+				if rerr := change.Revert(); rerr != nil {
+					log.Warn("device cgroup rules not reverted", "error", rerr)
+				}
+			}
+			rollback()
+			return &Error{PhaseLdcache, err}
+		}
+	}
+	if change != nil {
+		change.Release()
+	}
+	t.Do(func() error { r.Commit(); return r.Close() })
+	log.Debug("container configured", "rootfs", c.Rootfs, "pid", c.PID, "devices", len(p.Devices),
+		"mounts", len(p.Mounts), "symlinks", len(p.Symlinks), "ldconfig", dirs)
+	return nil
+}
+
+func validate(p *plan.Plan, c Container, opts Options) error {
+	if p == nil {
+		return errors.New("no injection plan")
+	}
+	if !path.IsAbs(c.Rootfs) || path.Clean(c.Rootfs) == "/" {
+		return fmt.Errorf("invalid rootfs directory: %q", c.Rootfs)
+	}
+	if c.PID <= 0 {
+		return fmt.Errorf("invalid container pid %d", c.PID)
+	}
+	switch opts.CUDACompatMode {
+	case "", CompatLdconfig, CompatMount, CompatDisabled:
+	default:
+		return fmt.Errorf("invalid cuda-compat-mode %q (want ldconfig, mount or disabled)", opts.CUDACompatMode)
+	}
+	return nil
+}
+
+// prepared holds what was opened and checked on the host.
+type prepared struct {
+	devices  []*rootfs.Source // parallel to plan.Devices; nil with NoDevBind
+	mounts   []*rootfs.Source // parallel to plan.Mounts
+	proc     *rootfs.ProcDriver
+	ldconfig *rootfs.Ldconfig
+}
+
+// deviceOptions are NVIDIA's device mount flags (a read-only mount does not
+// stop writes to a character device; nodev would make it unusable).
+func deviceOptions() []string { return []string{plan.OptRO, plan.OptNoSuid, plan.OptNoExec} }
+
+func prepare(p *plan.Plan, opts Options) (*prepared, error) {
+	pr := &prepared{}
+	fail := func(phase string, err error) (*prepared, error) {
+		pr.Close()
+		return nil, &Error{phase, err}
+	}
+	if !opts.NoDevBind {
+		for _, d := range p.Devices {
+			s, err := rootfs.OpenDevice(d.HostPath, d.Major, d.Minor, deviceOptions())
+			if err != nil {
+				return fail(PhaseMount, err)
+			}
+			pr.devices = append(pr.devices, s)
+		}
+	}
+	for _, m := range p.Mounts {
+		s, err := rootfs.OpenSource(m.Source, m.Kind, m.Options)
+		if err != nil {
+			return fail(PhaseMount, err)
+		}
+		pr.mounts = append(pr.mounts, s)
+	}
+	if p.Proc != nil {
+		pd, err := rootfs.PrepareProcDriver(p.Proc)
+		if err != nil {
+			return fail(PhaseMount, err)
+		}
+		pr.proc = pd
+	}
+	needLdconfig := len(p.LdconfigDirs) > 0 ||
+		(opts.CUDACompatMode == CompatLdconfig || opts.CUDACompatMode == CompatMount) && injectsLibcuda(p)
+	if needLdconfig {
+		hp, err := rootfs.HostLdconfigPath(opts.Ldconfig)
+		if err != nil {
+			return fail(PhaseLdcache, err)
+		}
+		l, err := rootfs.PrepareLdconfig(hp)
+		if err != nil {
+			return fail(PhaseLdcache, err)
+		}
+		pr.ldconfig = l
+	}
+	return pr, nil
+}
+
+func (pr *prepared) Close() {
+	for _, s := range append(pr.devices, pr.mounts...) {
+		s.Close()
+	}
+	pr.proc.Close()
+	pr.ldconfig.Close()
+}
+
+// apply makes the plan's file-system changes in the container root r.
+func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger) error {
+	if pr.proc != nil {
+		if err := r.MountProcDriver(pr.proc, log); err != nil {
+			return err
+		}
+	}
+	for i, m := range p.Mounts {
+		if err := r.Attach(pr.mounts[i], m.Destination); err != nil {
+			return err
+		}
+	}
+	for _, s := range p.Symlinks {
+		if err := r.Symlink(s.Target, s.Link); err != nil {
+			return err
+		}
+	}
+	for i, d := range pr.devices {
+		if err := r.Attach(d, p.Devices[i].Path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deviceRules are the cgroup rules for the plan's devices, deduplicated.
+func deviceRules(p *plan.Plan) []deviceRule {
+	var out []deviceRule
+	seen := map[deviceRule]bool{}
+	for _, d := range p.Devices {
+		r := deviceRule{d.Major, d.Minor}
+		if !seen[r] {
+			seen[r] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// injectsLibcuda reports whether the plan mounts libcuda (compute).
+func injectsLibcuda(p *plan.Plan) bool {
+	for _, m := range p.Mounts {
+		if strings.HasPrefix(path.Base(m.Destination), "libcuda.so.") {
+			return true
+		}
+	}
+	return false
+}
+
+// compatDir returns CompatDir when CUDA compat handling is on, the plan
+// injects libcuda and the image's compat directory holds a libcuda of a
+// newer driver branch than the host's (NVIDIA's ldconfig mode: lower or
+// equal majors are dropped). The directory is then added to ldconfig's
+// command line, which lists the compat libcuda.so.1 in the cache; nothing
+// is mounted from the image.
+func compatDir(r *rootfs.Root, p *plan.Plan, opts Options, log *slog.Logger) string {
+	if opts.CUDACompatMode != CompatLdconfig && opts.CUDACompatMode != CompatMount {
+		return ""
+	}
+	if !injectsLibcuda(p) {
+		return ""
+	}
+	host, ok := majorOf(opts.DriverVersion)
+	if !ok {
+		return ""
+	}
+	names, err := r.ReadDir(CompatDir)
+	if err != nil {
+		return ""
+	}
+	for _, n := range names {
+		v, found := strings.CutPrefix(n, "libcuda.so.")
+		if !found || !strings.Contains(v, ".") {
+			continue
+		}
+		if m, ok := majorOf(v); ok && m > host {
+			log.Debug("CUDA forward compatibility libraries found", "dir", CompatDir, "libcuda", n, "host driver", opts.DriverVersion)
+			return CompatDir
+		}
+	}
+	return ""
+}
+
+// majorOf returns the leading number of a version string.
+func majorOf(v string) (int, bool) {
+	head, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(head)
+	return n, err == nil && n >= 0
+}

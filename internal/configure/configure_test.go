@@ -1,0 +1,431 @@
+package configure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/plan"
+)
+
+// container is a stand-in for a runtime-created container: a process in its
+// own mount namespace (a private copy of ours, as runc makes before
+// pivot_root) and, with cgroups, in its own v1 devices cgroup that denies
+// everything but /dev/zero.
+type container struct {
+	pid    int
+	rootfs string
+	cgroup string // v1 devices cgroup dir, "" without
+}
+
+func startContainer(t testing.TB, withCgroup bool) *container {
+	t.Helper()
+	requireRoot(t)
+	c := &container{rootfs: filepath.Join(t.TempDir(), "rootfs")}
+	for _, d := range []string{"/etc", "/dev", "/proc", "/usr/bin", "/usr/lib/x86_64-linux-gnu"} {
+		must(t, os.MkdirAll(c.rootfs+d, 0o755))
+	}
+	must(t, os.WriteFile(c.rootfs+"/etc/debian_version", []byte("12\n"), 0o644))
+	cmd := exec.Command("sleep", "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	must(t, cmd.Start())
+	c.pid = cmd.Process.Pid
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if c.cgroup != "" {
+			os.Remove(c.cgroup)
+		}
+	})
+	if withCgroup {
+		base := "/sys/fs/cgroup/devices"
+		if _, err := os.Stat(base + "/devices.allow"); err != nil {
+			t.Skipf("no cgroup v1 devices hierarchy at %s: %v", base, err)
+		}
+		c.cgroup = filepath.Join(base, fmt.Sprintf("nctk-test-%d", c.pid))
+		must(t, os.Mkdir(c.cgroup, 0o755))
+		must(t, os.WriteFile(c.cgroup+"/devices.deny", []byte("a"), 0))
+		must(t, os.WriteFile(c.cgroup+"/devices.allow", []byte("c 1:5 rwm"), 0))
+		must(t, os.WriteFile(c.cgroup+"/cgroup.procs", []byte(strconv.Itoa(c.pid)), 0))
+	}
+	return c
+}
+
+// inside returns the path of a container path as the container sees it.
+func (c *container) inside(p string) string {
+	return fmt.Sprintf("/proc/%d/root%s%s", c.pid, c.rootfs, p)
+}
+
+func (c *container) mounts(t *testing.T) map[string]string {
+	t.Helper()
+	mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", c.pid))
+	must(t, err)
+	out := map[string]string{}
+	for line := range strings.SplitSeq(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 5 && strings.HasPrefix(f[4], c.rootfs+"/") {
+			out[strings.TrimPrefix(f[4], c.rootfs)] = f[5]
+		}
+	}
+	return out
+}
+
+func (c *container) devicesList(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(c.cgroup + "/devices.list")
+	must(t, err)
+	return string(b)
+}
+
+// driver is a fake host driver: a real shared library (so that ldconfig
+// makes links and a cache), a binary, and a proc directory.
+type driver struct {
+	dir, lib, soname, bin, proc string
+}
+
+func newDriver(t testing.TB) *driver {
+	t.Helper()
+	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
+	if len(matches) == 0 {
+		t.Skip("no host libz.so.1.* to stand in for a driver library")
+	}
+	d := &driver{dir: t.TempDir(), soname: "libz.so.1"}
+	b, err := os.ReadFile(matches[0])
+	must(t, err)
+	d.lib = filepath.Join(d.dir, filepath.Base(matches[0]))
+	must(t, os.WriteFile(d.lib, b, 0o755))
+	d.bin = filepath.Join(d.dir, "nvidia-smi")
+	must(t, os.WriteFile(d.bin, []byte("#!/bin/sh\necho fake nvidia-smi\n"), 0o755))
+	d.proc = filepath.Join(d.dir, "proc")
+	must(t, os.MkdirAll(d.proc+"/gpus/00000000:01:00.0", 0o755))
+	must(t, os.MkdirAll(d.proc+"/gpus/00000000:02:00.0", 0o755))
+	must(t, os.WriteFile(d.proc+"/params", []byte("ModifyDeviceFiles: 1\n"), 0o644))
+	return d
+}
+
+func (d *driver) plan() *plan.Plan {
+	ro := []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptRBind, plan.OptRPrivate}
+	libdir := "/usr/lib/x86_64-linux-gnu"
+	return &plan.Plan{
+		Devices: []plan.Device{
+			{Path: "/dev/nvidia0", HostPath: "/dev/null", Major: 1, Minor: 3},
+			{Path: "/dev/nvidiactl", HostPath: "/dev/zero", Major: 1, Minor: 5},
+		},
+		Mounts: []plan.Mount{
+			{Source: d.lib, Destination: libdir + "/" + filepath.Base(d.lib), Kind: plan.KindFile, Options: ro},
+			{Source: d.bin, Destination: "/usr/bin/nvidia-smi", Kind: plan.KindFile, Options: ro},
+		},
+		Symlinks:     []plan.Symlink{{Link: libdir + "/libz.so", Target: d.soname}},
+		LdconfigDirs: []string{libdir},
+		Proc:         &plan.ProcView{HostDir: d.proc, Files: []string{"params", "version"}, GPUDirs: []string{"00000000:02:00.0"}},
+	}
+}
+
+func TestApply(t *testing.T) {
+	c := startContainer(t, true)
+	d := newDriver(t)
+	p := d.plan()
+	err := Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, Options{})
+	must(t, err)
+
+	libdir := "/usr/lib/x86_64-linux-gnu"
+	lib := libdir + "/" + filepath.Base(d.lib)
+	// In the container: the driver files, read-only.
+	if b, err := os.ReadFile(c.inside("/usr/bin/nvidia-smi")); err != nil || !strings.Contains(string(b), "fake nvidia-smi") {
+		t.Errorf("nvidia-smi in the container: %q, %v", b, err)
+	}
+	m := c.mounts(t)
+	for _, p := range []string{lib, "/usr/bin/nvidia-smi", "/dev/nvidia0", "/dev/nvidiactl", "/proc/driver/nvidia", "/proc/driver/nvidia/gpus/00000000:02:00.0"} {
+		if !strings.Contains(","+m[p]+",", ",ro,") {
+			t.Errorf("%s: mount options %q, want a read-only mount", p, m[p])
+		}
+	}
+	if !strings.Contains(m[lib], "nosuid") || !strings.Contains(m[lib], "nodev") {
+		t.Errorf("library mount options %q", m[lib])
+	}
+	if strings.Contains(m["/dev/nvidia0"], "nodev") || !strings.Contains(m["/dev/nvidia0"], "noexec") {
+		t.Errorf("device mount options %q", m["/dev/nvidia0"])
+	}
+	if _, ok := m["/proc/driver/nvidia/gpus/00000000:01:00.0"]; ok {
+		t.Error("an unselected GPU's proc directory is mounted")
+	}
+	if b, _ := os.ReadFile(c.inside("/proc/driver/nvidia/params")); string(b) != "ModifyDeviceFiles: 0\n" {
+		t.Errorf("params in the container: %q", b)
+	}
+	// Symlink from the plan, SONAME link and cache from ldconfig.
+	if got, _ := os.Readlink(c.inside(libdir + "/libz.so")); got != d.soname {
+		t.Errorf("libz.so -> %q", got)
+	}
+	if got, _ := os.Readlink(c.inside(libdir + "/" + d.soname)); got != filepath.Base(d.lib) {
+		t.Errorf("%s -> %q (ldconfig link)", d.soname, got)
+	}
+	if cache, _ := os.ReadFile(c.inside("/etc/ld.so.cache")); !strings.Contains(string(cache), d.soname) {
+		t.Error("container ld.so.cache lacks the driver library")
+	}
+	// On the host the mounts are invisible: only the empty placeholder.
+	if st, err := os.Stat(c.rootfs + lib); err != nil || st.Size() != 0 {
+		t.Errorf("host view of %s: %v %v, want the empty placeholder", lib, st, err)
+	}
+	if hostMounts := mountsUnder(t, "/proc/self/mountinfo", c.rootfs); len(hostMounts) != 0 {
+		t.Errorf("mounts leaked into the host namespace: %v", hostMounts)
+	}
+	// Device cgroup: exactly the plan's devices (1:5 was already allowed).
+	list := c.devicesList(t)
+	if !strings.Contains(list, "c 1:3 rw") || strings.Count(list, "\n") != 2 {
+		t.Errorf("devices.list = %q, want c 1:5 rwm and c 1:3 rw", list)
+	}
+}
+
+func mountsUnder(t *testing.T, mountinfo, dir string) []string {
+	t.Helper()
+	mi, err := os.ReadFile(mountinfo)
+	must(t, err)
+	var out []string
+	for line := range strings.SplitSeq(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// checkUntouched asserts that a failed Apply left nothing behind.
+func checkUntouched(t *testing.T, c *container, listBefore string) {
+	t.Helper()
+	if m := c.mounts(t); len(m) != 0 {
+		t.Errorf("mounts left in the container: %v", m)
+	}
+	var left []string
+	filepath.Walk(c.rootfs, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && p != c.rootfs+"/etc/debian_version" {
+			left = append(left, p)
+		}
+		return nil
+	})
+	if len(left) != 0 {
+		t.Errorf("files left in the rootfs: %v", left)
+	}
+	if c.cgroup != "" {
+		if got := c.devicesList(t); got != listBefore {
+			t.Errorf("devices.list = %q, want it unchanged (%q)", got, listBefore)
+		}
+	}
+}
+
+func TestApplyFailuresRollBack(t *testing.T) {
+	tests := []struct {
+		name  string
+		edit  func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options)
+		phase string
+		msg   string
+	}{
+		{"symlink at a destination", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
+			must(t, os.Symlink("/etc/shadow", c.rootfs+"/usr/bin/nvidia-smi"))
+		}, PhaseMount, "/usr/bin/nvidia-smi"},
+		{"missing source", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
+			p.Mounts[1].Source = d.dir + "/missing"
+		}, PhaseMount, "missing"},
+		{"wrong device number", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
+			p.Devices[0].Minor = 9
+		}, PhaseMount, "invalid device node"},
+		{"ldconfig fails", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
+			o.LdconfigExe = "/bin/false"
+		}, PhaseLdcache, "exit status 1"},
+		{"container ldconfig refused", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
+			o.Ldconfig = "/sbin/ldconfig"
+		}, PhaseLdcache, "container path"},
+		{"bad compat mode", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
+			o.CUDACompatMode = "yes"
+		}, PhaseInput, "cuda-compat-mode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := startContainer(t, true)
+			d := newDriver(t)
+			p := d.plan()
+			var o Options
+			tt.edit(t, c, d, p, &o)
+			var keep []string
+			filepath.Walk(c.rootfs, func(p string, info os.FileInfo, err error) error {
+				if err == nil && !info.IsDir() {
+					keep = append(keep, p)
+				}
+				return nil
+			})
+			before := c.devicesList(t)
+			err := Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, o)
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Phase != tt.phase || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("Apply = %v, want a %s error containing %q", err, tt.phase, tt.msg)
+			}
+			for _, k := range keep {
+				os.Remove(k) // the test's own hostile files
+			}
+			checkUntouched(t, c, before)
+		})
+	}
+}
+
+func TestApplyOptions(t *testing.T) {
+	c := startContainer(t, true)
+	d := newDriver(t)
+	p := d.plan()
+	p.LdconfigDirs = nil
+	before := c.devicesList(t)
+	must(t, Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, Options{NoCgroups: true, NoDevBind: true}))
+	m := c.mounts(t)
+	if _, ok := m["/dev/nvidia0"]; ok {
+		t.Error("device mounted with NoDevBind")
+	}
+	if c.devicesList(t) != before {
+		t.Error("device cgroup changed with NoCgroups")
+	}
+	if _, ok := m["/usr/bin/nvidia-smi"]; !ok {
+		t.Error("driver files not mounted")
+	}
+}
+
+func TestApplyInputErrors(t *testing.T) {
+	tests := []struct {
+		p     *plan.Plan
+		c     Container
+		phase string
+	}{
+		{nil, Container{PID: 1, Rootfs: "/x"}, PhaseInput},
+		{&plan.Plan{}, Container{PID: 1, Rootfs: "/"}, PhaseInput},
+		{&plan.Plan{}, Container{PID: 1, Rootfs: "relative"}, PhaseInput},
+		{&plan.Plan{}, Container{PID: 0, Rootfs: "/x"}, PhaseInput},
+		{&plan.Plan{}, Container{PID: 1 << 30, Rootfs: "/x"}, PhaseContainer},
+	}
+	for _, tt := range tests {
+		err := Apply(context.Background(), tt.p, tt.c, Options{})
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Phase != tt.phase {
+			t.Errorf("Apply(%v, %+v) = %v, want a %s error", tt.p, tt.c, err, tt.phase)
+		}
+	}
+}
+
+func TestCompatDir(t *testing.T) {
+	c := startContainer(t, false)
+	d := newDriver(t)
+	must(t, os.MkdirAll(c.rootfs+CompatDir, 0o755))
+	b, _ := os.ReadFile(d.lib)
+	// A compat libcuda of a newer branch than the host's 535: its
+	// directory joins ldconfig's command line (nothing is mounted).
+	must(t, os.WriteFile(c.rootfs+CompatDir+"/libcuda.so.580.65.06", b, 0o755))
+	p := d.plan()
+	p.Mounts[0].Destination = "/usr/lib/x86_64-linux-gnu/libcuda.so.535.1"
+	must(t, Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, Options{CUDACompatMode: CompatLdconfig, DriverVersion: "535.261.03"}))
+	cache, _ := os.ReadFile(c.inside("/etc/ld.so.cache"))
+	if !strings.Contains(string(cache), CompatDir) {
+		t.Error("compat directory not in the container's ld.so.cache")
+	}
+	if _, ok := c.mounts(t)[CompatDir+"/libcuda.so.580.65.06"]; ok {
+		t.Error("a compat library from the image was mounted")
+	}
+}
+
+func TestMajorOf(t *testing.T) {
+	for in, want := range map[string]int{"535.261.03": 535, "580": 580, "x.1": -1, "": -1} {
+		got, ok := majorOf(in)
+		if (want < 0) == ok || (ok && got != want) {
+			t.Errorf("majorOf(%q) = %d, %v", in, got, ok)
+		}
+	}
+}
+
+// TestNSThread: the thread sees the other namespace's mounts; no other
+// thread of the process does, before, during or after.
+func TestNSThread(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skipf("unshare(1) not found: %v", err)
+	}
+	cmd := exec.Command(unshare, "-m", "--propagation", "private", "sh", "-c",
+		fmt.Sprintf("mount -t tmpfs none %s && touch %s/marker && echo ready && exec sleep 1000", dir, dir))
+	out, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	buf := make([]byte, 6)
+	if _, err := out.Read(buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("helper not ready: %q %v", buf, err)
+	}
+	nsfd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/mnt", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	must(t, err)
+	defer unix.Close(nsfd)
+
+	th, err := enterMountNS(nsfd)
+	must(t, err)
+	seen := func() bool { _, err := os.Stat(dir + "/marker"); return err == nil }
+	var inside bool
+	must(t, th.Do(func() error { inside = seen(); return nil }))
+	if !inside {
+		t.Error("the namespace thread does not see the other namespace's mount")
+	}
+	// Meanwhile, every other thread stays in our namespace.
+	var wg sync.WaitGroup
+	var leaked bool
+	var mu sync.Mutex
+	for range 50 {
+		wg.Go(func() {
+			if seen() {
+				mu.Lock()
+				leaked = true
+				mu.Unlock()
+			}
+			time.Sleep(time.Millisecond)
+		})
+	}
+	wg.Wait()
+	th.Close()
+	if leaked || seen() {
+		t.Error("another thread sees the container's namespace")
+	}
+	// A bad namespace descriptor is reported.
+	if _, err := enterMountNS(-1); err == nil {
+		t.Error("enterMountNS(-1) succeeded")
+	}
+}
+
+// BenchmarkApply measures a whole configure (2 devices, 2 files, a
+// symlink, the proc view, cgroup v1 rules, ldconfig) against a fresh
+// container each time.
+func BenchmarkApply(b *testing.B) {
+	d := newDriver(b)
+	p := d.plan()
+	for b.Loop() {
+		b.StopTimer()
+		c := startContainer(b, true)
+		b.StartTimer()
+		must(b, Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, Options{}))
+	}
+}
+
+// BenchmarkApplyNoLdconfig is BenchmarkApply without the ldconfig run.
+func BenchmarkApplyNoLdconfig(b *testing.B) {
+	d := newDriver(b)
+	p := d.plan()
+	p.LdconfigDirs = nil
+	for b.Loop() {
+		b.StopTimer()
+		c := startContainer(b, true)
+		b.StartTimer()
+		must(b, Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, Options{}))
+	}
+}

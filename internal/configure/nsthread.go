@@ -1,0 +1,75 @@
+package configure
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// nsThread is an OS thread that has joined another mount namespace and runs
+// the functions given to Do there, one at a time.
+//
+// setns(CLONE_NEWNS) fails with EINVAL when the calling thread shares its
+// filesystem information (root, cwd, umask: the kernel's fs_struct) with
+// other threads, and every thread of a Go program does (the runtime creates
+// its threads with CLONE_FS). The thread therefore first unshares CLONE_FS,
+// which gives it a private copy, and then joins the namespace. It stays
+// locked to its goroutine for its whole life and is never handed back to
+// the scheduler: when the goroutine returns while still locked, the runtime
+// terminates the thread. Threads the runtime creates while this one is
+// locked are cloned by the runtime's template thread, not by this one, so
+// no other thread ever inherits the container's namespace.
+type nsThread struct {
+	work chan func()
+	done chan struct{}
+}
+
+// enterMountNS starts a thread in the mount namespace nsfd refers to
+// (an open /proc/PID/ns/mnt).
+func enterMountNS(nsfd int) (*nsThread, error) {
+	t := &nsThread{work: make(chan func()), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go func() {
+		defer close(t.done)
+		runtime.LockOSThread()
+		// No UnlockOSThread: this thread must die with the goroutine.
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			ready <- fmt.Errorf("unshare filesystem information: %w", err)
+			return
+		}
+		if err := unix.Setns(nsfd, unix.CLONE_NEWNS); err != nil {
+			ready <- fmt.Errorf("join mount namespace: %w", err)
+			return
+		}
+		ready <- nil
+		for f := range t.work {
+			f()
+		}
+	}()
+	if err := <-ready; err != nil {
+		<-t.done
+		return nil, err
+	}
+	return t, nil
+}
+
+// Do runs f on the thread and returns its error.
+func (t *nsThread) Do(f func() error) error {
+	if t == nil {
+		return errors.New("mount namespace thread not running")
+	}
+	errc := make(chan error, 1)
+	t.work <- func() { errc <- f() }
+	return <-errc
+}
+
+// Close ends the thread (and with it the thread's namespace membership).
+func (t *nsThread) Close() {
+	if t == nil {
+		return
+	}
+	close(t.work)
+	<-t.done
+}
