@@ -1,0 +1,321 @@
+package containercli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/cli/containercli/nvc"
+	"github.com/nctk/nctk/internal/configure"
+	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/inject"
+	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/rootfs"
+)
+
+// maxRequire is NVIDIA's limit on --require options.
+const maxRequire = 32
+
+func configureOptions() []nvc.Option {
+	return []nvc.Option{
+		{Long: "pid", Short: 'p', Arg: nvc.RequiredArg, ArgName: "PID", Doc: "Container PID"},
+		{Long: "device", Short: 'd', Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Device UUID(s) or index(es) to isolate"},
+		{Long: "require", Short: 'r', Arg: nvc.RequiredArg, ArgName: "EXPR", Doc: "Check container requirements"},
+		{Long: "ldconfig", Short: 'l', Arg: nvc.RequiredArg, ArgName: "PATH", Doc: "Path to the ldconfig binary (@ prefix for a host path)"},
+		{Long: "compute", Short: 'c', Doc: "Enable compute capability"},
+		{Long: "utility", Short: 'u', Doc: "Enable utility capability"},
+		{Long: "video", Short: 'v', Doc: "Enable video capability"},
+		{Long: "graphics", Short: 'g', Doc: "Enable graphics capability"},
+		{Long: "display", Short: 'D', Doc: "Enable display capability"},
+		{Long: "ngx", Short: 'n', Doc: "Enable ngx capability"},
+		{Long: "compat32", Doc: "Enable 32bits compatibility"},
+		{Long: "mig-config", Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Enable configuration of MIG devices"},
+		{Long: "mig-monitor", Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Enable monitoring of MIG devices"},
+		{Long: "imex-channel", Arg: nvc.RequiredArg, ArgName: "CHANNEL", Doc: "IMEX channel ID(s) to inject"},
+		{Long: "no-cgroups", Doc: "Don't use cgroup enforcement"},
+		{Long: "no-devbind", Doc: "Don't bind mount devices"},
+		{Long: "no-persistenced", Doc: "Don't include the NVIDIA persistence daemon socket"},
+		{Long: "no-fabricmanager", Doc: "Don't include the NVIDIA fabricmanager socket"},
+		{Long: "no-gsp-firmware", Doc: "Don't include GSP firmware"},
+		{Long: "cuda-compat-mode", Arg: nvc.RequiredArg, ArgName: "MODE", Doc: "CUDA forward compatibility: ldconfig, mount or disabled"},
+		{Long: "no-cntlibs", Doc: "Don't use CUDA compatibility libraries (same as --cuda-compat-mode=disabled)"},
+	}
+}
+
+// configureRequest is a parsed configure command line.
+type configureRequest struct {
+	pid                   int // 0: standalone mode
+	rootfs                string
+	devices               []string
+	requires              []string
+	ldconfig              string // as given ("" = default)
+	caps                  caps.Set
+	migConfig, migMonitor bool
+	imex                  []int
+	noCgroups, noDevBind  bool
+	noPersistenced        bool
+	noFabricManager       bool
+	noGSPFirmware         bool
+	compatMode            string
+}
+
+// configureError is a configure failure with NVIDIA's phase word.
+type configureError struct {
+	phase string
+	err   error
+}
+
+func (e *configureError) Error() string { return e.phase + " error: " + e.err.Error() }
+
+func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, error) {
+	r := &configureRequest{caps: caps.Set{}}
+	compat := map[string]bool{}
+	input := func(format string, args ...any) error {
+		return &configureError{"input", fmt.Errorf(format, args...)}
+	}
+	for _, p := range parsed {
+		switch name := p.Name(); name {
+		case "pid":
+			n, err := strconv.ParseUint(p.Value, 10, 31)
+			if err != nil || n == 0 {
+				return nil, input("invalid pid: %s", p.Value)
+			}
+			r.pid = int(n)
+		case "device":
+			for _, d := range strings.Split(p.Value, ",") {
+				if d = strings.TrimSpace(d); d != "" {
+					r.devices = append(r.devices, d)
+				}
+			}
+		case "require":
+			if len(r.requires) == maxRequire {
+				return nil, input("too many requirements (at most %d --require)", maxRequire)
+			}
+			r.requires = append(r.requires, p.Value)
+		case "ldconfig":
+			r.ldconfig = p.Value
+		case "compute", "utility", "video", "graphics", "display", "ngx", "compat32":
+			r.caps[caps.Capability(name)] = true
+		case "mig-config", "mig-monitor":
+			if !strings.EqualFold(p.Value, "all") {
+				return nil, &configureError{name, errOnlyAll}
+			}
+			if name == "mig-config" {
+				r.migConfig = true
+			} else {
+				r.migMonitor = true
+			}
+		case "imex-channel":
+			ids, err := parseIMEXChannels(p.Value)
+			if err != nil {
+				return nil, &configureError{"input", err}
+			}
+			for _, id := range ids {
+				r.imex = append(r.imex, int(id))
+			}
+		case "no-cgroups":
+			r.noCgroups = true
+		case "no-devbind":
+			r.noDevBind = true
+		case "no-persistenced":
+			r.noPersistenced = true
+		case "no-fabricmanager":
+			r.noFabricManager = true
+		case "no-gsp-firmware":
+			r.noGSPFirmware = true
+		case "cuda-compat-mode":
+			switch p.Value {
+			case configure.CompatLdconfig, configure.CompatMount, configure.CompatDisabled:
+				compat[p.Value] = true
+			default:
+				return nil, input("invalid cuda-compat-mode: %s", p.Value)
+			}
+		case "no-cntlibs":
+			compat[configure.CompatDisabled] = true
+		}
+	}
+	// NVIDIA: one mode at a time, disabled wins; mount when absent.
+	switch {
+	case compat[configure.CompatDisabled]:
+		r.compatMode = configure.CompatDisabled
+	case len(compat) > 1:
+		return nil, input("only one cuda-compat-mode can be specified at a time")
+	case compat[configure.CompatLdconfig]:
+		r.compatMode = configure.CompatLdconfig
+	default:
+		r.compatMode = configure.CompatMount
+	}
+	if len(operands) != 1 {
+		if len(operands) == 0 {
+			return nil, &nvc.UsageError{Msg: "missing ROOTFS argument"}
+		}
+		return nil, &nvc.UsageError{Msg: "unexpected argument: " + operands[1]}
+	}
+	r.rootfs = operands[0]
+	if !path.IsAbs(r.rootfs) || path.Clean(r.rootfs) == "/" {
+		return nil, input("invalid rootfs directory")
+	}
+	r.rootfs = path.Clean(r.rootfs)
+	return r, nil
+}
+
+// configureSteps are the two halves of configure: computing the plan and
+// applying it. Tests replace them.
+type configureSteps struct {
+	plan  func(ctx context.Context, j inject.Job) (*inject.Result, error)
+	apply func(ctx context.Context, p *plan.Plan, c configure.Container, o configure.Options) error
+}
+
+// Configure runs `nvidia-container-cli [GLOBAL…] configure [OPTION…] ROOTFS`:
+// it computes the injection plan for the requested devices and capabilities
+// (discovery, device selection, requirements) and applies it to the
+// container whose init process is --pid (configure.Apply). It matches
+// containercli.Commands.Configure.
+func Configure(e *app.Env, g *nvc.Globals, args []string) int {
+	return configureWith(e, g, args, configureSteps{plan: inject.Run, apply: configure.Apply})
+}
+
+func configureWith(e *app.Env, g *nvc.Globals, args []string, steps configureSteps) int {
+	parsed, operands, code, done := parseCommand(e, "configure", configureOptions(), args)
+	if done {
+		return code
+	}
+	req, err := parseConfigure(parsed, operands)
+	if err != nil {
+		var ce *configureError
+		if errors.As(err, &ce) {
+			return nvc.Fail(e, ce.phase, ce.err)
+		}
+		return nvc.UsageFail(e, nvc.Prog+" configure", err)
+	}
+	log, closeLog, err := g.OpenLog()
+	if err != nil {
+		return nvc.Fail(e, "initialization", err)
+	}
+	defer closeLog()
+	if err := runConfigure(context.Background(), e, g, req, log, steps); err != nil {
+		var ce *configureError
+		if errors.As(err, &ce) {
+			log.Error(ce.phase+" error", "error", ce.err)
+			return nvc.Fail(e, ce.phase, ce.err)
+		}
+		return nvc.Fail(e, "container", err)
+	}
+	return 0
+}
+
+// runConfigure plans and applies req.
+func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configureRequest, log *slog.Logger, steps configureSteps) error {
+	c := configure.Container{PID: req.pid, Rootfs: req.rootfs}
+	if c.PID == 0 {
+		// Standalone mode: the caller set up the namespaces and mounted
+		// /proc inside the rootfs; we configure our parent's view.
+		c.PID, c.ProcRoot = os.Getppid(), req.rootfs
+	}
+	target, err := containerTarget(c)
+	if err != nil {
+		return &configureError{"container", err}
+	}
+	log.Info("container", "pid", c.PID, "rootfs", c.Rootfs, "libdir", target.LibDir, "lib32dir", target.Lib32Dir, "bindir", target.BinDir)
+	if g.LoadKmods {
+		nvc.LoadKmods(g, log)
+	}
+	job := inject.Job{
+		Driver:          g.DiscoverOptions(e, log),
+		Devices:         req.devices,
+		Caps:            req.caps,
+		Requirements:    req.requires,
+		MIGConfig:       req.migConfig,
+		MIGMonitor:      req.migMonitor,
+		IMEXChannels:    req.imex,
+		NoPersistenced:  req.noPersistenced,
+		NoFabricManager: req.noFabricManager,
+		NoGSPFirmware:   req.noGSPFirmware,
+		Target:          target,
+		Logger:          log,
+	}
+	res, err := steps.plan(ctx, job)
+	if err != nil {
+		return &configureError{injectPhase(err), unwrapInject(err)}
+	}
+	if len(res.Selection.MIG) > 0 {
+		if req.migConfig {
+			return &configureError{"mig-config", errors.New("cannot enable mig-config with specific MIG devices selected")}
+		}
+		if req.migMonitor {
+			return &configureError{"mig-monitor", errors.New("cannot enable mig-monitor with specific MIG devices selected")}
+		}
+	}
+	ldconfig := req.ldconfig
+	if ldconfig != "" && !strings.HasPrefix(ldconfig, "@") {
+		// NVIDIA would run the image's own binary as root on the host side
+		// (CVE-2024-0136/0137); the host's ldconfig does the same job.
+		log.Warn("ldconfig is a container path; using the host's ldconfig instead", "ldconfig", ldconfig)
+		ldconfig = ""
+	}
+	opts := configure.Options{
+		NoCgroups:      req.noCgroups,
+		NoDevBind:      req.noDevBind,
+		Ldconfig:       ldconfig,
+		NoPivot:        g.NoPivot,
+		CUDACompatMode: req.compatMode,
+		Log:            log,
+	}
+	if res.Driver != nil {
+		opts.DriverVersion = res.Driver.Version
+	}
+	if err := steps.apply(ctx, res.Plan, c, opts); err != nil {
+		var ce *configure.Error
+		if errors.As(err, &ce) {
+			return &configureError{ce.Phase, ce.Err}
+		}
+		return &configureError{"mount", err}
+	}
+	return nil
+}
+
+// containerTarget detects the image's library layout through the
+// container's own view of its rootfs (/proc/PID/root/ROOTFS), every lookup
+// resolved inside that root.
+func containerTarget(c configure.Container) (plan.Target, error) {
+	p := c.Rootfs
+	if c.ProcRoot == "" {
+		p = path.Join("/proc", strconv.Itoa(c.PID), "root") + c.Rootfs
+	}
+	r, err := rootfs.Open(p)
+	if err != nil {
+		return plan.Target{}, err
+	}
+	defer r.Close()
+	t := r.Target()
+	return plan.Target{LibDir: t.LibDir, Lib32Dir: t.Lib32Dir, BinDir: t.BinDir}, nil
+}
+
+// injectPhase maps a planning error to NVIDIA's phase word; a host with no
+// usable driver is an initialization error, as in NVIDIA's CLI.
+func injectPhase(err error) string {
+	var noDriver *discover.NoDriverError
+	var mismatch *discover.VersionMismatchError
+	if errors.As(err, &noDriver) || errors.As(err, &mismatch) {
+		return "initialization"
+	}
+	if p := inject.PhaseOf(err); p != "" {
+		return string(p)
+	}
+	return "detection"
+}
+
+func unwrapInject(err error) error {
+	var ie *inject.Error
+	if errors.As(err, &ie) {
+		return ie.Err
+	}
+	return err
+}

@@ -1,0 +1,195 @@
+package containercli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/cli/containercli/nvc"
+	"github.com/nctk/nctk/internal/configure"
+	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/inject"
+	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/selector"
+)
+
+// configureRun records what configure asked the planner and the applier.
+type configureRun struct {
+	job       inject.Job
+	container configure.Container
+	opts      configure.Options
+	applied   bool
+	planErr   error
+	applyErr  error
+	result    *inject.Result
+	stdout    string
+	stderr    string
+	code      int
+}
+
+func runConfigureCmd(t *testing.T, r *configureRun, argv ...string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := &app.Env{Args: append([]string{"nvidia-container-cli"}, argv...), Stdout: &out, Stderr: &errb, Environ: []string{"PATH=/usr/bin"}}
+	g, _, rest, err := nvc.ParseGlobals(e, e.Args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) == 0 || rest[0] != "configure" {
+		t.Fatalf("test argv lacks configure: %v", argv)
+	}
+	steps := configureSteps{
+		plan: func(_ context.Context, j inject.Job) (*inject.Result, error) {
+			r.job = j
+			if r.planErr != nil {
+				return nil, r.planErr
+			}
+			if r.result != nil {
+				return r.result, nil
+			}
+			return &inject.Result{Plan: &plan.Plan{}, Driver: &discover.Driver{Version: "535.261.03"}}, nil
+		},
+		apply: func(_ context.Context, _ *plan.Plan, c configure.Container, o configure.Options) error {
+			r.applied, r.container, r.opts = true, c, o
+			return r.applyErr
+		},
+	}
+	r.code = configureWith(e, g, rest[1:], steps)
+	r.stdout, r.stderr = out.String(), errb.String()
+}
+
+func TestConfigureCommandLine(t *testing.T) {
+	rootfs := t.TempDir()
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(rootfs+"/etc", 0o755))
+	must(os.WriteFile(rootfs+"/etc/debian_version", nil, 0o644))
+	pid := strconv.Itoa(os.Getpid())
+
+	var r configureRun
+	runConfigureCmd(t, &r, "--root=/run/nvidia/driver", "--no-pivot", "configure",
+		"--device=0,GPU-abc", "-d", "2", "--compute", "-u", "--compat32", "--require=cuda>=12.0", "-r", "driver>=535",
+		"--ldconfig=@/sbin/ldconfig", "--no-cgroups", "--imex-channel=1,3", "--no-persistenced", "--no-fabricmanager",
+		"--no-gsp-firmware", "--cuda-compat-mode=ldconfig", "--pid="+pid, rootfs)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if !reflect.DeepEqual(r.job.Devices, []string{"0", "GPU-abc", "2"}) {
+		t.Errorf("devices = %v", r.job.Devices)
+	}
+	if !reflect.DeepEqual(r.job.Caps, caps.Set{caps.Compute: true, caps.Utility: true, caps.Compat32: true}) {
+		t.Errorf("caps = %v", r.job.Caps)
+	}
+	if !reflect.DeepEqual(r.job.Requirements, []string{"cuda>=12.0", "driver>=535"}) || !reflect.DeepEqual(r.job.IMEXChannels, []int{1, 3}) {
+		t.Errorf("job = %+v", r.job)
+	}
+	if !r.job.NoPersistenced || !r.job.NoFabricManager || !r.job.NoGSPFirmware || r.job.Driver.Root != "/run/nvidia/driver" {
+		t.Errorf("job = %+v", r.job)
+	}
+	if r.job.Target.LibDir != "/usr/lib/x86_64-linux-gnu" || r.job.Target.BinDir != "/usr/bin" {
+		t.Errorf("target = %+v (detected through /proc/PID/root)", r.job.Target)
+	}
+	if r.container != (configure.Container{PID: os.Getpid(), Rootfs: rootfs}) {
+		t.Errorf("container = %+v", r.container)
+	}
+	want := configure.Options{NoCgroups: true, Ldconfig: "@/sbin/ldconfig", NoPivot: true, CUDACompatMode: "ldconfig", DriverVersion: "535.261.03"}
+	got := r.opts
+	got.Log = nil
+	if got != want {
+		t.Errorf("options = %+v, want %+v", got, want)
+	}
+
+	// Defaults: no device, compat mode mount, container ldconfig replaced
+	// by the host's, no-devbind honoured.
+	r = configureRun{}
+	runConfigureCmd(t, &r, "configure", "--ldconfig=/sbin/ldconfig", "--no-devbind", "--pid", pid, rootfs+"/")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if r.job.Devices != nil || r.opts.CUDACompatMode != "mount" || r.opts.Ldconfig != "" || !r.opts.NoDevBind || r.container.Rootfs != rootfs {
+		t.Errorf("job %+v options %+v container %+v", r.job, r.opts, r.container)
+	}
+	r = configureRun{}
+	runConfigureCmd(t, &r, "configure", "--cuda-compat-mode=ldconfig", "--no-cntlibs", "--pid", pid, rootfs)
+	if r.opts.CUDACompatMode != "disabled" {
+		t.Errorf("--no-cntlibs: compat mode %q", r.opts.CUDACompatMode)
+	}
+}
+
+func TestConfigureErrors(t *testing.T) {
+	rootfs := t.TempDir()
+	pid := strconv.Itoa(os.Getpid())
+	reqs := []string{"configure"}
+	for range 33 {
+		reqs = append(reqs, "--require=cuda>=1")
+	}
+	tests := []struct {
+		name   string
+		argv   []string
+		setup  func(r *configureRun)
+		code   int
+		stderr string
+	}{
+		{"no rootfs", []string{"configure", "--pid", pid}, nil, 64, "missing ROOTFS argument"},
+		{"two operands", []string{"configure", rootfs, "/x"}, nil, 64, "unexpected argument: /x"},
+		{"root rootfs", []string{"configure", "--pid", pid, "/"}, nil, 1, "nvidia-container-cli: input error: invalid rootfs directory"},
+		{"relative rootfs", []string{"configure", "--pid", pid, "rootfs"}, nil, 1, "input error: invalid rootfs directory"},
+		{"bad pid", []string{"configure", "--pid=abc", rootfs}, nil, 1, "input error: invalid pid: abc"},
+		{"unknown option", []string{"configure", "--bogus", rootfs}, nil, 64, "bogus"},
+		{"mig-config not all", []string{"configure", "--mig-config=0", "--pid", pid, rootfs}, nil, 1, "mig-config error: only 'all' devices are currently supported"},
+		{"bad imex", []string{"configure", "--imex-channel=x", "--pid", pid, rootfs}, nil, 1, "input error: invalid IMEX channel"},
+		{"bad compat mode", []string{"configure", "--cuda-compat-mode=maybe", "--pid", pid, rootfs}, nil, 1, "invalid cuda-compat-mode: maybe"},
+		{"two compat modes", []string{"configure", "--cuda-compat-mode=mount", "--cuda-compat-mode=ldconfig", "--pid", pid, rootfs}, nil, 1, "only one cuda-compat-mode"},
+		{"too many requirements", append(reqs, "--pid", pid, rootfs), nil, 1, "too many requirements"},
+		{"missing rootfs dir", []string{"configure", "--pid", pid, filepath.Join(rootfs, "missing")}, nil, 1, "container error: open container root"},
+		{"requirement", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
+			r.planErr = &inject.Error{Phase: inject.PhaseRequirement, Err: errors.New("unsatisfied condition: cuda>=13.1")}
+		}, 1, "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=13.1\n"},
+		{"no driver", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
+			r.planErr = &inject.Error{Phase: inject.PhaseDetection, Err: &discover.NoDriverError{Root: "/", Err: os.ErrNotExist}}
+		}, 1, "nvidia-container-cli: initialization error: "},
+		{"unknown device", []string{"configure", "--device=9", "--pid", pid, rootfs}, func(r *configureRun) {
+			r.planErr = &inject.Error{Phase: inject.PhaseDevice, Err: errors.New("9: unknown device")}
+		}, 1, "device error: 9: unknown device"},
+		{"mig-config with MIG selected", []string{"configure", "--mig-config=all", "--device=0:0", "--pid", pid, rootfs}, func(r *configureRun) {
+			r.result = &inject.Result{Plan: &plan.Plan{}, Selection: selector.Selection{MIG: make([]selector.SelectedMIG, 1)}}
+		}, 1, "mig-config error: cannot enable mig-config with specific MIG devices selected"},
+		{"apply fails", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
+			r.applyErr = &configure.Error{Phase: configure.PhaseLdcache, Err: errors.New("process /sbin/ldconfig failed")}
+		}, 1, "nvidia-container-cli: ldcache error: process /sbin/ldconfig failed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r configureRun
+			if tt.setup != nil {
+				tt.setup(&r)
+			}
+			runConfigureCmd(t, &r, tt.argv...)
+			if r.code != tt.code || !strings.Contains(r.stderr, tt.stderr) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, tt.code, tt.stderr)
+			}
+			if r.code != 0 && r.applied && r.applyErr == nil {
+				t.Error("applied despite the error")
+			}
+		})
+	}
+}
+
+func TestConfigureHelp(t *testing.T) {
+	var r configureRun
+	runConfigureCmd(t, &r, "configure", "--help")
+	if r.code != 0 || !strings.Contains(r.stdout, "--no-cgroups") || !strings.Contains(r.stdout, "--cuda-compat-mode") {
+		t.Errorf("help: exit %d\n%s", r.code, r.stdout)
+	}
+}
