@@ -1,7 +1,7 @@
 // Package containercli is nctk's nvidia-container-cli: the global options
 // and the info and list commands, in the formats of NVIDIA's CLI so that
-// scripts parsing them keep working. configure is provided by another
-// package through Commands (see MainWith).
+// scripts parsing them keep working. MainWith lets callers and tests
+// substitute commands (configure).
 //
 //	nvidia-container-cli [GLOBAL OPTION...] info [--csv]
 //	nvidia-container-cli [GLOBAL OPTION...] list [OPTION...]
@@ -35,8 +35,9 @@ type Commands struct {
 	Configure func(e *app.Env, g *nvc.Globals, args []string) int
 }
 
-// Main runs nvidia-container-cli without a configure command.
-func Main(e *app.Env) int { return MainWith(e, Commands{}) }
+// Main runs nvidia-container-cli with every command (configure is
+// Configure, in configure.go).
+func Main(e *app.Env) int { return MainWith(e, Commands{Configure: Configure}) }
 
 // MainWith runs nvidia-container-cli with the given external commands.
 func MainWith(e *app.Env, c Commands) int {

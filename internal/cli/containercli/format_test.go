@@ -280,7 +280,7 @@ func TestMainUsage(t *testing.T) {
 		t.Run(tt.args, func(t *testing.T) {
 			var out, errb bytes.Buffer
 			e := &app.Env{Args: append([]string{"nvidia-container-cli"}, strings.Fields(tt.args)...), Stdout: &out, Stderr: &errb}
-			code := Main(e)
+			code := MainWith(e, Commands{})
 			if code != tt.code || !strings.Contains(out.String(), tt.stdout) || !strings.Contains(errb.String(), tt.stderr) {
 				t.Errorf("exit %d, want %d\nstdout %q (want %q)\nstderr %q (want %q)", code, tt.code, out.String(), tt.stdout, errb.String(), tt.stderr)
 			}
