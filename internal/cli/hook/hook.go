@@ -1,0 +1,329 @@
+// Package hook is nctk's nvidia-container-runtime-hook (also installed as
+// nvidia-container-toolkit): the OCI prestart hook that dockerd's --gpus
+// path and NVIDIA's legacy runtime mode add to a container.
+//
+//	nvidia-container-runtime-hook [-config FILE] [-debug] [-version] prestart|poststart|poststop
+//
+// prestart reads the container's OCI state on stdin, the bundle's
+// config.json, works out the container's request (internal/request) and,
+// for a GPU container, executes nvidia-container-cli (same PID) with
+// NVIDIA's command line:
+//
+//	nvidia-container-cli [--root=R] [--load-kmods] [--no-create-imex-channels] [--no-pivot]
+//	  [--debug=F] [--ldcache=F] [--user=U] configure --cuda-compat-mode=M [--ldconfig=@P]
+//	  [--no-cgroups] [--device=LIST] [--mig-config=V] [--mig-monitor=V] [--imex-channel=LIST]
+//	  [--compute] [--compat32] [--graphics] [--utility] [--video] [--display] [--ngx]
+//	  [--require=EXPR]... --pid=PID ROOTFS
+//
+// The CLI gets an explicit minimal environment: PATH, a few variables the
+// CLI itself reads when the hook has them, and
+// nvidia-container-cli.environment from config.toml. Nothing of the
+// image's environment reaches it (the lesson of CVE-2025-23266). Not a GPU
+// container (NVIDIA_VISIBLE_DEVICES unset, empty or void): exit 0 quietly.
+// poststart and poststop do nothing.
+package hook
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/request"
+	"github.com/nctk/nctk/internal/version"
+)
+
+// CLIName is the program the hook executes.
+const CLIName = "nvidia-container-cli"
+
+// maxState bounds the OCI state read from stdin.
+const maxState = 1 << 20
+
+// defaultPath is searched for nvidia-container-cli (after the driver
+// root's copies of the same directories).
+func defaultPath() []string {
+	return []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+}
+
+// passEnv are variables of the hook's own environment (set by the engine,
+// never by the image) that nvidia-container-cli reads.
+func passEnv() []string {
+	return []string{"CUDA_MPS_PIPE_DIRECTORY", "NCTK_PROBE_CACHE", "NCTK_PROBE_CACHE_DIR"}
+}
+
+// capOrder is the order NVIDIA's hook emits capability flags in.
+func capOrder() []caps.Capability {
+	return []caps.Capability{caps.Compute, caps.Compat32, caps.Graphics, caps.Utility, caps.Video, caps.Display, caps.NGX}
+}
+
+// execFunc replaces the process (syscall.Exec in production).
+type execFunc func(path string, argv, env []string) error
+
+// Main runs the hook.
+func Main(e *app.Env) int { return mainWith(e, syscall.Exec) }
+
+func mainWith(e *app.Env, exec execFunc) int {
+	name := filepath.Base(e.Args[0])
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	debug := fs.Bool("debug", false, "enable debug output")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	configPath := fs.String("config", "", "the path to the configuration file to use")
+	fs.Usage = func() {
+		fmt.Fprintf(e.Stderr, "Usage of %s:\n", name)
+		fs.PrintDefaults()
+		fmt.Fprintf(e.Stderr, "\nCommands:\n  prestart\n        run the prestart hook\n  poststart\n        no-op\n  poststop\n        no-op\n")
+	}
+	if err := fs.Parse(e.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(e.Stdout, "NVIDIA Container Runtime Hook version %s\n%s\n", version.NVIDIACompat, version.String())
+		return 0
+	}
+	level := slog.LevelWarn
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: level}))
+	args := fs.Args()
+	if len(args) == 0 {
+		fs.Usage()
+		return 2
+	}
+	switch args[0] {
+	case "prestart":
+		if err := prestart(e, *configPath, *debug, log, exec); err != nil {
+			fmt.Fprintf(e.Stderr, "%s: prestart: %v\n", name, err)
+			return 1
+		}
+		return 0
+	case "poststart", "poststop":
+		return 0
+	}
+	fs.Usage()
+	return 2
+}
+
+// prestart does the work; on success for a GPU container it does not
+// return (exec).
+func prestart(e *app.Env, configPath string, debug bool, log *slog.Logger, exec execFunc) error {
+	cfg, err := loadConfig(e, configPath)
+	if err != nil {
+		return err
+	}
+	data, err := io.ReadAll(io.LimitReader(e.Stdin, maxState+1))
+	if err != nil {
+		return fmt.Errorf("read OCI state from stdin: %w", err)
+	}
+	if len(data) > maxState {
+		return fmt.Errorf("OCI state on stdin: larger than %d bytes", maxState)
+	}
+	state, err := request.ParseState(data)
+	if err != nil {
+		return err
+	}
+	specPath := filepath.Join(state.Bundle, "config.json")
+	doc, err := ocispec.Load(specPath)
+	if err != nil {
+		return err
+	}
+	spec := doc.Spec()
+	if spec.Process == nil {
+		return fmt.Errorf("OCI spec %s: no process", specPath)
+	}
+	if spec.Root == nil || spec.Root.Path == "" {
+		return fmt.Errorf("OCI spec %s: no root path", specPath)
+	}
+	if mode := cfg.Runtime.Mode; !cfg.Hook.SkipModeDetection && (mode == config.ModeCDI || mode == config.ModeJitCDI || mode == config.ModeCSV) {
+		return fmt.Errorf("invoking the NVIDIA Container Runtime Hook directly (e.g. specifying the docker --gpus flag) is not supported in nvidia-container-runtime mode %q; "+
+			"use the NVIDIA Container Runtime (e.g. specify the --runtime=nvidia flag) instead, or set nvidia-container-runtime-hook.skip-mode-detection", mode)
+	}
+	req, err := request.FromSpec(spec, cfg)
+	if err != nil {
+		return err
+	}
+	for _, w := range req.Warnings {
+		log.Warn(w)
+	}
+	if req.Void {
+		log.Debug("not a GPU container; nothing to do", "source", req.DeviceSource)
+		return nil
+	}
+	if !req.All && !req.None && len(req.Devices) == 0 && len(req.CDIDevices) > 0 {
+		log.Warn("only CDI devices requested; they are injected by the runtime, not by this hook", "devices", req.CDIDevices)
+		return nil
+	}
+	rootfs := spec.Root.Path
+	if !filepath.IsAbs(rootfs) {
+		rootfs = filepath.Join(state.Bundle, rootfs)
+	}
+	rootfs, err = filepath.Abs(rootfs)
+	if err != nil {
+		return fmt.Errorf("rootfs %s: %w", spec.Root.Path, err)
+	}
+	cli, searchPath, err := findCLI(cfg, e.Getenv("PATH"))
+	if err != nil {
+		return err
+	}
+	argv := cliArgs(cfg, req, debug, state.Pid, rootfs)
+	env := cliEnv(e, cfg, searchPath)
+	log.Debug("exec", "path", cli, "argv", argv, "env", env)
+	if err := exec(cli, argv, env); err != nil {
+		return fmt.Errorf("exec %s: %w", cli, err)
+	}
+	return nil
+}
+
+func loadConfig(e *app.Env, configPath string) (*config.Config, error) {
+	if configPath != "" {
+		return config.LoadFile(configPath, true)
+	}
+	return config.Load(e.Environ)
+}
+
+// cliArgs is NVIDIA's nvidia-container-cli command line for the request.
+func cliArgs(cfg *config.Config, req request.Request, debug bool, pid int, rootfs string) []string {
+	a := []string{CLIName}
+	if cfg.CLI.Root != "" {
+		a = append(a, "--root="+cfg.CLI.Root)
+	}
+	if cfg.CLI.LoadKmods {
+		a = append(a, "--load-kmods")
+	}
+	if cfg.Features.DisableIMEXChannelCreation {
+		a = append(a, "--no-create-imex-channels")
+	}
+	if cfg.CLI.NoPivot {
+		a = append(a, "--no-pivot")
+	}
+	switch {
+	case debug:
+		a = append(a, "--debug=/dev/stderr")
+	case cfg.CLI.Debug != "":
+		a = append(a, "--debug="+cfg.CLI.Debug)
+	}
+	if cfg.CLI.LdCache != "" {
+		a = append(a, "--ldcache="+cfg.CLI.LdCache)
+	}
+	if cfg.CLI.User != "" {
+		a = append(a, "--user="+cfg.CLI.User)
+	}
+	a = append(a, "configure", "--cuda-compat-mode="+cfg.CUDACompatMode())
+	if l := normalizeLdconfig(cfg.CLI.Ldconfig); l != "" {
+		a = append(a, "--ldconfig="+l)
+	}
+	if cfg.CLI.NoCgroups {
+		a = append(a, "--no-cgroups")
+	}
+	devices := req.Devices
+	if req.All {
+		devices = []string{"all"}
+	}
+	if d := strings.Join(devices, ","); d != "" && !req.None {
+		a = append(a, "--device="+d)
+	}
+	if req.MIGConfig != "" {
+		a = append(a, "--mig-config="+req.MIGConfig)
+	}
+	if req.MIGMonitor != "" {
+		a = append(a, "--mig-monitor="+req.MIGMonitor)
+	}
+	if len(req.IMEXChannels) > 0 {
+		a = append(a, "--imex-channel="+strings.Join(req.IMEXChannels, ","))
+	}
+	for _, c := range capOrder() {
+		if req.Caps.Has(c) {
+			a = append(a, "--"+string(c))
+		}
+	}
+	for _, r := range req.Requirements {
+		a = append(a, "--require="+r)
+	}
+	return append(a, "--pid="+strconv.Itoa(pid), rootfs)
+}
+
+// normalizeLdconfig prefers X.real for a host ldconfig "@X", as NVIDIA's
+// hook does (Ubuntu's /sbin/ldconfig is a wrapper script).
+func normalizeLdconfig(l string) string {
+	p, ok := strings.CutPrefix(l, "@")
+	if !ok || strings.HasSuffix(p, ".real") {
+		return l
+	}
+	if st, err := os.Stat(p + ".real"); err == nil && st.Mode().IsRegular() {
+		return "@" + p + ".real"
+	}
+	return l
+}
+
+// findCLI returns nvidia-container-cli's path: nvidia-container-cli.path,
+// or the first match in the driver root's standard directories, the
+// standard directories and the hook's PATH. It also returns that search
+// path, which becomes the CLI's PATH.
+func findCLI(cfg *config.Config, hookPath string) (string, string, error) {
+	var dirs []string
+	add := func(d string) {
+		if d != "" && filepath.IsAbs(d) && !contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	if root := cfg.CLI.Root; root != "" && root != "/" {
+		for _, d := range defaultPath() {
+			add(filepath.Join(root, d))
+		}
+	}
+	for _, d := range defaultPath() {
+		add(d)
+	}
+	for _, d := range filepath.SplitList(hookPath) {
+		add(d)
+	}
+	searchPath := strings.Join(dirs, ":")
+	if p := cfg.CLI.Path; p != "" {
+		if !filepath.IsAbs(p) {
+			return "", "", fmt.Errorf("nvidia-container-cli.path %q: not an absolute path", p)
+		}
+		return p, searchPath, nil
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, CLIName)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return p, searchPath, nil
+		}
+	}
+	return "", "", fmt.Errorf("%s not found in %s (set nvidia-container-cli.path in %s)", CLIName, searchPath, config.DefaultPath)
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// cliEnv is the CLI's explicit environment: PATH, the hook-environment
+// variables of passEnv, and nvidia-container-cli.environment.
+func cliEnv(e *app.Env, cfg *config.Config, searchPath string) []string {
+	env := []string{"PATH=" + searchPath}
+	for _, k := range passEnv() {
+		if v, ok := e.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return append(env, cfg.CLI.Environment...)
+}
