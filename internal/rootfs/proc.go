@@ -26,21 +26,22 @@ const ContainerProcDriver = "/proc/driver/nvidia"
 // container's mount namespace.
 type ProcDriver struct {
 	files []TmpfsFile
-	gpus  []procGPU
+	binds []procBind
 }
 
-type procGPU struct {
-	name string // directory name under gpus/ (the bus id as the host has it)
-	src  *Source
+// procBind is a host proc entry bound read-only into the view.
+type procBind struct {
+	rel string // path below the view (gpus/<bus id>, capabilities/…)
+	src *Source
 }
 
-// Close releases the prepared GPU directory sources.
+// Close releases the prepared sources.
 func (pd *ProcDriver) Close() error {
 	if pd == nil {
 		return nil
 	}
-	for _, g := range pd.gpus {
-		g.src.Close()
+	for _, b := range pd.binds {
+		b.src.Close()
 	}
 	return nil
 }
@@ -48,10 +49,12 @@ func (pd *ProcDriver) Close() error {
 // maxProcFile bounds each copied proc file.
 const maxProcFile = 1 << 20
 
-// PrepareProcDriver reads view.HostDir's files and opens the gpus/<bus id>
+// PrepareProcDriver reads view.HostDir's files, opens the gpus/<bus id>
 // directory of each selected GPU (trying the 4-hex-digit PCI domain form
-// when the 8-digit one is absent, as drivers on some VMs name them).
-// Missing files are skipped; a missing GPU directory is an error.
+// when the 8-digit one is absent, as drivers on some VMs name them) and the
+// view.Expose entries (files or directories, such as MIG access files).
+// Missing files are skipped; a missing GPU directory or exposed entry is an
+// error.
 func PrepareProcDriver(view *plan.ProcView) (*ProcDriver, error) {
 	if view == nil {
 		return nil, errors.New("proc view: nil")
@@ -77,22 +80,40 @@ func PrepareProcDriver(view *plan.ProcView) (*ProcDriver, error) {
 		}
 		pd.files = append(pd.files, TmpfsFile{Name: name, Data: data, Mode: 0o444})
 	}
+	ro := []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptNoExec}
 	for _, bus := range view.GPUDirs {
 		if !validRel(bus) || strings.Contains(bus, "/") {
 			pd.Close()
 			return nil, fmt.Errorf("proc view: invalid GPU bus id %q", bus)
 		}
 		name := bus
-		src, err := OpenSource(path.Join(view.HostDir, "gpus", name), plan.KindDir, []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptNoExec})
+		src, err := OpenSource(path.Join(view.HostDir, "gpus", name), plan.KindDir, ro)
 		if err != nil && errors.Is(err, unix.ENOENT) && len(bus) > 4 && strings.HasPrefix(bus, "0000") {
 			name = bus[4:]
-			src, err = OpenSource(path.Join(view.HostDir, "gpus", name), plan.KindDir, []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptNoExec})
+			src, err = OpenSource(path.Join(view.HostDir, "gpus", name), plan.KindDir, ro)
 		}
 		if err != nil {
 			pd.Close()
 			return nil, fmt.Errorf("proc view: GPU %s: %w", bus, err)
 		}
-		pd.gpus = append(pd.gpus, procGPU{name: name, src: src})
+		pd.binds = append(pd.binds, procBind{rel: "gpus/" + name, src: src})
+	}
+	for _, rel := range view.Expose {
+		if !validRel(rel) {
+			pd.Close()
+			return nil, fmt.Errorf("proc view: invalid exposed path %q", rel)
+		}
+		hp := path.Join(view.HostDir, rel)
+		kind := plan.KindFile
+		if st, err := os.Lstat(hp); err == nil && st.IsDir() {
+			kind = plan.KindDir
+		}
+		src, err := OpenSource(hp, kind, ro)
+		if err != nil {
+			pd.Close()
+			return nil, fmt.Errorf("proc view: %w", err)
+		}
+		pd.binds = append(pd.binds, procBind{rel: rel, src: src})
 	}
 	return pd, nil
 }
@@ -136,17 +157,33 @@ func (r *Root) MountProcDriver(pd *ProcDriver, log *slog.Logger) error {
 	t := Tmpfs{
 		Mode:  0o555,
 		Size:  "1m",
-		Files: pd.files,
+		Files: append([]TmpfsFile(nil), pd.files...),
 		Flags: MountFlags{ReadOnly: true, NoSuid: true, NoDev: true, NoExec: true},
 	}
-	for _, g := range pd.gpus {
-		t.Dirs = append(t.Dirs, "gpus/"+g.name)
+	copied := map[string]bool{}
+	for _, f := range pd.files {
+		copied[f.Name] = true
+	}
+	for _, b := range pd.binds {
+		if b.src.dir {
+			t.Dirs = append(t.Dirs, b.rel)
+			continue
+		}
+		if dir := path.Dir(b.rel); dir != "." {
+			t.Dirs = append(t.Dirs, dir)
+		}
+		if !copied[b.rel] {
+			// An empty mount point for the file, created before the
+			// tmpfs becomes read-only.
+			t.Files = append(t.Files, TmpfsFile{Name: b.rel, Mode: 0o444})
+			copied[b.rel] = true
+		}
 	}
 	if err := r.MountTmpfs(ContainerProcDriver, t); err != nil {
 		return err
 	}
-	for _, g := range pd.gpus {
-		if err := r.Attach(g.src, ContainerProcDriver+"/gpus/"+g.name); err != nil {
+	for _, b := range pd.binds {
+		if err := r.Attach(b.src, ContainerProcDriver+"/"+b.rel); err != nil {
 			return err
 		}
 	}

@@ -545,12 +545,18 @@ func TestTmpfsAndProcView(t *testing.T) {
 			}
 			must(t, os.WriteFile(hostProc+"/params", []byte("ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"), 0o444))
 			must(t, os.WriteFile(hostProc+"/version", []byte("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03\n"), 0o444))
+			must(t, os.MkdirAll(hostProc+"/capabilities/gpu0/mig/gi1", 0o555))
+			must(t, os.WriteFile(hostProc+"/capabilities/gpu0/mig/gi1/access", []byte("DeviceFileMinor: 12\n"), 0o444))
+			must(t, os.MkdirAll(hostProc+"/capabilities/mig", 0o555))
+			must(t, os.WriteFile(hostProc+"/capabilities/mig/config", []byte("DeviceFileMinor: 1\n"), 0o444))
+			must(t, os.WriteFile(hostProc+"/capabilities/mig/monitor", []byte("DeviceFileMinor: 2\n"), 0o444))
 			// /proc in the image is a symlink to a host directory.
 			e.symlink(t, e.host+"/etc", "/proc")
 			e.mirror(t, e.host+"/etc")
 			r := e.open(t)
 			r.legacyMount = legacy
-			pd, err := PrepareProcDriver(&plan.ProcView{HostDir: hostProc, Files: []string{"params", "version", "registry"}, GPUDirs: []string{"00000000:02:00.0", "00000003:00:00.0"}})
+			pd, err := PrepareProcDriver(&plan.ProcView{HostDir: hostProc, Files: []string{"params", "version", "registry"}, GPUDirs: []string{"00000000:02:00.0", "00000003:00:00.0"},
+				Expose: []string{"capabilities/gpu0/mig/gi1/access", "capabilities/mig"}})
 			must(t, err)
 			defer pd.Close()
 			must(t, r.MountProcDriver(pd, nil))
@@ -572,6 +578,12 @@ func TestTmpfsAndProcView(t *testing.T) {
 			}
 			if b, _ := os.ReadFile(view + "/gpus/00000000:02:00.0/information"); !strings.Contains(string(b), "02:00.0") {
 				t.Errorf("gpu dir content %q", b)
+			}
+			if b, _ := os.ReadFile(view + "/capabilities/gpu0/mig/gi1/access"); string(b) != "DeviceFileMinor: 12\n" {
+				t.Errorf("exposed file = %q", b)
+			}
+			if b, _ := os.ReadFile(view + "/capabilities/mig/monitor"); string(b) != "DeviceFileMinor: 2\n" {
+				t.Errorf("exposed directory content = %q", b)
 			}
 			if err := os.WriteFile(view+"/params", []byte("x"), 0o644); err == nil {
 				t.Error("proc view writable")
@@ -598,6 +610,8 @@ func TestPrepareProcDriverErrors(t *testing.T) {
 		{HostDir: d, Files: []string{"../etc/passwd"}},
 		{HostDir: d, GPUDirs: []string{"../../x"}},
 		{HostDir: d, GPUDirs: []string{"00000000:09:00.0"}},
+		{HostDir: d, Expose: []string{"../x"}},
+		{HostDir: d, Expose: []string{"capabilities/missing"}},
 	} {
 		if pd, err := PrepareProcDriver(v); err == nil {
 			pd.Close()
