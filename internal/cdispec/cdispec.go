@@ -1,0 +1,416 @@
+// Package cdispec renders the driver as a CDI (Container Device Interface)
+// spec, the file container engines (Podman, Docker 25+, containerd 1.7+,
+// CRI-O, Kubernetes device plugins) read from /etc/cdi and /var/run/cdi to
+// give a container devices by name (nvidia.com/gpu=0), and applies CDI
+// device names to an OCI spec for the runtime's CDI mode.
+//
+// A spec is built from the same injection plans as every other path
+// (internal/plan): the plan for a container with no GPU gives the
+// spec-level edits (control nodes, driver libraries at their driver-root
+// paths, binaries at /usr/bin, IPC sockets, firmware, and the
+// createContainer hooks of internal/ocispec that create the library links
+// and update the ld.so.cache); the plan for one GPU, minus the former, gives
+// that device's edits. The spec stays within CDI 0.5.0 (the newest version
+// Podman 4.3 reads): no annotations, no additionalGids; its cdiVersion is the
+// lowest its content needs, as the CDI library computes it.
+//
+// The /proc/driver/nvidia view the runtime builds (a tmpfs holding the
+// selected GPUs' directories only) is not part of a CDI spec: an engine
+// applies the spec-level hooks once and each device's hooks once per device,
+// so per-device views could not be merged into one. Like NVIDIA's, the spec
+// instead runs disable-device-node-modification once, so that the driver
+// library in the container does not try to create device nodes.
+package cdispec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"tags.cncf.io/container-device-interface/pkg/parser"
+	cdi "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/inject"
+	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/selector"
+)
+
+// Defaults of a generated spec.
+const (
+	DefaultVendor = "nvidia.com"
+	DefaultClass  = "gpu"
+	// DefaultHookPath is the nvidia-cdi-hook used when none is found on
+	// PATH.
+	DefaultHookPath = "/usr/bin/nvidia-cdi-hook"
+	// BinDir is where driver binaries land in the container.
+	BinDir = "/usr/bin"
+	// AllDevice is the name of the device that holds every other one.
+	AllDevice = "all"
+	// VoidEnv keeps NVIDIA's legacy prestart hook (and nctk's runtime)
+	// from injecting the driver a second time into a container that got
+	// its devices through CDI.
+	VoidEnv = "NVIDIA_VISIBLE_DEVICES=void"
+	// LibcudaDirEnv names the container directories holding
+	// libcuda.so.<driver version>, ':'-joined, as NVIDIA's specs do.
+	LibcudaDirEnv = "NVIDIA_CTK_LIBCUDA_DIR"
+	// MaxCompatVersion is the newest cdiVersion Podman 4.3 (CDI library
+	// v0.5) reads; Render never needs more.
+	MaxCompatVersion = "0.5.0"
+)
+
+// NameStrategy says how devices are named.
+type NameStrategy string
+
+// Device naming strategies.
+const (
+	// NameIndex names devices by index: 0, 1:0 (GPU 1, MIG device 0).
+	NameIndex NameStrategy = "index"
+	// NameUUID names devices by UUID: GPU-…, MIG-….
+	NameUUID NameStrategy = "uuid"
+	// NameTypeIndex names devices by type and index: gpu0, mig1:0.
+	NameTypeIndex NameStrategy = "type-index"
+)
+
+// DefaultNameStrategies are index and uuid, as in nvidia-ctk.
+func DefaultNameStrategies() []NameStrategy { return []NameStrategy{NameIndex, NameUUID} }
+
+// ParseNameStrategy reads a --device-name-strategy value.
+func ParseNameStrategy(s string) (NameStrategy, error) {
+	switch n := NameStrategy(strings.TrimSpace(s)); n {
+	case NameIndex, NameUUID, NameTypeIndex:
+		return n, nil
+	}
+	return "", fmt.Errorf("device name strategy %q: want index, uuid or type-index", s)
+}
+
+// Options configures a generated spec.
+type Options struct {
+	// Vendor and Class make the spec's kind, vendor/class; empty means
+	// nvidia.com and gpu.
+	Vendor, Class string
+	// NameStrategies name each device once per strategy; nil means
+	// DefaultNameStrategies.
+	NameStrategies []NameStrategy
+	// NoAllDevice leaves out the "all" device.
+	NoAllDevice bool
+	// Caps selects the driver files; nil or empty means every capability.
+	Caps caps.Set
+	// Hook says how the createContainer hooks run nvidia-cdi-hook: its
+	// absolute host path (empty: DefaultHookPath) and the ldconfig
+	// update-ldcache runs. A hook path whose base name is nvidia-ctk runs
+	// the hooks as `nvidia-ctk hook …`.
+	Hook ocispec.HookConfig
+}
+
+// Generate discovers the driver described by job.Driver, selects the devices
+// in job.Devices (nil means all) and renders the spec. job.Caps and
+// job.Target are taken from o; requirements are not checked.
+func Generate(ctx context.Context, job inject.Job, o Options) (*cdi.Spec, error) {
+	if len(job.Devices) == 0 {
+		job.Devices = []string{AllDevice}
+	}
+	job.Caps = capsOf(o)
+	job.Target = plan.Target{BinDir: BinDir}
+	job.Requirements = nil
+	res, err := inject.Run(ctx, job)
+	if err != nil {
+		return nil, fmt.Errorf("generate CDI spec: %w", err)
+	}
+	return Render(res.Driver, res.Selection, o)
+}
+
+func capsOf(o Options) caps.Set {
+	if len(o.Caps) == 0 {
+		return caps.Full()
+	}
+	return o.Caps
+}
+
+// device is one GPU or MIG device of the spec before naming.
+type device struct {
+	names []string
+	edits cdi.ContainerEdits
+}
+
+// Render builds the spec for the selected devices of a discovered driver.
+// Devices come in GPU index order (each GPU, then its MIG devices; a GPU
+// in MIG mode is offered through its MIG devices only), each under one
+// name per strategy, then "all".
+func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, error) {
+	if d == nil {
+		return nil, errors.New("render CDI spec: no driver discovery result")
+	}
+	vendor, class := o.Vendor, o.Class
+	if vendor == "" {
+		vendor = DefaultVendor
+	}
+	if class == "" {
+		class = DefaultClass
+	}
+	if err := parser.ValidateVendorName(vendor); err != nil {
+		return nil, fmt.Errorf("render CDI spec: vendor %q: %w", vendor, err)
+	}
+	if err := parser.ValidateClassName(class); err != nil {
+		return nil, fmt.Errorf("render CDI spec: class %q: %w", class, err)
+	}
+	strategies := o.NameStrategies
+	if len(strategies) == 0 {
+		strategies = DefaultNameStrategies()
+	}
+	for _, s := range strategies {
+		if _, err := ParseNameStrategy(string(s)); err != nil {
+			return nil, fmt.Errorf("render CDI spec: %w", err)
+		}
+	}
+	hc := o.Hook
+	if hc.Path == "" {
+		hc.Path = DefaultHookPath
+	}
+	if !path.IsAbs(hc.Path) {
+		return nil, fmt.Errorf("render CDI spec: nvidia-cdi-hook path %q: want an absolute path", hc.Path)
+	}
+
+	base := plan.Options{Caps: capsOf(o), Target: plan.Target{BinDir: BinDir}}
+	common, err := plan.Build(d, base)
+	if err != nil {
+		return nil, fmt.Errorf("render CDI spec: %w", err)
+	}
+
+	gpus := slices.Clone(sel.GPUs)
+	slices.SortFunc(gpus, func(a, b discover.GPU) int { return a.Index - b.Index })
+	migs := slices.Clone(sel.MIG)
+	slices.SortFunc(migs, func(a, b selector.SelectedMIG) int {
+		if a.Parent.Index != b.Parent.Index {
+			return a.Parent.Index - b.Parent.Index
+		}
+		return a.MIG.Index - b.MIG.Index
+	})
+
+	var devices []device
+	for _, g := range gpus {
+		if !g.MIGEnabled {
+			o := base
+			o.GPUs = []discover.GPU{g}
+			p, err := plan.Build(d, o)
+			if err != nil {
+				return nil, fmt.Errorf("render CDI spec: %w", err)
+			}
+			idx := strconv.Itoa(g.Index)
+			devices = append(devices, device{
+				names: deviceNames(strategies, idx, "gpu"+idx, g.UUID),
+				edits: deviceEdits(p, common),
+			})
+		}
+		for _, m := range migs {
+			if m.Parent.Index != g.Index {
+				continue
+			}
+			o := base
+			o.GPUs = []discover.GPU{m.Parent}
+			o.MIG = []plan.MIGSelection{{Parent: m.Parent, Device: m.MIG}}
+			p, err := plan.Build(d, o)
+			if err != nil {
+				return nil, fmt.Errorf("render CDI spec: %w", err)
+			}
+			idx := fmt.Sprintf("%d:%d", g.Index, m.MIG.Index)
+			devices = append(devices, device{
+				names: deviceNames(strategies, idx, "mig"+idx, m.MIG.UUID),
+				edits: deviceEdits(p, common),
+			})
+		}
+	}
+	if len(devices) == 0 {
+		return nil, errors.New("render CDI spec: no device selected (a CDI spec needs at least one device)")
+	}
+
+	spec := &cdi.Spec{Kind: vendor + "/" + class, ContainerEdits: commonEdits(common, hc)}
+	seen := map[string]bool{}
+	var all cdi.ContainerEdits
+	for _, dev := range devices {
+		for _, n := range dev.names {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			spec.Devices = append(spec.Devices, cdi.Device{Name: n, ContainerEdits: cloneEdits(dev.edits)})
+		}
+		mergeEdits(&all, dev.edits)
+	}
+	if !o.NoAllDevice && !seen[AllDevice] {
+		spec.Devices = append(spec.Devices, cdi.Device{Name: AllDevice, ContainerEdits: all})
+	}
+	v, err := cdi.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, fmt.Errorf("render CDI spec: minimum cdiVersion: %w", err)
+	}
+	spec.Version = v
+	return spec, nil
+}
+
+// deviceNames returns a device's names under each strategy, leaving out
+// names CDI does not allow (an old-style MIG UUID holds slashes).
+func deviceNames(strategies []NameStrategy, index, typeIndex, uuid string) []string {
+	var names []string
+	for _, s := range strategies {
+		var n string
+		switch s {
+		case NameIndex:
+			n = index
+		case NameTypeIndex:
+			n = typeIndex
+		case NameUUID:
+			n = uuid
+		}
+		if n == "" || parser.ValidateDeviceName(n) != nil || slices.Contains(names, n) {
+			continue
+		}
+		names = append(names, n)
+	}
+	return names
+}
+
+// commonEdits are the spec-level edits: everything a container with no GPU
+// gets, the hooks, and the environment.
+func commonEdits(p *plan.Plan, hc ocispec.HookConfig) cdi.ContainerEdits {
+	e := cdi.ContainerEdits{Env: []string{VoidEnv}}
+	if dirs := libcudaDirs(p); len(dirs) > 0 {
+		e.Env = append(e.Env, LibcudaDirEnv+"="+strings.Join(dirs, ":"))
+	}
+	for _, kv := range p.Env {
+		if !slices.Contains(e.Env, kv) {
+			e.Env = append(e.Env, kv)
+		}
+	}
+	for _, dv := range p.Devices {
+		e.DeviceNodes = append(e.DeviceNodes, deviceNode(dv))
+	}
+	for _, m := range p.Mounts {
+		e.Mounts = append(e.Mounts, mount(m))
+	}
+	e.Hooks = hooks(p, hc)
+	return e
+}
+
+// hooks are the createContainer hooks of the runtime path (symlinks, the
+// ld.so.cache update) and, in place of the /proc/driver/nvidia view,
+// disable-device-node-modification.
+func hooks(p *plan.Plan, hc ocispec.HookConfig) []*cdi.Hook {
+	q := *p
+	q.Proc = nil
+	hs := ocispec.Hooks(&q, hc)
+	if p.Proc != nil {
+		hs = append(hs, ocispec.Hook{Path: hc.Path,
+			Args: []string{ocispec.HookBinary, ocispec.HookDisableDeviceNodeModification}, Env: ocispec.HookEnv()})
+	}
+	ctk := path.Base(hc.Path) == "nvidia-ctk"
+	out := make([]*cdi.Hook, 0, len(hs))
+	for _, h := range hs {
+		args := slices.Clone(h.Args)
+		if ctk {
+			args = append([]string{"nvidia-ctk", "hook"}, args[1:]...)
+		}
+		out = append(out, &cdi.Hook{HookName: "createContainer", Path: h.Path, Args: args, Env: slices.Clone(h.Env)})
+	}
+	return out
+}
+
+// libcudaDirs are the container directories holding libcuda.so.<version>.
+func libcudaDirs(p *plan.Plan) []string {
+	var dirs []string
+	for _, m := range p.Mounts {
+		b := path.Base(m.Destination)
+		if m.Kind == plan.KindFile && strings.HasPrefix(b, "libcuda.so.") && strings.Count(b, ".") > 2 {
+			if d := path.Dir(m.Destination); !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	return dirs
+}
+
+// deviceEdits are what the plan p for one device adds to the common plan:
+// its device nodes (and mounts and variables, should a plan ever have
+// per-device ones).
+func deviceEdits(p, common *plan.Plan) cdi.ContainerEdits {
+	var e cdi.ContainerEdits
+	for _, dv := range p.Devices {
+		if !slices.ContainsFunc(common.Devices, func(c plan.Device) bool { return c.Path == dv.Path }) {
+			e.DeviceNodes = append(e.DeviceNodes, deviceNode(dv))
+		}
+	}
+	for _, m := range p.Mounts {
+		if !slices.ContainsFunc(common.Mounts, func(c plan.Mount) bool { return c.Destination == m.Destination }) {
+			e.Mounts = append(e.Mounts, mount(m))
+		}
+	}
+	for _, kv := range p.Env {
+		if !slices.Contains(common.Env, kv) {
+			e.Env = append(e.Env, kv)
+		}
+	}
+	return e
+}
+
+// deviceNode is a plan device as a CDI device node: a character device the
+// container may read and write (no mknod), with the host node's mode and
+// group; hostPath only when it differs (a separate dev root).
+func deviceNode(d plan.Device) *cdi.DeviceNode {
+	n := &cdi.DeviceNode{Path: d.Path, Type: "c", Major: int64(d.Major), Minor: int64(d.Minor), Permissions: "rw"}
+	if d.HostPath != "" && d.HostPath != d.Path {
+		n.HostPath = d.HostPath
+	}
+	if d.FileMode != 0 {
+		m := fileMode(d.FileMode)
+		n.FileMode = &m
+	}
+	if d.GID != 0 {
+		g := d.GID
+		n.GID = &g
+	}
+	return n
+}
+
+// fileMode is a node's permission bits as an os.FileMode.
+func fileMode(m uint32) os.FileMode { return os.FileMode(m & 0o777) }
+
+func mount(m plan.Mount) *cdi.Mount {
+	return &cdi.Mount{HostPath: m.Source, ContainerPath: m.Destination, Options: slices.Clone(m.Options)}
+}
+
+// mergeEdits appends to dst what src has and dst lacks (device nodes by
+// path, mounts by container path, variables).
+func mergeEdits(dst *cdi.ContainerEdits, src cdi.ContainerEdits) {
+	for _, n := range src.DeviceNodes {
+		if !slices.ContainsFunc(dst.DeviceNodes, func(x *cdi.DeviceNode) bool { return x.Path == n.Path }) {
+			c := *n
+			dst.DeviceNodes = append(dst.DeviceNodes, &c)
+		}
+	}
+	for _, m := range src.Mounts {
+		if !slices.ContainsFunc(dst.Mounts, func(x *cdi.Mount) bool { return x.ContainerPath == m.ContainerPath }) {
+			c := *m
+			c.Options = slices.Clone(m.Options)
+			dst.Mounts = append(dst.Mounts, &c)
+		}
+	}
+	for _, kv := range src.Env {
+		if !slices.Contains(dst.Env, kv) {
+			dst.Env = append(dst.Env, kv)
+		}
+	}
+}
+
+// cloneEdits copies a device's edits so that no two devices share a node.
+func cloneEdits(e cdi.ContainerEdits) cdi.ContainerEdits {
+	var c cdi.ContainerEdits
+	mergeEdits(&c, e)
+	return c
+}

@@ -1,0 +1,172 @@
+package cdispec
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nctk/nctk/internal/ocispec"
+)
+
+// specDir writes the synthetic driver's spec into a fresh directory.
+func specDir(t *testing.T) string {
+	t.Helper()
+	d := synthDriver("/")
+	spec, err := Render(d, selectAll(t, d), Options{Hook: ocispec.HookConfig{Path: "/usr/bin/nvidia-cdi-hook"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := Marshal(spec, FormatYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := WriteFile(filepath.Join(dir, "nvidia.yaml"), data); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func baseSpec() *specs.Spec {
+	return &specs.Spec{
+		Version: "1.2.0",
+		Process: &specs.Process{Args: []string{"sh"}, Env: []string{"PATH=/bin", "LD_PRELOAD=/evil.so"}},
+		Root:    &specs.Root{Path: "rootfs"},
+		Mounts:  []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"}},
+		Linux:   &specs.Linux{},
+	}
+}
+
+func TestInjectCDI(t *testing.T) {
+	dir := specDir(t)
+	tests := []struct {
+		name  string
+		devs  []string
+		nodes []string
+	}{
+		{name: "one GPU by index", devs: []string{"nvidia.com/gpu=0"},
+			nodes: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/nvidia0"}},
+		{name: "MIG device by UUID", devs: []string{"nvidia.com/gpu=" + migUUID1},
+			nodes: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+				"/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap31"}},
+		{name: "all", devs: []string{"nvidia.com/gpu=all"},
+			nodes: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset",
+				"/dev/nvidia0", "/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-caps/nvidia-cap22",
+				"/dev/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap31"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := baseSpec()
+			if err := InjectCDI(s, tt.devs, []string{dir}); err != nil {
+				t.Fatal(err)
+			}
+			var nodes []string
+			for _, d := range s.Linux.Devices {
+				nodes = append(nodes, d.Path)
+			}
+			if !slices.Equal(nodes, tt.nodes) {
+				t.Errorf("devices\n got %q\nwant %q", nodes, tt.nodes)
+			}
+			var rules int
+			for _, r := range s.Linux.Resources.Devices {
+				if r.Allow && r.Type == "c" && r.Access == "rw" {
+					rules++
+				}
+			}
+			if rules != len(tt.nodes) {
+				t.Errorf("%d cgroup allow rules, want %d: %+v", rules, len(tt.nodes), s.Linux.Resources.Devices)
+			}
+			if !slices.Contains(s.Process.Env, VoidEnv) {
+				t.Errorf("env %q lacks %s", s.Process.Env, VoidEnv)
+			}
+			if s.Hooks == nil || len(s.Hooks.CreateContainer) != 3 {
+				t.Fatalf("hooks %+v, want 3 createContainer hooks", s.Hooks)
+			}
+			for _, h := range s.Hooks.CreateContainer {
+				if slices.ContainsFunc(h.Env, func(e string) bool { return strings.HasPrefix(e, "LD_PRELOAD") }) {
+					t.Errorf("hook %q inherits the container's env: %q", h.Args, h.Env)
+				}
+			}
+			if !slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == "/usr/bin/nvidia-smi" }) {
+				t.Errorf("no nvidia-smi mount: %+v", s.Mounts)
+			}
+		})
+	}
+}
+
+func TestInjectCDIErrors(t *testing.T) {
+	dir := specDir(t)
+	broken := t.TempDir()
+	if err := os.WriteFile(filepath.Join(broken, "bad.yaml"), []byte("cdiVersion: 0.5.0\nkind: x.com/y\nbogus: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		devs []string
+		dirs []string
+		want []string
+	}{
+		{name: "unknown device", devs: []string{"nvidia.com/gpu=0", "nvidia.com/gpu=7"}, dirs: []string{dir},
+			want: []string{"nvidia.com/gpu=7", dir}},
+		{name: "unknown vendor, broken spec listed", devs: []string{"x.com/y=0"}, dirs: []string{dir, broken},
+			want: []string{"x.com/y=0", broken, "bad.yaml"}},
+		{name: "not qualified", devs: []string{"gpu0"}, dirs: []string{dir}, want: []string{`"gpu0"`}},
+		{name: "missing dir", devs: []string{"nvidia.com/gpu=0"}, dirs: []string{filepath.Join(dir, "nope")},
+			want: []string{"nvidia.com/gpu=0", "nope"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := baseSpec()
+			before := baseSpec()
+			err := InjectCDI(s, tt.devs, tt.dirs)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+			if !reflect.DeepEqual(s, before) {
+				t.Errorf("a failed injection changed the spec")
+			}
+		})
+	}
+	var ue *UnresolvedError
+	if err := InjectCDI(baseSpec(), []string{"nvidia.com/gpu=9"}, []string{dir}); !errors.As(err, &ue) || ue.Devices[0] != "nvidia.com/gpu=9" {
+		t.Errorf("error %v, want *UnresolvedError", err)
+	}
+	if err := InjectCDI(nil, []string{"nvidia.com/gpu=0"}, nil); err == nil {
+		t.Error("nil spec: no error")
+	}
+	s := baseSpec()
+	if err := InjectCDI(s, nil, []string{dir}); err != nil || !reflect.DeepEqual(s, baseSpec()) {
+		t.Errorf("no names: %v, spec changed: %v", err, !reflect.DeepEqual(s, baseSpec()))
+	}
+}
+
+func TestList(t *testing.T) {
+	dir := specDir(t)
+	if err := os.WriteFile(filepath.Join(dir, "zz-broken.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := List([]string{dir, filepath.Join(dir, "missing")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"nvidia.com/gpu=0", "nvidia.com/gpu=1:0", "nvidia.com/gpu=1:1", "nvidia.com/gpu=" + uuid0,
+		"nvidia.com/gpu=" + migUUID0, "nvidia.com/gpu=" + migUUID1, "nvidia.com/gpu=all"}
+	slices.Sort(want)
+	if !slices.Equal(l.Devices, want) {
+		t.Errorf("devices\n got %q\nwant %q", l.Devices, want)
+	}
+	if len(l.Errors) != 1 || !strings.Contains(l.Errors[0], "zz-broken.json") {
+		t.Errorf("errors %q, want one naming zz-broken.json", l.Errors)
+	}
+}
