@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
+	"syscall"
 )
 
 // ELF constants used by readSONAME.
@@ -32,16 +33,62 @@ var errNotShared = errors.New("not an ELF shared object (ET_DYN)")
 // readSONAME returns the DT_SONAME of the ELF shared object at path ("" if
 // it has none).
 func readSONAME(path string) (string, error) {
-	f, err := os.Open(path)
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return "", err
+		return "", &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer f.Close()
-	soname, err := sonameFrom(f)
+	defer syscall.Close(fd)
+	r := &headReader{fd: fd}
+	soname, err := sonameFrom(r)
 	if err != nil {
 		return "", fmt.Errorf("read ELF SONAME of %s: %w", path, err)
 	}
 	return soname, nil
+}
+
+// headReader is an io.ReaderAt over a file descriptor that reads the first
+// 4 KiB once and serves reads inside it from memory: the ELF header and
+// program headers (and for small objects everything) cost one pread. It
+// bypasses os.File, whose poller registration costs system calls that a
+// handful of reads from a regular file does not need.
+type headReader struct {
+	fd     int
+	head   [4096]byte
+	n      int
+	loaded bool
+	err    error
+}
+
+func (r *headReader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("negative offset")
+	}
+	if !r.loaded {
+		r.loaded = true
+		n, err := syscall.Pread(r.fd, r.head[:], 0)
+		if n < 0 {
+			n = 0
+		}
+		r.n, r.err = n, err
+	}
+	if off+int64(len(p)) <= int64(r.n) {
+		return copy(p, r.head[off:]), nil
+	}
+	if r.err == nil && r.n < len(r.head) && off >= int64(r.n) {
+		return 0, io.EOF // the file is shorter than the head buffer
+	}
+	total := 0
+	for total < len(p) {
+		n, err := syscall.Pread(r.fd, p[total:], off+int64(total))
+		if err != nil {
+			return total, err
+		}
+		if n == 0 {
+			return total, io.EOF
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // sonameFrom reads the DT_SONAME of an ELF shared object with a handful of

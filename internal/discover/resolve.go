@@ -44,22 +44,50 @@ func (r *inRoot) host(p string) string {
 	return r.root + p
 }
 
+// stat returns what resolution needs to know about one path: whether it
+// is a symlink (and its target) or exists as something else. readlink
+// answers both in one system call for the common cases (a symlink, or
+// EINVAL for an existing non-symlink); only its other failures need an
+// lstat to tell "missing" from "unreadable".
 func (r *inRoot) stat(p string) lstatResult {
 	if res, ok := r.lstat[p]; ok {
 		return res
 	}
 	var res lstatResult
-	fi, err := os.Lstat(r.host(p))
-	if err != nil {
-		res.err = err
-	} else {
-		res.mode = fi.Mode()
-		if res.mode&fs.ModeSymlink != 0 {
-			res.target, res.err = os.Readlink(r.host(p))
-		}
+	host := r.host(p)
+	target, err := readlink(host)
+	switch {
+	case err == nil:
+		res.mode, res.target = fs.ModeSymlink, target
+	case errors.Is(err, syscall.EINVAL):
+		res.mode = 0 // exists, not a symlink; its type is not needed
+	default:
+		res.err = &fs.PathError{Op: "lstat", Path: host, Err: err}
 	}
 	r.lstat[p] = res
 	return res
+}
+
+// readlink is os.Readlink without its retries and allocations for the
+// common short target.
+func readlink(p string) (string, error) {
+	var buf [256]byte
+	for size := len(buf); ; size *= 2 {
+		b := buf[:]
+		if size > len(buf) {
+			b = make([]byte, size)
+		}
+		n, err := syscall.Readlink(p, b)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(b[:n]), nil
+		}
+		if size >= 1<<16 {
+			return "", syscall.ENAMETOOLONG
+		}
+	}
 }
 
 // resolve returns the in-root path p refers to, with every symlink
@@ -67,6 +95,9 @@ func (r *inRoot) stat(p string) lstatResult {
 // fails if a component does not exist (the error wraps fs.ErrNotExist), is
 // not a directory where one is needed, or if symlinks loop.
 func (r *inRoot) resolve(p string) (string, error) {
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("resolve %q inside %s: %w", p, r.root, syscall.EINVAL)
+	}
 	if !strings.HasPrefix(p, "/") {
 		p = "/" + p
 	}
@@ -94,9 +125,8 @@ func (r *inRoot) resolve(p string) (string, error) {
 			return "", fmt.Errorf("resolve %s inside %s: %w", p, r.root, st.err)
 		}
 		if st.mode&fs.ModeSymlink == 0 {
-			if rest != "" && strings.Trim(rest, "/") != "" && !st.mode.IsDir() {
-				return "", fmt.Errorf("resolve %s inside %s: %s: %w", p, r.root, next, syscall.ENOTDIR)
-			}
+			// A non-directory followed by more components fails at the
+			// next component's readlink with ENOTDIR.
 			resolved = next
 			continue
 		}
