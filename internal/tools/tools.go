@@ -12,6 +12,7 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cli/containercli"
 	"github.com/nctk/nctk/internal/cli/ctk"
+	"github.com/nctk/nctk/internal/cli/hook"
 	"github.com/nctk/nctk/internal/cli/nvdocker"
 	"github.com/nctk/nctk/internal/cli/runtime"
 )
@@ -24,7 +25,11 @@ func All() map[string]app.Tool {
 		"nvidia-container-cli":     containercli.Main,
 		"nvidia-container-runtime": runtime.Main,
 		"nvidia-ctk":               ctk.Main,
-		"nvidia-docker":            nvdocker.Main,
+		// dockerd looks the hook up by this name; NVIDIA ships the second
+		// name as a link to it.
+		"nvidia-container-runtime-hook": hook.Main,
+		"nvidia-container-toolkit":      hook.Main,
+		"nvidia-docker":                 nvdocker.Main,
 	}
 }
 
