@@ -2,6 +2,7 @@ package discover
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/nctk/nctk/internal/driverprobe"
@@ -31,6 +32,9 @@ func (x *discoverer) probe(ctx context.Context) {
 	req := driverprobe.Request{Libcuda: libcuda, NVML: nvml, ModuleVersion: d.Version}
 	for _, g := range d.GPUs {
 		req.BusIDs = append(req.BusIDs, g.BusID)
+		for _, m := range g.MIGDevices {
+			req.MIGLayout = append(req.MIGLayout, fmt.Sprintf("%s/gi%d/ci%d", g.BusID, m.GI, m.CI))
+		}
 	}
 	res, err := driverprobe.Probe(ctx, req, x.opts.ProbeConfig)
 	if err != nil {
@@ -65,6 +69,7 @@ func (x *discoverer) probe(ctx context.Context) {
 			noBrand = append(noBrand, g.BusID)
 		}
 	}
+	x.migFromNVML(res)
 	if len(noArch) > 0 {
 		why := res.DeviceError
 		if why == "" {
@@ -81,5 +86,37 @@ func (x *discoverer) probe(ctx context.Context) {
 			why = "NVML did not report these devices"
 		}
 		x.warn("brand unknown for GPU %s: %s", strings.Join(noBrand, ", "), why)
+	}
+}
+
+// migFromNVML takes MIG mode and MIG device UUIDs from NVML's answers: the
+// UUIDs exist nowhere else. Devices are matched to the procfs ones by
+// GPU and compute instance ids.
+func (x *discoverer) migFromNVML(res *driverprobe.Result) {
+	for i := range x.d.GPUs {
+		g := &x.d.GPUs[i]
+		info, ok := res.MIG[g.BusID]
+		if !ok {
+			continue
+		}
+		g.MIGCapable = true
+		g.MIGEnabled = info.Enabled
+		for _, nm := range info.Devices {
+			found := false
+			for j := range g.MIGDevices {
+				m := &g.MIGDevices[j]
+				if m.GI == nm.GI && m.CI == nm.CI {
+					m.UUID, found = nm.UUID, true
+				}
+			}
+			if !found {
+				x.warn("GPU %d: NVML reports MIG device %s (GI %d, CI %d) that %s does not show", g.Index, nm.UUID, nm.GI, nm.CI, g.MIGCapsDir)
+			}
+		}
+		for _, m := range g.MIGDevices {
+			if m.UUID == "" {
+				x.warn("GPU %d: no UUID for MIG device %d (GI %d, CI %d): NVML did not report it", g.Index, m.Index, m.GI, m.CI)
+			}
+		}
 	}
 }

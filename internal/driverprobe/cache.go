@@ -105,7 +105,8 @@ func cacheKey(req Request) (string, error) {
 		NVML    *fileID  `json:"nvml,omitempty"`
 		Module  string   `json:"module"`
 		Bus     []string `json:"bus"`
-	}{Version: cacheVersion, Cuda: cuda, Module: req.ModuleVersion, Bus: req.BusIDs}
+		MIG     []string `json:"mig,omitempty"`
+	}{Version: cacheVersion, Cuda: cuda, Module: req.ModuleVersion, Bus: req.BusIDs, MIG: req.MIGLayout}
 	if req.NVML != "" {
 		n, err := identify(req.NVML)
 		if err != nil {

@@ -57,6 +57,11 @@ type Request struct {
 	BusIDs []string `json:"bus_ids,omitempty"`
 	// ModuleVersion is the kernel module's version (cache key only).
 	ModuleVersion string `json:"module_version,omitempty"`
+	// MIGLayout describes the MIG instances procfs shows
+	// ("00000000:41:00.0/gi1/ci0", …); cache key only: a result is reused
+	// only for the same layout, and never when MIG devices exist (their
+	// UUIDs change whenever instances are recreated).
+	MIGLayout []string `json:"mig_layout,omitempty"`
 }
 
 // Device is what libcuda reports for one CUDA device.
@@ -70,6 +75,20 @@ type Device struct {
 	Arch string `json:"arch,omitempty"`
 	// Error says why the device could not be queried.
 	Error string `json:"error,omitempty"`
+}
+
+// MIGInfo is a GPU's MIG state.
+type MIGInfo struct {
+	// Enabled is NVML's current MIG mode.
+	Enabled bool        `json:"enabled"`
+	Devices []MIGDevice `json:"devices,omitempty"`
+}
+
+// MIGDevice is one MIG device as NVML names it.
+type MIGDevice struct {
+	GI   int    `json:"gi"`
+	CI   int    `json:"ci"`
+	UUID string `json:"uuid"`
 }
 
 // Result holds the driver's answers and, for what it could not answer, why.
@@ -86,6 +105,9 @@ type Result struct {
 	// is missing.
 	Brands    map[string]string `json:"brands,omitempty"`
 	NVMLError string            `json:"nvml_error,omitempty"`
+	// MIG maps bus ids of MIG-capable GPUs to their MIG mode and devices,
+	// as NVML reports them (MIG device UUIDs exist nowhere else).
+	MIG map[string]MIGInfo `json:"mig,omitempty"`
 	// DlopenDuration is how long dlopen of libcuda took in the child and
 	// ProbeDuration the child's whole work (both as first measured, also
 	// for cached results).
@@ -127,22 +149,31 @@ func (r *Result) Brand(busID string) (string, bool) {
 	return b, ok
 }
 
-// complete reports whether every fact asked for was learnt, which is when
-// a result is worth caching: a failure may be transient (devices not yet
-// created, driver still loading) and must not stick.
-func (r *Result) complete(req Request) bool {
-	if r.CUDADriverVersion == 0 {
-		return false
+// cacheable says whether a result may be cached, and if not why: only
+// when every fact asked for was learnt (a failure may be transient:
+// devices not yet created, driver still loading) and no MIG device exists
+// (MIG UUIDs change whenever instances are recreated).
+func (r *Result) cacheable(req Request) (bool, string) {
+	mig := len(req.MIGLayout) > 0
+	for _, m := range r.MIG {
+		mig = mig || len(m.Devices) > 0
 	}
+	if mig {
+		return false, "not cached: MIG devices exist (their UUIDs change when instances are recreated)"
+	}
+	complete := r.CUDADriverVersion != 0
 	for _, b := range req.BusIDs {
 		if _, ok := r.Arch(b); !ok {
-			return false
+			complete = false
 		}
 		if _, ok := r.Brand(b); req.NVML != "" && !ok {
-			return false
+			complete = false
 		}
 	}
-	return true
+	if !complete {
+		return false, "not cached: the driver did not answer every question"
+	}
+	return true, ""
 }
 
 // Config tunes Probe.
@@ -196,12 +227,10 @@ func Probe(ctx context.Context, req Request, cfg Config) (*Result, error) {
 	}
 	res.Source = SourceLibcuda
 	res.CacheNote = note
-	switch {
-	case c == nil:
-	case !res.complete(req):
-		res.CacheNote = "not cached: the driver did not answer every question"
-	default:
-		if err := c.store(res); err != nil {
+	if c != nil {
+		if ok, why := res.cacheable(req); !ok {
+			res.CacheNote = why
+		} else if err := c.store(res); err != nil {
 			res.CacheNote = "not cached: " + err.Error()
 		}
 	}

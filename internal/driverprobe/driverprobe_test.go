@@ -2,6 +2,7 @@ package driverprobe
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,8 +50,8 @@ func TestProbeFakeDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Source != SourceLibcuda || res.CacheNote != "" {
-		t.Errorf("first probe: source %q note %q, want %q and no note", res.Source, res.CacheNote, SourceLibcuda)
+	if res.Source != SourceLibcuda {
+		t.Errorf("first probe: source %q, want %q", res.Source, SourceLibcuda)
 	}
 	check := func(res *Result) {
 		t.Helper()
@@ -70,10 +71,29 @@ func TestProbeFakeDriver(t *testing.T) {
 		}
 	}
 	check(res)
+	wantMIG := map[string]MIGInfo{"00000000:41:00.0": {Enabled: true, Devices: []MIGDevice{
+		{GI: 1, CI: 0, UUID: "MIG-0000000b-0000-0000-0000-000000000000"},
+		{GI: 2, CI: 0, UUID: "MIG-0000000c-0000-0000-0000-000000000000"},
+	}}}
+	if fmt.Sprint(res.MIG) != fmt.Sprint(wantMIG) {
+		t.Errorf("MIG %+v, want %+v", res.MIG, wantMIG)
+	}
+	if res.CacheNote != "not cached: MIG devices exist (their UUIDs change when instances are recreated)" {
+		t.Errorf("cache note %q", res.CacheNote)
+	}
 	if req.BusIDs[0] != "0000:01:00.0" {
 		t.Errorf("Probe modified the caller's request: %v", req.BusIDs)
 	}
 
+	if res, err = Probe(context.Background(), req, cfg); err != nil || res.Source != SourceLibcuda {
+		t.Errorf("second probe with MIG devices: source %q err %v, want a fresh probe", res.Source, err)
+	}
+
+	// Without MIG devices the result is cached.
+	req = Request{Libcuda: lib, NVML: lib, BusIDs: []string{"0000:01:00.0"}, ModuleVersion: "535.0"}
+	if res, err = Probe(context.Background(), req, cfg); err != nil || res.Source != SourceLibcuda || res.CacheNote != "" {
+		t.Fatalf("probe of GPU 01: %+v %v", res, err)
+	}
 	res, err = Probe(context.Background(), req, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -81,11 +101,19 @@ func TestProbeFakeDriver(t *testing.T) {
 	if res.Source != SourceCache {
 		t.Errorf("second probe: source %q, want %q", res.Source, SourceCache)
 	}
-	check(res)
+	if a, _ := res.Arch("00000000:01:00.0"); a != "8.9" || res.CUDAVersion() != "12.2" {
+		t.Errorf("cached result %+v", res)
+	}
+	// A MIG layout in the request is never served from the cache.
+	reqMIG := req
+	reqMIG.MIGLayout = []string{"00000000:01:00.0/gi1/ci0"}
+	if res, err = Probe(context.Background(), reqMIG, cfg); err != nil || res.Source != SourceLibcuda {
+		t.Errorf("MIG layout: source %q err %v, want a fresh probe", res.Source, err)
+	}
 
 	// Another set of GPUs is another key.
 	req2 := req
-	req2.BusIDs = []string{"00000000:41:00.0"}
+	req2.BusIDs = []string{"00000000:01:00.0", "00000000:41:00.0"}
 	if res, err = Probe(context.Background(), req2, cfg); err != nil || res.Source != SourceLibcuda {
 		t.Errorf("other GPUs: source %q err %v, want a fresh probe", res.Source, err)
 	}

@@ -176,6 +176,79 @@ static int nctk_nvml_brand(void *h, const char *bus_id, int *brand) {
 	return get_brand(dev, brand);
 }
 
+typedef struct {
+	int gi;
+	int ci;
+	char uuid[96];
+} nctk_mig_dev;
+
+#define NCTK_MAX_MIG 64
+
+// nctk_nvml_mig reads the MIG mode of the GPU at bus_id and, when it is
+// enabled, every MIG device's GPU/compute instance ids and UUID. It returns
+// the NVML code of the first failing call (0 on success; 3, "not
+// supported", for GPUs without MIG, which leaves *mode at -1).
+static int nctk_nvml_mig(void *h, const char *bus_id, int *mode, nctk_mig_dev *devs, int *n) {
+	typedef int (*by_bus_t)(const char *, nctk_nvml_device *);
+	typedef int (*mig_mode_t)(nctk_nvml_device, unsigned int *, unsigned int *);
+	typedef int (*max_t)(nctk_nvml_device, unsigned int *);
+	typedef int (*by_index_t)(nctk_nvml_device, unsigned int, nctk_nvml_device *);
+	typedef int (*id_t)(nctk_nvml_device, unsigned int *);
+	typedef int (*uuid_t)(nctk_nvml_device, char *, unsigned int);
+	by_bus_t by_bus = (by_bus_t)dlsym(h, "nvmlDeviceGetHandleByPciBusId_v2");
+	mig_mode_t get_mode = (mig_mode_t)dlsym(h, "nvmlDeviceGetMigMode");
+	max_t get_max = (max_t)dlsym(h, "nvmlDeviceGetMaxMigDeviceCount");
+	by_index_t by_index = (by_index_t)dlsym(h, "nvmlDeviceGetMigDeviceHandleByIndex");
+	id_t gi_id = (id_t)dlsym(h, "nvmlDeviceGetGpuInstanceId");
+	id_t ci_id = (id_t)dlsym(h, "nvmlDeviceGetComputeInstanceId");
+	uuid_t get_uuid = (uuid_t)dlsym(h, "nvmlDeviceGetUUID");
+	*mode = -1;
+	*n = 0;
+	if (by_bus == NULL || get_mode == NULL) {
+		return 13; // NVML_ERROR_FUNCTION_NOT_FOUND
+	}
+	nctk_nvml_device dev = NULL;
+	int rc = by_bus(bus_id, &dev);
+	if (rc != 0) {
+		return rc;
+	}
+	unsigned int current = 0, pending = 0;
+	if ((rc = get_mode(dev, &current, &pending)) != 0) {
+		return rc;
+	}
+	*mode = (int)current;
+	if (current != 1) {
+		return 0;
+	}
+	if (get_max == NULL || by_index == NULL || gi_id == NULL || ci_id == NULL || get_uuid == NULL) {
+		return 13;
+	}
+	unsigned int max = 0;
+	if ((rc = get_max(dev, &max)) != 0) {
+		return rc;
+	}
+	for (unsigned int i = 0; i < max && *n < NCTK_MAX_MIG; i++) {
+		nctk_nvml_device mig = NULL;
+		rc = by_index(dev, i, &mig);
+		if (rc == 6) { // NVML_ERROR_NOT_FOUND: no more MIG devices
+			break;
+		}
+		if (rc != 0) {
+			return rc;
+		}
+		nctk_mig_dev *m = &devs[*n];
+		unsigned int gi = 0, ci = 0;
+		if ((rc = gi_id(mig, &gi)) != 0 || (rc = ci_id(mig, &ci)) != 0 ||
+		    (rc = get_uuid(mig, m->uuid, sizeof(m->uuid))) != 0) {
+			return rc;
+		}
+		m->gi = (int)gi;
+		m->ci = (int)ci;
+		(*n)++;
+	}
+	return 0;
+}
+
 static void nctk_nvml_shutdown(void *h) {
 	typedef int (*shutdown_t)(void);
 	shutdown_t shutdown = (shutdown_t)dlsym(h, "nvmlShutdown");
@@ -301,6 +374,30 @@ func probeNVML(req Request, res *Result) {
 			continue
 		}
 		brands[bus] = BrandName(int(brand))
+
+		var mode, n C.int
+		var devs [C.NCTK_MAX_MIG]C.nctk_mig_dev
+		cbus = C.CString(bus)
+		rc = C.nctk_nvml_mig(nh, cbus, &mode, &devs[0], &n)
+		C.free(unsafe.Pointer(cbus))
+		switch {
+		case rc == 3 || rc == 13: // not supported / function not found: no MIG
+		case rc != 0:
+			msg := fmt.Sprintf("NVML error %d", int(rc))
+			if s := C.nctk_nvml_error(nh, rc); s != nil {
+				msg = C.GoString(s)
+			}
+			res.NVMLError = fmt.Sprintf("MIG devices of %s: %s", bus, msg)
+		case mode >= 0:
+			if res.MIG == nil {
+				res.MIG = map[string]MIGInfo{}
+			}
+			info := MIGInfo{Enabled: mode == 1}
+			for i := 0; i < int(n); i++ {
+				info.Devices = append(info.Devices, MIGDevice{GI: int(devs[i].gi), CI: int(devs[i].ci), UUID: C.GoString(&devs[i].uuid[0])})
+			}
+			res.MIG[bus] = info
+		}
 	}
 	res.Brands = brands
 }

@@ -3,8 +3,9 @@
 //   -DFAKE_CRASH  cuDriverGetVersion dies with SIGSEGV
 //   -DFAKE_HANG   cuDriverGetVersion never returns
 //   -DFAKE_NOGPU  cuInit fails like a host without the kernel driver
-// The fake has two GPUs: bus 0000:41:00.0 (9.0, Tesla) and 0000:01:00.0
-// (8.9, GeForce); CUDA enumerates the faster one (41) first.
+// The fake has two GPUs: bus 0000:41:00.0 (9.0, Tesla, MIG enabled with
+// two devices) and 0000:01:00.0 (8.9, GeForce, no MIG); CUDA enumerates the
+// faster one (41) first.
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -67,3 +68,24 @@ int nvmlDeviceGetHandleByPciBusId_v2(const char *bus, void **dev) {
 	return 6; // NVML_ERROR_NOT_FOUND
 }
 int nvmlDeviceGetBrand(void *dev, int *brand) { *brand = dev == (void *)1 ? 2 : 5; return 0; }
+
+// MIG: the GPU at 41 (handle 1) has MIG enabled with two devices (handles
+// 11 and 12); the one at 01 does not support MIG.
+int nvmlDeviceGetMigMode(void *dev, unsigned *current, unsigned *pending) {
+	if (dev != (void *)1) return 3; // NVML_ERROR_NOT_SUPPORTED
+	*current = *pending = 1;
+	return 0;
+}
+int nvmlDeviceGetMaxMigDeviceCount(void *dev, unsigned *n) { (void)dev; *n = 7; return 0; }
+int nvmlDeviceGetMigDeviceHandleByIndex(void *dev, unsigned i, void **mig) {
+	(void)dev;
+	if (i >= 2) return 6; // NVML_ERROR_NOT_FOUND
+	*mig = (void *)(11 + (long)i);
+	return 0;
+}
+int nvmlDeviceGetGpuInstanceId(void *mig, unsigned *id) { *id = mig == (void *)11 ? 1 : 2; return 0; }
+int nvmlDeviceGetComputeInstanceId(void *mig, unsigned *id) { (void)mig; *id = 0; return 0; }
+int nvmlDeviceGetUUID(void *mig, char *buf, unsigned len) {
+	snprintf(buf, len, "MIG-%08lx-0000-0000-0000-000000000000", (long)mig);
+	return 0;
+}
