@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -523,4 +524,63 @@ func validRel(p string) bool {
 		}
 	}
 	return true
+}
+
+// DataSource returns a Source that is a file holding data, on a tmpfs of
+// its own, for mounting generated content (a rewritten proc file) over a
+// file in the container. The file is read-only and the mount carries opts.
+func DataSource(name string, data []byte, opts []string) (*Source, error) {
+	return dataSource(name, data, opts, false)
+}
+
+// dataSource is DataSource; scratch forces the path for kernels before 6.15.
+func dataSource(name string, data []byte, opts []string, scratch bool) (*Source, error) {
+	flags, err := ParseMountOptions(opts)
+	if err != nil {
+		return nil, fmt.Errorf("data mount %s: %w", name, err)
+	}
+	mnt, err := newTmpfs(fmt.Sprintf("mode=755,size=%d", len(data)+4096))
+	if err != nil {
+		return nil, fmt.Errorf("data mount %s: create tmpfs: %w", name, err)
+	}
+	defer unix.Close(mnt)
+	if err := populate(mnt, Tmpfs{Files: []TmpfsFile{{Name: "data", Data: data, Mode: 0o444}}}); err != nil {
+		return nil, fmt.Errorf("data mount %s: %w", name, err)
+	}
+	s := &Source{path: "tmpfs:" + name, flags: flags, fd: -1, tree: -1}
+	if s.fd, err = openNoFollow(mnt, "data", unix.O_PATH); err != nil {
+		return nil, fmt.Errorf("data mount %s: %w", name, err)
+	}
+	if err := unix.Fstat(s.fd, &s.st); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("data mount %s: %w", name, err)
+	}
+	// Cloning from a detached mount needs Linux 6.15; before that, attach
+	// the tmpfs to a private scratch directory for the time of the clone.
+	if !scratch {
+		if err := s.clone(); err == nil && s.tree >= 0 {
+			return s, nil
+		}
+	}
+	dir, err := os.MkdirTemp("", "nctk-data-")
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("data mount %s: %w", name, err)
+	}
+	defer os.Remove(dir)
+	if err := unix.MoveMount(mnt, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("data mount %s: attach scratch tmpfs: %w", name, err)
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
+	unix.Close(s.fd)
+	if s.fd, err = unix.Open(dir+"/data", unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("data mount %s: %w", name, err)
+	}
+	if err := s.clone(); err != nil || s.tree < 0 {
+		s.Close()
+		return nil, fmt.Errorf("data mount %s: clone: %v (needs the new mount API, Linux 5.12+)", name, err)
+	}
+	return s, nil
 }

@@ -763,3 +763,45 @@ func BenchmarkBindMount(b *testing.B) {
 		must(b, r.Rollback())
 	}
 }
+
+func TestDataSource(t *testing.T) {
+	requireRoot(t)
+	for _, scratch := range []bool{false, true} {
+		e := newEnv(t)
+		must(t, os.MkdirAll(e.root+"/proc/driver/nvidia", 0o755))
+		must(t, os.WriteFile(e.root+"/proc/driver/nvidia/params", []byte("ModifyDeviceFiles: 1\n"), 0o444))
+		r := e.open(t)
+		s, err := dataSource("params", []byte("ModifyDeviceFiles: 0\n"), []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptNoExec}, scratch)
+		must(t, err)
+		must(t, r.Attach(s, "/proc/driver/nvidia/params"))
+		s.Close()
+		p := e.root + "/proc/driver/nvidia/params"
+		if b, _ := os.ReadFile(p); string(b) != "ModifyDeviceFiles: 0\n" {
+			t.Errorf("scratch=%v: params = %q", scratch, b)
+		}
+		if opt := mountOptions(t, p); !strings.Contains(opt, "ro") || !strings.Contains(opt, "noexec") {
+			t.Errorf("scratch=%v: options %q", scratch, opt)
+		}
+		if m := mountsUnder(t, os.TempDir()+"/nctk-data-"); len(m) != 0 {
+			t.Errorf("scratch mounts left: %v", m)
+		}
+	}
+	if _, err := DataSource("x", nil, []string{"bogus"}); err == nil {
+		t.Error("bad option accepted")
+	}
+}
+
+// mountsUnder lists mount points starting with prefix.
+func mountsUnder(t *testing.T, prefix string) []string {
+	t.Helper()
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	var out []string
+	for line := range strings.SplitSeq(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], prefix) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}

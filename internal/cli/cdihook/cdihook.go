@@ -1,0 +1,419 @@
+// Package cdihook is nctk's nvidia-cdi-hook: the createContainer hooks that
+// CDI specs and nvidia-container-runtime's spec edits run inside a new
+// container, before it starts. Also reachable as `nvidia-ctk hook NAME`.
+//
+//	nvidia-cdi-hook [--debug] [--quiet] create-symlinks --link TARGET::LINK...
+//	nvidia-cdi-hook update-ldcache [--ldconfig-path PATH] --folder DIR...
+//	nvidia-cdi-hook disable-device-node-modification
+//	nvidia-cdi-hook mount-proc-driver [--host-dir DIR] [--file NAME]... [--gpu BUSID]... [--expose REL]...
+//
+// Every hook reads the container's OCI state on stdin and finds the
+// container root from it (the "root" field some runtimes add, else root.path
+// of the bundle's config.json, relative to the bundle). A runtime runs these
+// hooks in the container's mount namespace before pivot_root, so the root
+// is reachable by that path and the host's files are still visible.
+//
+// All work inside the root goes through internal/rootfs: paths are resolved
+// inside the root (never following the image's symlinks out of it), ldconfig
+// is the host's, sealed and confined. Hook names this version does not know
+// (from specs written by other toolkit versions) print a warning and exit 0,
+// so that they do not break container starts.
+package cdihook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/procfs"
+	"github.com/nctk/nctk/internal/rootfs"
+	"github.com/nctk/nctk/internal/version"
+)
+
+// maxState bounds the OCI state read from stdin.
+const maxState = 1 << 20
+
+// DefaultHostProcDir is where the driver's proc files are on the host.
+const DefaultHostProcDir = "/proc/driver/nvidia"
+
+// hookFunc runs one hook.
+type hookFunc func(h *hookEnv, args []string) error
+
+// hookEnv is what a hook runs with.
+type hookEnv struct {
+	*app.Env
+	name string
+	log  *slog.Logger
+}
+
+// hooks is the table of hook subcommands.
+func hooks() map[string]hookFunc {
+	return map[string]hookFunc{
+		"create-symlinks":                  createSymlinks,
+		"update-ldcache":                   updateLdcache,
+		"disable-device-node-modification": disableDeviceNodeModification,
+		"mount-proc-driver":                mountProcDriver,
+		"noop":                             func(*hookEnv, []string) error { return nil },
+	}
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// envBool reads the first set variable of names as a boolean.
+func envBool(e *app.Env, names ...string) bool {
+	for _, n := range names {
+		if v, ok := e.LookupEnv(n); ok {
+			b, err := strconv.ParseBool(v)
+			return err == nil && b
+		}
+	}
+	return false
+}
+
+// Main runs nvidia-cdi-hook. e.Args[0] is the program name ("nvidia-cdi-hook"
+// or "nvidia-ctk hook"); then global flags, the hook name and its flags.
+func Main(e *app.Env) int {
+	prog := "nvidia-cdi-hook"
+	if len(e.Args) > 0 {
+		prog = e.Args[0]
+	}
+	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	debug := envBool(e, "NVIDIA_CTK_DEBUG", "NVIDIA_CDI_DEBUG")
+	quiet := envBool(e, "NVIDIA_CTK_QUIET", "NVIDIA_CDI_QUIET")
+	fs.BoolVar(&debug, "debug", debug, "enable debug-level logging ($NVIDIA_CTK_DEBUG)")
+	fs.BoolVar(&debug, "d", debug, "enable debug-level logging")
+	fs.BoolVar(&quiet, "quiet", quiet, "log errors only ($NVIDIA_CTK_QUIET)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.Usage = func() { usage(e.Stderr, prog, fs) }
+	var args []string
+	if len(e.Args) > 1 {
+		args = e.Args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 1
+	}
+	if *showVersion {
+		fmt.Fprintf(e.Stdout, "%s version %s\n", prog, version.String())
+		return 0
+	}
+	level := slog.LevelWarn
+	switch {
+	case debug:
+		level = slog.LevelDebug
+	case quiet:
+		level = slog.LevelError
+	}
+	log := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: level}))
+	rest := fs.Args()
+	if len(rest) == 0 {
+		usage(e.Stderr, prog, fs)
+		return 1
+	}
+	name := rest[0]
+	if name == "help" {
+		usage(e.Stdout, prog, fs)
+		return 0
+	}
+	run, ok := hooks()[name]
+	if !ok {
+		// A spec from another toolkit version must not break the start.
+		log.Warn("unknown hook; ignored", "hook", name, "args", rest[1:])
+		return 0
+	}
+	h := &hookEnv{Env: e, name: prog + " " + name, log: log.With("hook", name)}
+	if err := run(h, rest[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(e.Stderr, "%s: %v\n", h.name, err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer, prog string, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: %s [--debug] [--quiet] HOOK [OPTIONS]\n\nHooks (they read the container's OCI state on stdin):\n"+
+		"  create-symlinks --link TARGET::LINK...            create symlinks in the container\n"+
+		"  update-ldcache [--ldconfig-path P] --folder DIR... run the host's ldconfig confined to the container\n"+
+		"  disable-device-node-modification                  mask /proc/driver/nvidia/params with ModifyDeviceFiles: 0\n"+
+		"  mount-proc-driver [--host-dir D] [--file F]... [--gpu BUSID]... [--expose REL]...\n"+
+		"                                                    the container's filtered /proc/driver/nvidia\n\nGlobal options:\n", prog)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// flags returns a flag set for a hook with the hidden --container-spec.
+func (h *hookEnv) flags() (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet(h.name, flag.ContinueOnError)
+	fs.SetOutput(h.Stderr)
+	spec := fs.String("container-spec", "", "read the OCI spec from this file instead of the state on stdin (tests)")
+	return fs, spec
+}
+
+// parse parses a hook's flags; positional arguments are an error.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// state is the part of the OCI state the hooks use.
+type state struct {
+	Pid        int    `json:"pid"`
+	Bundle     string `json:"bundle"`
+	BundlePath string `json:"bundlePath"`
+	// Root is a non-standard field some runtimes (crun) add.
+	Root string `json:"root"`
+}
+
+// parseState decodes the OCI state a runtime writes to a hook's stdin.
+func parseState(data []byte) (state, error) {
+	var s state
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return s, errors.New("OCI state: empty input (a hook expects the container's state JSON on stdin)")
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return s, fmt.Errorf("OCI state: %w", err)
+	}
+	if s.Bundle == "" {
+		s.Bundle = s.BundlePath
+	}
+	if s.Root == "" && s.Bundle == "" {
+		return s, errors.New("OCI state: neither bundle nor root is set")
+	}
+	if s.Bundle != "" && !filepath.IsAbs(s.Bundle) {
+		return s, fmt.Errorf("OCI state: bundle %q is not an absolute path", s.Bundle)
+	}
+	return s, nil
+}
+
+// containerRoot finds the container's root directory: from the spec file
+// given with --container-spec, else from the OCI state on stdin.
+func (h *hookEnv) containerRoot(specFile string) (string, error) {
+	var bundle, specPath string
+	if specFile != "" {
+		specPath = specFile
+		bundle = filepath.Dir(specFile)
+	} else {
+		data, err := io.ReadAll(io.LimitReader(h.Stdin, maxState+1))
+		if err != nil {
+			return "", fmt.Errorf("read OCI state from stdin: %w", err)
+		}
+		if len(data) > maxState {
+			return "", fmt.Errorf("OCI state: larger than %d bytes", maxState)
+		}
+		st, err := parseState(data)
+		if err != nil {
+			return "", err
+		}
+		if st.Root != "" {
+			root := st.Root
+			if !filepath.IsAbs(root) {
+				if st.Bundle == "" {
+					return "", fmt.Errorf("OCI state: relative root %q without a bundle", root)
+				}
+				root = filepath.Join(st.Bundle, root)
+			}
+			return filepath.Clean(root), nil
+		}
+		bundle, specPath = st.Bundle, filepath.Join(st.Bundle, "config.json")
+	}
+	doc, err := ocispec.Load(specPath)
+	if err != nil {
+		return "", err
+	}
+	spec := doc.Spec()
+	if spec.Root == nil || spec.Root.Path == "" {
+		return "", fmt.Errorf("OCI spec %s: no root path", specPath)
+	}
+	root := spec.Root.Path
+	if !filepath.IsAbs(root) {
+		root = filepath.Join(bundle, root)
+	}
+	return filepath.Clean(root), nil
+}
+
+// openRoot opens the container root for a hook.
+func (h *hookEnv) openRoot(specFile string) (*rootfs.Root, error) {
+	path, err := h.containerRoot(specFile)
+	if err != nil {
+		return nil, err
+	}
+	if path == "/" {
+		return nil, errors.New("container root is \"/\": refusing to modify the host root")
+	}
+	h.log.Debug("container root", "path", path)
+	return rootfs.Open(path)
+}
+
+// withRoot runs f on the opened root; on error every change is undone.
+func (h *hookEnv) withRoot(specFile string, f func(r *rootfs.Root) error) error {
+	r, err := h.openRoot(specFile)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := f(r); err != nil {
+		if rerr := r.Rollback(); rerr != nil {
+			h.log.Warn("rollback incomplete", "error", rerr)
+		}
+		return err
+	}
+	r.Commit()
+	return nil
+}
+
+// createSymlinks: --link TARGET::LINK (repeatable) creates LINK -> TARGET
+// inside the container root.
+func createSymlinks(h *hookEnv, args []string) error {
+	fs, spec := h.flags()
+	var links stringList
+	fs.Var(&links, "link", "TARGET::LINK: create LINK pointing to TARGET (repeatable)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	type pair struct{ target, link string }
+	var pairs []pair
+	for _, l := range links {
+		target, link, ok := strings.Cut(l, "::")
+		if !ok || target == "" || link == "" || strings.Contains(link, "::") {
+			return fmt.Errorf("invalid --link %q: want TARGET::LINK", l)
+		}
+		if !filepath.IsAbs(link) {
+			return fmt.Errorf("invalid --link %q: the link must be an absolute container path", l)
+		}
+		pairs = append(pairs, pair{target, link})
+	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	return h.withRoot(*spec, func(r *rootfs.Root) error {
+		for _, p := range pairs {
+			if err := r.Symlink(p.target, p.link); err != nil {
+				return err
+			}
+			h.log.Debug("symlink", "link", p.link, "target", p.target)
+		}
+		return nil
+	})
+}
+
+// updateLdcache: runs the host's ldconfig (--ldconfig-path, default
+// /sbin/ldconfig, .real preferred) confined to the container root over the
+// --folder directories, and records them in /etc/ld.so.conf.d so that the
+// container's own later ldconfig runs keep them.
+func updateLdcache(h *hookEnv, args []string) error {
+	fs, spec := h.flags()
+	var folders stringList
+	fs.Var(&folders, "folder", "a container directory holding injected libraries (repeatable)")
+	ldconfig := fs.String("ldconfig-path", rootfs.DefaultLdconfig, "the host ldconfig to run (host path)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	for _, f := range folders {
+		if !filepath.IsAbs(f) {
+			return fmt.Errorf("invalid --folder %q: not an absolute container path", f)
+		}
+	}
+	if !filepath.IsAbs(*ldconfig) {
+		return fmt.Errorf("invalid --ldconfig-path %q: not an absolute host path", *ldconfig)
+	}
+	root, err := h.containerRoot(*spec)
+	if err != nil {
+		return err
+	}
+	if root == "/" {
+		return errors.New("container root is \"/\": refusing to run ldconfig on the host root")
+	}
+	return rootfs.RunLdconfig(context.Background(), root, folders, rootfs.LdconfigOptions{
+		Ldconfig: "@" + *ldconfig, ConfDropIn: true, Log: h.log,
+	})
+}
+
+// disableDeviceNodeModification masks the container's
+// /proc/driver/nvidia/params with a read-only copy of the host's in which
+// ModifyDeviceFiles is 0, so that driver code in the container never
+// creates device nodes.
+func disableDeviceNodeModification(h *hookEnv, args []string) error {
+	fs, spec := h.flags()
+	hostDir := fs.String("host-dir", DefaultHostProcDir, "the driver's proc directory on the host")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	hostParams := filepath.Join(*hostDir, "params")
+	data, err := procfs.ReadFile(hostParams)
+	if errors.Is(err, os.ErrNotExist) {
+		h.log.Warn("no driver params on the host; nothing to do", "path", hostParams)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	masked := procfs.DisableDeviceFileModification(data)
+	if string(masked) == string(data) {
+		h.log.Debug("ModifyDeviceFiles is already 0")
+		return nil
+	}
+	return h.withRoot(*spec, func(r *rootfs.Root) error {
+		target := rootfs.ContainerProcDriver + "/params"
+		if !r.Exists(target) {
+			h.log.Warn("container has no "+target+"; nothing to mask", "root", r.Path())
+			return nil
+		}
+		s, err := rootfs.DataSource("params", masked, []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptNoExec})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return r.Attach(s, target)
+	})
+}
+
+// mountProcDriver builds the container's filtered /proc/driver/nvidia
+// (plan.ProcView): copies of --file (default params, version, registry;
+// params with ModifyDeviceFiles 0), the directories of the --gpu bus ids
+// and the --expose entries, read-only; other GPUs stay invisible.
+func mountProcDriver(h *hookEnv, args []string) error {
+	fs, spec := h.flags()
+	hostDir := fs.String("host-dir", DefaultHostProcDir, "the driver's proc directory on the host")
+	var files, gpus, expose stringList
+	fs.Var(&files, "file", "a file of the host directory to copy (repeatable; default params, version, registry)")
+	fs.Var(&gpus, "gpu", "the bus id of a GPU whose gpus/ directory to expose (repeatable)")
+	fs.Var(&expose, "expose", "a further path below the host directory to bind read-only (repeatable)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	view := &plan.ProcView{HostDir: *hostDir, Files: files, GPUDirs: gpus, Expose: expose}
+	if len(view.Files) == 0 {
+		view.Files = []string{"params", "version", "registry"}
+	}
+	pd, err := rootfs.PrepareProcDriver(view)
+	if err != nil {
+		return err
+	}
+	defer pd.Close()
+	return h.withRoot(*spec, func(r *rootfs.Root) error { return r.MountProcDriver(pd, h.log) })
+}

@@ -1,0 +1,330 @@
+package cdihook
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/rootfs"
+)
+
+// TestMain lets the test binary act as nvidia-cdi-hook (for runc) and as
+// the ldconfig sandbox child.
+func TestMain(m *testing.M) {
+	if rootfs.MaybeRunChild(os.Args) {
+		return
+	}
+	if os.Getenv("NCTK_CDIHOOK_TEST_MAIN") == "1" {
+		os.Exit(Main(app.FromOS()))
+	}
+	os.Exit(m.Run())
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root (mounts, namespaces); running as uid %d", os.Geteuid())
+	}
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func run(stdin string, environ []string, args ...string) result {
+	var out, errb bytes.Buffer
+	e := &app.Env{Args: append([]string{"nvidia-cdi-hook"}, args...), Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb, Environ: environ}
+	code := Main(e)
+	return result{code, out.String(), errb.String()}
+}
+
+// bundle is a bundle directory with a config.json whose root.path is
+// "rootfs" (relative) and that rootfs.
+func bundle(t *testing.T) (dir, root string) {
+	t.Helper()
+	dir = t.TempDir()
+	root = filepath.Join(dir, "rootfs")
+	must(t, os.MkdirAll(root, 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"cwd":"/","user":{"uid":0,"gid":0}}}`), 0o644))
+	return dir, root
+}
+
+func stateFor(bundle string) string {
+	return fmt.Sprintf(`{"ociVersion":"1.0.2","id":"c","status":"creating","pid":1,"bundle":%q}`, bundle)
+}
+
+// unmountUnder lazily unmounts everything mounted below dir (tests that run
+// hooks in-process mount in the test's own namespace).
+func unmountUnder(t *testing.T, dir string) {
+	t.Helper()
+	t.Cleanup(func() {
+		mi, _ := os.ReadFile("/proc/self/mountinfo")
+		var mps []string
+		for line := range strings.SplitSeq(string(mi), "\n") {
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+				mps = append(mps, f[4])
+			}
+		}
+		sort.Sort(sort.Reverse(sort.StringSlice(mps)))
+		for _, m := range mps {
+			unix.Unmount(m, unix.MNT_DETACH)
+		}
+	})
+}
+
+func TestParseState(t *testing.T) {
+	tests := []struct {
+		in   string
+		want state
+		err  string
+	}{
+		{`{"pid":3,"bundle":"/b"}`, state{Pid: 3, Bundle: "/b"}, ""},
+		{`{"pid":3,"bundlePath":"/b"}`, state{Pid: 3, Bundle: "/b", BundlePath: "/b"}, ""},
+		{`{"root":"/r"}`, state{Root: "/r"}, ""},
+		{``, state{}, "empty input"},
+		{`{`, state{}, "OCI state"},
+		{`[]`, state{}, "OCI state"},
+		{`{"pid":"x","bundle":"/b"}`, state{}, "OCI state"},
+		{`{"pid":1}`, state{}, "neither bundle nor root"},
+		{`{"bundle":"relative"}`, state{}, "not an absolute path"},
+	}
+	for _, tt := range tests {
+		got, err := parseState([]byte(tt.in))
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("parseState(%q) = %+v, %v; want error %q", tt.in, got, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("parseState(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func FuzzParseState(f *testing.F) {
+	f.Add([]byte(`{"pid":3,"bundle":"/b"}`))
+	f.Add([]byte(`{"root":"rootfs","bundle":"/b"}`))
+	f.Add([]byte(`{"bundlePath":"x"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := parseState(data)
+		if err == nil && s.Bundle != "" && !filepath.IsAbs(s.Bundle) {
+			t.Fatalf("relative bundle %q accepted", s.Bundle)
+		}
+	})
+}
+
+func TestContainerRoot(t *testing.T) {
+	b, root := bundle(t)
+	h := func(stdin string) *hookEnv {
+		return &hookEnv{Env: &app.Env{Stdin: strings.NewReader(stdin)}, log: discard()}
+	}
+	tests := []struct {
+		stdin, spec, want, err string
+	}{
+		{stateFor(b), "", root, ""},
+		{`{"root":"/abs/root","bundle":"/b"}`, "", "/abs/root", ""},
+		{`{"root":"rel","bundle":"/b"}`, "", "/b/rel", ""},
+		{`{"root":"rel"}`, "", "", "relative root"},
+		{"", filepath.Join(b, "config.json"), root, ""},
+		{stateFor("/nonexistent"), "", "", "/nonexistent/config.json"},
+	}
+	for _, tt := range tests {
+		got, err := h(tt.stdin).containerRoot(tt.spec)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("containerRoot(%q, %q) = %q, %v; want error %q", tt.stdin, tt.spec, got, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("containerRoot(%q, %q) = %q, %v; want %q", tt.stdin, tt.spec, got, err, tt.want)
+		}
+	}
+}
+
+func TestUnknownHooksAndUsage(t *testing.T) {
+	tests := []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"enable-cuda-compat", "--host-driver-version", "580.1"}, 0, "unknown hook"},
+		{[]string{"some-future-hook", "--whatever=1", "x"}, 0, "unknown hook"},
+		{[]string{"--quiet", "some-future-hook"}, 0, ""},
+		{[]string{"noop"}, 0, ""},
+		{nil, 1, "Usage"},
+		{[]string{"--bogus"}, 1, "bogus"},
+		{[]string{"create-symlinks", "--bogus"}, 1, "bogus"},
+		{[]string{"create-symlinks", "--link", "nolink"}, 1, `invalid --link "nolink"`},
+		{[]string{"create-symlinks", "--link", "a::relative"}, 1, "absolute container path"},
+		{[]string{"create-symlinks", "positional"}, 1, "unexpected argument"},
+		{[]string{"update-ldcache", "--folder", "relative"}, 1, "not an absolute container path"},
+		{[]string{"update-ldcache", "--ldconfig-path", "sbin/ldconfig"}, 1, "not an absolute host path"},
+		{[]string{"create-symlinks", "-h"}, 0, "-link"},
+	}
+	for _, tt := range tests {
+		r := run("", nil, tt.args...)
+		if r.code != tt.code || !strings.Contains(r.stderr, tt.stderr) {
+			t.Errorf("%q: exit %d, stderr %q; want %d and %q", tt.args, r.code, r.stderr, tt.code, tt.stderr)
+		}
+		if tt.stderr == "" && r.stderr != "" {
+			t.Errorf("%q: unexpected output %q", tt.args, r.stderr)
+		}
+	}
+	if r := run("", nil, "--version"); r.code != 0 || !strings.Contains(r.stdout, "nctk") {
+		t.Errorf("--version: %d %q", r.code, r.stdout)
+	}
+	if r := run("", []string{"NVIDIA_CTK_DEBUG=true"}, "noop"); r.code != 0 {
+		t.Errorf("debug env: %d", r.code)
+	}
+}
+
+// TestCreateSymlinksHostile: links whose parents are symlinks to host paths
+// are created inside the root; a link over an image file is refused and
+// the hook's earlier links are rolled back.
+func TestCreateSymlinksHostile(t *testing.T) {
+	b, root := bundle(t)
+	host := t.TempDir()
+	must(t, os.MkdirAll(root+"/usr/lib", 0o755))
+	must(t, os.Symlink(host, root+"/usr/lib/x86_64-linux-gnu"))
+	must(t, os.MkdirAll(filepath.Join(root, host), 0o755))
+	r := run(stateFor(b), nil, "create-symlinks",
+		"--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+		"--link=../../lib/libnvidia-ml.so.1::/usr/lib/x86_64-linux-gnu/libnvidia-ml.so")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if ents, _ := os.ReadDir(host); len(ents) != 0 {
+		t.Errorf("links created on the host: %v", ents)
+	}
+	if got, _ := os.Readlink(filepath.Join(root, host, "libcuda.so")); got != "libcuda.so.1" {
+		t.Errorf("link inside the root -> %q", got)
+	}
+	// Idempotent.
+	if r := run(stateFor(b), nil, "create-symlinks", "--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"); r.code != 0 {
+		t.Errorf("second run: exit %d: %s", r.code, r.stderr)
+	}
+	must(t, os.WriteFile(root+"/usr/lib/real", []byte("image"), 0o644))
+	r = run(stateFor(b), nil, "create-symlinks", "--link", "x::/usr/lib/new", "--link", "y::/usr/lib/real")
+	if r.code != 1 || !strings.Contains(r.stderr, "/usr/lib/real") {
+		t.Errorf("link over a file: exit %d, %q", r.code, r.stderr)
+	}
+	if _, err := os.Lstat(root + "/usr/lib/new"); err == nil {
+		t.Error("the failed hook's first link was not rolled back")
+	}
+}
+
+func TestRootIsHostRoot(t *testing.T) {
+	r := run(`{"root":"/","bundle":"/b"}`, nil, "create-symlinks", "--link", "a::/etc/nctk-should-not-exist")
+	if r.code != 1 || !strings.Contains(r.stderr, "refusing") {
+		t.Errorf("exit %d %q", r.code, r.stderr)
+	}
+	if _, err := os.Lstat("/etc/nctk-should-not-exist"); err == nil {
+		os.Remove("/etc/nctk-should-not-exist")
+		t.Error("created a link on the host")
+	}
+}
+
+func TestUpdateLdcache(t *testing.T) {
+	requireRoot(t)
+	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
+	if len(matches) == 0 {
+		t.Skip("no host libz.so.1.* to stand in for a driver library")
+	}
+	b, root := bundle(t)
+	data, err := os.ReadFile(matches[0])
+	must(t, err)
+	must(t, os.MkdirAll(root+"/usr/local/nvidia/lib64", 0o755))
+	must(t, os.WriteFile(root+"/usr/local/nvidia/lib64/"+filepath.Base(matches[0]), data, 0o755))
+	hostCache, _ := os.ReadFile("/etc/ld.so.cache")
+	must(t, os.MkdirAll(root+"/etc", 0o755))
+	must(t, os.Symlink("/etc/ld.so.cache", root+"/etc/ld.so.cache")) // hostile
+	r := run(stateFor(b), nil, "update-ldcache", "--folder", "/usr/local/nvidia/lib64")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if now, _ := os.ReadFile("/etc/ld.so.cache"); !bytes.Equal(now, hostCache) {
+		t.Fatal("the host's ld.so.cache changed")
+	}
+	cache, _ := os.ReadFile(root + "/etc/ld.so.cache")
+	if !strings.Contains(string(cache), "/usr/local/nvidia/lib64/libz.so.1") {
+		t.Error("container cache lacks the library")
+	}
+	if conf, _ := os.ReadFile(root + "/etc/ld.so.conf.d/00-nctk.conf"); !strings.Contains(string(conf), "/usr/local/nvidia/lib64") {
+		t.Errorf("drop-in = %q", conf)
+	}
+}
+
+func hostProc(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	must(t, os.MkdirAll(d+"/gpus/00000000:01:00.0", 0o555))
+	must(t, os.MkdirAll(d+"/gpus/00000000:02:00.0", 0o555))
+	must(t, os.WriteFile(d+"/params", []byte("ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n"), 0o444))
+	must(t, os.WriteFile(d+"/version", []byte("NVRM version: 535.261.03\n"), 0o444))
+	return d
+}
+
+func TestMountProcDriver(t *testing.T) {
+	requireRoot(t)
+	b, root := bundle(t)
+	unmountUnder(t, root)
+	hp := hostProc(t)
+	r := run(stateFor(b), nil, "mount-proc-driver", "--host-dir", hp, "--gpu", "00000000:02:00.0")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	view := root + "/proc/driver/nvidia"
+	ents, _ := os.ReadDir(view + "/gpus")
+	if len(ents) != 1 || ents[0].Name() != "00000000:02:00.0" {
+		t.Errorf("gpus = %v", ents)
+	}
+	if p, _ := os.ReadFile(view + "/params"); !strings.Contains(string(p), "ModifyDeviceFiles: 0") {
+		t.Errorf("params = %q", p)
+	}
+	if r := run(stateFor(b), nil, "mount-proc-driver", "--host-dir", hp, "--gpu", "00000000:09:00.0"); r.code != 1 || !strings.Contains(r.stderr, "00000000:09:00.0") {
+		t.Errorf("missing GPU: exit %d %q", r.code, r.stderr)
+	}
+}
+
+func TestDisableDeviceNodeModification(t *testing.T) {
+	requireRoot(t)
+	b, root := bundle(t)
+	unmountUnder(t, root)
+	hp := hostProc(t)
+	// No params in the container (no driver): nothing to do.
+	if r := run(stateFor(b), nil, "disable-device-node-modification", "--host-dir", hp); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	must(t, os.MkdirAll(root+"/proc/driver/nvidia", 0o755))
+	must(t, os.WriteFile(root+"/proc/driver/nvidia/params", []byte("ModifyDeviceFiles: 1\n"), 0o444))
+	if r := run(stateFor(b), nil, "disable-device-node-modification", "--host-dir", hp); r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if p, _ := os.ReadFile(root + "/proc/driver/nvidia/params"); !strings.Contains(string(p), "ModifyDeviceFiles: 0") || !strings.Contains(string(p), "ResmanDebugLevel") {
+		t.Errorf("params = %q", p)
+	}
+	// Host without a driver: nothing to do.
+	if r := run(stateFor(b), nil, "disable-device-node-modification", "--host-dir", t.TempDir()); r.code != 0 {
+		t.Errorf("no host params: exit %d %s", r.code, r.stderr)
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,89 @@
+package cdihook
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nctk/nctk/internal/e2e"
+)
+
+// TestRuncCreateContainerHooks runs the hooks the way a CDI spec makes a
+// runtime run them: as createContainer hooks of a real runc container, in
+// the container's mount namespace before pivot_root, with an explicit
+// environment. The image is hostile: its libcuda.so and ld.so.cache are
+// symlinks to host files. Also checks that an unknown hook name does not
+// break the start.
+func TestRuncCreateContainerHooks(t *testing.T) {
+	e2e.RequireRoot(t)
+	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
+	if len(matches) == 0 {
+		t.Skip("no host libz.so.1.* to stand in for a driver library")
+	}
+	lib := matches[0]
+	root := e2e.BuildRootfs(t, e2e.RootfsOptions{NoCudaprobe: true})
+	libdir := "/usr/lib/x86_64-linux-gnu"
+	must(t, os.Symlink("/etc/passwd", root+libdir+"/libcuda.so"))
+	must(t, os.Remove(root+"/etc/ld.so.cache"))
+	must(t, os.Symlink("/etc/ld.so.cache", root+"/etc/ld.so.cache"))
+	hostCache, _ := os.ReadFile("/etc/ld.so.cache")
+	hostPasswd, _ := os.ReadFile("/etc/passwd")
+
+	self, err := os.Executable()
+	must(t, err)
+	hookEnv := []string{"NCTK_CDIHOOK_TEST_MAIN=1", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_CTK_DEBUG=false"}
+	hook := func(args ...string) specs.Hook {
+		return specs.Hook{Path: self, Args: append([]string{"nvidia-cdi-hook"}, args...), Env: hookEnv}
+	}
+	drvDir := "/usr/local/nvidia/lib64"
+	script := "readlink " + libdir + "/libcuda.so; ls " + drvDir + "; cat /etc/ld.so.conf.d/00-nctk.conf"
+	bundle := e2e.MakeBundle(t, root, "/bin/sh", "-c", script)
+	e2e.EditSpec(t, bundle, func(s *specs.Spec) {
+		s.Process.Env = append(s.Process.Env, "LD_PRELOAD=/nonexistent/evil.so")
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: drvDir + "/" + filepath.Base(lib), Source: lib, Type: "bind",
+			Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"},
+		})
+		if s.Hooks == nil {
+			s.Hooks = &specs.Hooks{}
+		}
+		s.Hooks.CreateContainer = append(s.Hooks.CreateContainer,
+			hook("create-symlinks", "--link", "libcuda.so.1::"+libdir+"/libcuda.so"),
+			hook("update-ldcache", "--folder", drvDir),
+			hook("enable-cuda-compat", "--host-driver-version", "535.261.03"),
+			hook("disable-device-node-modification"),
+		)
+	})
+	rc := e2e.NewRunc(t)
+	res := rc.Run(bundle, "nctk-cdihook-"+filepath.Base(bundle))
+	if !res.OK() {
+		t.Fatalf("container failed: %s", res)
+	}
+	out := strings.Fields(res.Stdout)
+	want := []string{"libcuda.so.1", "libz.so.1", filepath.Base(lib)}
+	for _, w := range want {
+		if !strings.Contains(res.Stdout, w) {
+			t.Errorf("container output lacks %q:\n%s", w, res.Stdout)
+		}
+	}
+	if len(out) == 0 || out[0] != "libcuda.so.1" {
+		t.Errorf("libcuda.so in the container -> %v, want libcuda.so.1", out)
+	}
+	if !strings.Contains(res.Stdout, drvDir) {
+		t.Errorf("ld.so.conf drop-in missing in the container:\n%s", res.Stdout)
+	}
+	cache, _ := os.ReadFile(root + "/etc/ld.so.cache")
+	if !strings.Contains(string(cache), drvDir+"/libz.so.1") {
+		t.Error("the container's ld.so.cache lacks the injected library")
+	}
+	if now, _ := os.ReadFile("/etc/ld.so.cache"); !bytes.Equal(now, hostCache) {
+		t.Error("the host's /etc/ld.so.cache changed")
+	}
+	if now, _ := os.ReadFile("/etc/passwd"); !bytes.Equal(now, hostPasswd) {
+		t.Error("the host's /etc/passwd changed")
+	}
+}
