@@ -6,7 +6,7 @@
 //	  config [default]          print or edit config.toml
 //	  system create-device-nodes
 //	  system create-dev-char-symlinks
-//	  cdi ...                   CDI specs (delegated to the CDI package)
+//	  cdi generate|list         CDI specs (internal/cdispec)
 //	  hook ...                  the nvidia-cdi-hook commands (delegated)
 //
 // Every flag also works with a single dash, and the global ones have
@@ -54,10 +54,9 @@ type command struct {
 	tool    app.Tool
 }
 
-// commands is the command table. The cdi and hook entries are the
-// registration points for the packages that own those trees: set their
-// tool to the package's entry point (hook: cdihook.Main once
-// internal/cli/cdihook exists; cdi: the CDI command package's Main).
+// commands is the command table. The hook entry is the registration point
+// for the package that owns that tree: set its tool to cdihook.Main once
+// internal/cli/cdihook exists. The cdi commands are in cdi.go.
 func commands() []command {
 	return []command{
 		{name: "runtime", summary: "configure container engines to use the NVIDIA runtime", subs: []command{
@@ -68,7 +67,7 @@ func commands() []command {
 			{name: "create-device-nodes", summary: "create missing NVIDIA device nodes", run: createDeviceNodes},
 			{name: "create-dev-char-symlinks", summary: "create /dev/char/MAJOR:MINOR links to the NVIDIA device nodes", run: createDevCharSymlinks},
 		}},
-		{name: "cdi", summary: "generate and list CDI specs", tool: unavailable("cdi")},
+		{name: "cdi", summary: "generate and list CDI specs", subs: cdiCommands()},
 		{name: "hook", summary: "OCI hooks used by CDI specs (nvidia-cdi-hook)", tool: unavailable("hook")},
 	}
 }

@@ -56,7 +56,7 @@ func TestGlobal(t *testing.T) {
 		{name: "group help", args: []string{"system", "--help"}, out: "create-dev-char-symlinks"},
 		{name: "unknown sub", args: []string{"runtime", "frob"}, code: 1, err: `unknown command "frob"`},
 		{name: "global flag after command", args: []string{"runtime", "--debug"}, code: 1, err: "global flags go before the command"},
-		{name: "cdi placeholder", args: []string{"cdi", "generate"}, code: 1, err: "nvidia-ctk: cdi: not available in this build"},
+		{name: "cdi group", args: []string{"cdi", "--help"}, out: "generate"},
 		{name: "hook placeholder", args: []string{"hook", "update-ldcache"}, code: 1, err: "nvidia-ctk: hook: not available in this build"},
 		{name: "leaf help", args: []string{"runtime", "configure", "--help"}, out: "--nvidia-runtime-path, --runtime-path"},
 		{name: "leaf positional", args: []string{"runtime", "configure", "extra"}, code: 1, err: `unexpected argument "extra"`},

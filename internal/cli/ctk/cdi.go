@@ -1,0 +1,254 @@
+package ctk
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/cdispec"
+	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/inject"
+	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/selector"
+)
+
+// cdiCommands are `nvidia-ctk cdi …`.
+func cdiCommands() []command {
+	return []command{
+		{name: "generate", summary: "write a CDI spec for the GPUs and driver of this host", run: cdiGenerate},
+		{name: "list", summary: "list the CDI devices the spec directories define", run: cdiList},
+	}
+}
+
+// hookBinaryName is the helper CDI hooks run.
+const hookBinaryName = "nvidia-cdi-hook"
+
+// listFlag is a repeatable flag whose values may also be comma-separated.
+func listFlag(dst *[]string) func(string) error {
+	return func(v string) error {
+		*dst = append(*dst, selector.Split(v)...)
+		return nil
+	}
+}
+
+func cdiGenerate(e *env, args []string) error {
+	var (
+		output, format, driverRoot, devRoot, hookPath, ldconfigPath string
+		vendor, class, capsList, mode                               string
+		strategies, deviceIDs                                       []string
+		noAll                                                       bool
+	)
+	format = string(cdispec.FormatYAML)
+	vendor, class, capsList, mode = cdispec.DefaultVendor, cdispec.DefaultClass, "all", "auto"
+	fs := newFlagSet("generate")
+	fs.String(&output, []string{"output"}, []string{"NVIDIA_CTK_CDI_OUTPUT_FILE_PATH"}, "FILE",
+		"write the spec to FILE (atomically, mode 0644; .yaml or .json is appended when missing) instead of stdout")
+	fs.String(&format, []string{"format"}, []string{"NVIDIA_CTK_CDI_GENERATE_FORMAT"}, "yaml|json",
+		"the spec's encoding; without it the output file's extension decides")
+	fs.String(&driverRoot, []string{"driver-root"}, []string{"NVIDIA_CTK_DRIVER_ROOT"}, "DIR",
+		"the root the driver is installed under (default: config.toml nvidia-container-cli.root, else /)")
+	fs.String(&devRoot, []string{"dev-root"}, []string{"NVIDIA_CTK_DEV_ROOT"}, "DIR",
+		"the root whose /dev holds the device nodes (default: the driver root)")
+	fs.Func([]string{"device-name-strategy"}, "index|uuid|type-index",
+		"how devices are named (repeatable; default index and uuid)", listFlag(&strategies))
+	fs.String(&vendor, []string{"vendor", "cdi-vendor"}, []string{"NVIDIA_CTK_CDI_GENERATE_VENDOR"}, "VENDOR", "the vendor of the spec's kind")
+	fs.String(&class, []string{"class", "cdi-class"}, []string{"NVIDIA_CTK_CDI_GENERATE_CLASS"}, "CLASS", "the class of the spec's kind")
+	fs.Bool(&noAll, []string{"no-all-device"}, []string{"NVIDIA_CTK_CDI_GENERATE_NO_ALL_DEVICE"}, "leave out the \"all\" device")
+	fs.Func([]string{"device-id", "device"}, "ID",
+		"a device to include: index, UUID, bus id, MIG index or UUID (repeatable; default all)", listFlag(&deviceIDs))
+	fs.String(&capsList, []string{"driver-capabilities", "capabilities"}, []string{"NVIDIA_CTK_CDI_GENERATE_DRIVER_CAPABILITIES"}, "LIST",
+		"the driver capabilities whose files the spec mounts (compute,utility,…)")
+	fs.String(&hookPath, []string{"nvidia-cdi-hook-path", "nvidia-ctk-path"}, []string{"NVIDIA_CTK_CDI_HOOK_PATH"}, "FILE",
+		"the host path of nvidia-cdi-hook the spec's hooks run (default: next to this program, else on PATH, else /usr/bin/nvidia-cdi-hook)")
+	fs.String(&ldconfigPath, []string{"ldconfig-path"}, []string{"NVIDIA_CTK_CDI_GENERATE_LDCONFIG_PATH"}, "FILE",
+		"the host ldconfig update-ldcache runs (default: config.toml nvidia-container-cli.ldconfig)")
+	fs.String(&mode, []string{"mode", "discovery-mode"}, []string{"NVIDIA_CTK_CDI_GENERATE_MODE"}, "auto|nvml",
+		"the discovery mode (nctk discovers from /proc, /sys and /dev; both values mean that)")
+	err := parseLeaf(e, fs, args, "[flags]",
+		"Generate a CDI spec for the driver's GPUs and MIG devices: one device per GPU and MIG device (named by\n"+
+			"index and UUID by default) and \"all\", with the driver's control nodes, libraries, binaries, IPC sockets,\n"+
+			"firmware and the nvidia-cdi-hook hooks as spec-wide edits.")
+	if err != nil {
+		return err
+	}
+
+	if mode != "auto" && mode != "nvml" {
+		return fmt.Errorf("%s: --mode %q: only auto and nvml are supported", e.path, mode)
+	}
+	f, output, err := outputFormat(output, format, fs.IsSet("format"))
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.path, err)
+	}
+	o := cdispec.Options{Vendor: vendor, Class: class, NoAllDevice: noAll}
+	for _, s := range strategies {
+		ns, err := cdispec.ParseNameStrategy(s)
+		if err != nil {
+			return fmt.Errorf("%s: --device-name-strategy: %w", e.path, err)
+		}
+		o.NameStrategies = append(o.NameStrategies, ns)
+	}
+	if o.Caps, err = caps.Parse(capsList); err != nil {
+		return fmt.Errorf("%s: --driver-capabilities: %w", e.path, err)
+	}
+	if len(o.Caps) == 0 {
+		return fmt.Errorf("%s: --driver-capabilities %q selects nothing", e.path, capsList)
+	}
+	for _, id := range deviceIDs {
+		if strings.EqualFold(id, "none") {
+			return fmt.Errorf("%s: --device-id none: a CDI spec needs at least one device", e.path)
+		}
+	}
+
+	cfg, err := e.loadConfig()
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.path, err)
+	}
+	if driverRoot == "" {
+		driverRoot = cfg.CLI.Root
+	}
+	if driverRoot == "" {
+		driverRoot = "/"
+	}
+	if !fs.IsSet("ldconfig-path") {
+		ldconfigPath, _ = strings.CutPrefix(cfg.CLI.Ldconfig, "@")
+	}
+	if ldconfigPath != "" && !filepath.IsAbs(ldconfigPath) {
+		return fmt.Errorf("%s: --ldconfig-path %q: want an absolute host path", e.path, ldconfigPath)
+	}
+	if hookPath == "" {
+		hookPath = findHook(e)
+	}
+	if hookPath, err = filepath.Abs(hookPath); err != nil {
+		return fmt.Errorf("%s: --nvidia-cdi-hook-path: %w", e.path, err)
+	}
+	o.Hook = ocispec.HookConfig{Path: hookPath, LdconfigPath: ldconfigPath}
+
+	job := inject.Job{Driver: discover.Options{Root: driverRoot, DevRoot: devRoot, Logger: e.log},
+		Devices: deviceIDs, Logger: e.log}
+	spec, err := cdispec.Generate(context.Background(), job, o)
+	if err != nil {
+		return err
+	}
+	if spec.Version != cdispec.MaxCompatVersion && versionAbove(spec.Version, cdispec.MaxCompatVersion) {
+		e.log.Warn("the spec needs a CDI version older engines reject", "cdiVersion", spec.Version, "podman-4.3-max", cdispec.MaxCompatVersion)
+	}
+	data, err := cdispec.Marshal(spec, f)
+	if err != nil {
+		return err
+	}
+	if output == "" {
+		if err := cdispec.Validate(data); err != nil {
+			return err
+		}
+		_, err := e.Stdout.Write(data)
+		return err
+	}
+	if err := cdispec.WriteFile(output, data); err != nil {
+		return err
+	}
+	e.log.Info("wrote CDI spec", "file", output, "devices", len(spec.Devices), "cdiVersion", spec.Version)
+	return nil
+}
+
+// outputFormat decides the encoding and the final output file name: an
+// explicit --format wins, else the extension decides; a file name without
+// .yaml or .json gets the format's extension (the CDI library reads no
+// other files).
+func outputFormat(output, format string, formatSet bool) (cdispec.Format, string, error) {
+	f := cdispec.FormatOf(output)
+	if formatSet || output == "" {
+		var err error
+		if f, err = cdispec.ParseFormat(format); err != nil {
+			return "", "", fmt.Errorf("--format: %w", err)
+		}
+	}
+	if output != "" {
+		if ext := strings.ToLower(filepath.Ext(output)); ext != ".yaml" && ext != ".json" {
+			output += "." + string(f)
+		}
+	}
+	return f, output, nil
+}
+
+// versionAbove compares two dotted versions numerically.
+func versionAbove(a, b string) bool {
+	pa, pb := strings.Split(strings.TrimPrefix(a, "v"), "."), strings.Split(b, ".")
+	for i := 0; i < len(pa) && i < len(pb); i++ {
+		var x, y int
+		fmt.Sscan(pa[i], &x)
+		fmt.Sscan(pb[i], &y)
+		if x != y {
+			return x > y
+		}
+	}
+	return len(pa) > len(pb)
+}
+
+// findHook locates nvidia-cdi-hook: next to the running program (nctk's
+// links live side by side), else on PATH, else the packaged location.
+func findHook(e *env) string {
+	if exe, err := os.Executable(); err == nil {
+		for _, dir := range []string{filepath.Dir(exe), filepath.Dir(evalOr(exe))} {
+			p := filepath.Join(dir, hookBinaryName)
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+				return p
+			}
+		}
+	}
+	if p, err := exec.LookPath(hookBinaryName); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs
+		}
+	}
+	e.log.Debug("nvidia-cdi-hook not found next to this program or on PATH", "using", cdispec.DefaultHookPath)
+	return cdispec.DefaultHookPath
+}
+
+func evalOr(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
+}
+
+// loadConfig reads config.toml: the global --config, else NVIDIA's lookup.
+func (e *env) loadConfig() (*config.Config, error) {
+	path, mustExist := e.config, true
+	if path == "" {
+		path, mustExist = config.Path(e.Environ)
+	}
+	return config.LoadFile(path, mustExist)
+}
+
+func cdiList(e *env, args []string) error {
+	var dirs []string
+	fs := newFlagSet("list")
+	fs.Func([]string{"spec-dir"}, "DIR", "a CDI spec directory (repeatable; default /etc/cdi and /var/run/cdi) [$NVIDIA_CTK_CDI_SPEC_DIRS]",
+		listFlag(&dirs))
+	if err := parseLeaf(e, fs, args, "[--spec-dir DIR]...",
+		"Print the fully-qualified names of the CDI devices the spec directories define, one per line."); err != nil {
+		return err
+	}
+	if len(dirs) == 0 {
+		if v, ok := e.LookupEnv("NVIDIA_CTK_CDI_SPEC_DIRS"); ok && v != "" {
+			dirs = strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ':' })
+		}
+	}
+	l, err := cdispec.List(dirs)
+	if err != nil {
+		return err
+	}
+	for _, msg := range l.Errors {
+		e.log.Warn("broken CDI spec", "error", msg)
+	}
+	e.log.Debug("found CDI devices", "count", len(l.Devices))
+	for _, d := range l.Devices {
+		fmt.Fprintln(e.Stdout, d)
+	}
+	return nil
+}

@@ -1,0 +1,299 @@
+package ctk
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdi "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nctk/nctk/internal/ldcache"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+const (
+	cdiTestVersion = "535.309.01"
+	cdiTestUUID0   = "GPU-aaaaaaaa-0000-1111-2222-333333333333"
+	cdiTestUUID1   = "GPU-bbbbbbbb-4444-5555-6666-777777777777"
+)
+
+// cdiTestRoot is a small hand-made driver root: two GPUs, their nodes and
+// the control nodes, libcuda and libnvidia-ml (a tiny real ELF file with a
+// SONAME, from discover's testdata) in the ld.so.cache, and nvidia-smi. It
+// skips the test without CAP_MKNOD.
+func cdiTestRoot(t testing.TB) string {
+	t.Helper()
+	root := t.TempDir()
+	write := func(p, content string, mode os.FileMode) {
+		t.Helper()
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  "+cdiTestVersion+
+		"  Thu Oct  2 10:00:00 UTC 2025\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n", 0o444)
+	write("/proc/driver/nvidia/params", "ModifyDeviceFiles: 1\n", 0o444)
+	write("/proc/devices", "Character devices:\n  1 mem\n195 nvidia\n238 nvidia-uvm\n\nBlock devices:\n  8 sd\n", 0o444)
+	for i, uuid := range []string{cdiTestUUID0, cdiTestUUID1} {
+		bus := fmt.Sprintf("00000000:%02x:00.0", 0x41+i*0x40)
+		write("/proc/driver/nvidia/gpus/"+bus+"/information", fmt.Sprintf(
+			"Model: \t\t NVIDIA H100 80GB HBM3\nIRQ: \t\t 35\nGPU UUID: \t %s\nVideo BIOS: \t 96.00.99.00.01\nBus Type: \t PCIe\n"+
+				"DMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t %s\nDevice Minor: \t %d\nGPU Excluded:\t No\n",
+			uuid, bus, i), 0o444)
+	}
+	for _, n := range []struct {
+		name         string
+		major, minor uint32
+	}{{"nvidia0", 195, 0}, {"nvidia1", 195, 1}, {"nvidiactl", 195, 255}, {"nvidia-uvm", 238, 0}, {"nvidia-uvm-tools", 238, 1}} {
+		p := filepath.Join(root, "dev", n.name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mknod(p, syscall.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor))); err != nil {
+			if errors.Is(err, unix.EPERM) {
+				t.Skipf("cannot create device nodes (%v): needs CAP_MKNOD", err)
+			}
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, 0o666); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elf, err := os.ReadFile("../../discover/testdata/libsoname64.so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lib = "/usr/lib/x86_64-linux-gnu"
+	var entries []ldcache.Entry
+	for _, name := range []string{"libcuda", "libnvidia-ml"} {
+		real := lib + "/" + name + ".so." + cdiTestVersion
+		write(real, string(elf), 0o755)
+		link := lib + "/" + name + ".so.1"
+		if err := os.Symlink(filepath.Base(real), filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, ldcache.Entry{Key: name + ".so.1", Value: link, Flags: ldcache.FlagELFLibc6 | ldcache.ArchX8664})
+	}
+	write("/etc/ld.so.cache", string(ldcache.Build(entries)), 0o644)
+	write("/usr/bin/nvidia-smi", "#!/bin/sh\n", 0o755)
+	return root
+}
+
+// cdiRun runs nvidia-ctk with a private, empty XDG_CONFIG_HOME, so that
+// the host's config.toml does not change the result (defaults apply).
+func cdiRun(t *testing.T, environ []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	return run(t, append([]string{"XDG_CONFIG_HOME=" + t.TempDir()}, environ...), args...)
+}
+
+func parseSpecOut(t *testing.T, data []byte) *cdi.Spec {
+	t.Helper()
+	s, err := pkgcdi.ParseSpec(data)
+	if err != nil {
+		t.Fatalf("output does not parse: %v\n%s", err, data)
+	}
+	return s
+}
+
+func deviceNames(s *cdi.Spec) []string {
+	var out []string
+	for _, d := range s.Devices {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+// TestCDIGenerateGolden: the spec of the hand-made root, the temporary
+// root replaced with a placeholder.
+func TestCDIGenerateGolden(t *testing.T) {
+	root := cdiTestRoot(t)
+	stdout, stderr, code := cdiRun(t, nil, "cdi", "generate", "--driver-root", root, "--nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	got := bytes.ReplaceAll([]byte(stdout), []byte(root), []byte("/DRIVER-ROOT"))
+	p := filepath.Join("testdata", "cdi-generate.golden.yaml")
+	if *updateGolden {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("%v (go test -run TestCDIGenerateGolden -update writes it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("generated spec differs from %s (-update rewrites it):\n%s", p, got)
+	}
+	s := parseSpecOut(t, []byte(stdout))
+	if want := []string{"0", cdiTestUUID0, "1", cdiTestUUID1, "all"}; !slices.Equal(deviceNames(s), want) {
+		t.Errorf("devices %q, want %q", deviceNames(s), want)
+	}
+	if s.Version != "0.5.0" {
+		t.Errorf("cdiVersion %s, want 0.5.0", s.Version)
+	}
+}
+
+func TestCDIGenerateFlags(t *testing.T) {
+	root := cdiTestRoot(t)
+	dir := t.TempDir()
+	tests := []struct {
+		name    string
+		env     []string
+		args    []string
+		file    string // the file written ("" = stdout)
+		json    bool
+		devices []string
+		kind    string
+	}{
+		{name: "yaml file", args: []string{"--output", filepath.Join(dir, "a.yaml")}, file: "a.yaml"},
+		{name: "extension appended", args: []string{"--output", filepath.Join(dir, "b")}, file: "b.yaml"},
+		{name: "json by extension", args: []string{"--output", filepath.Join(dir, "c.json")}, file: "c.json", json: true},
+		{name: "json by flag", args: []string{"--format", "json", "--output", filepath.Join(dir, "d")}, file: "d.json", json: true},
+		{name: "json stdout", args: []string{"--format=json"}, json: true},
+		{name: "env twins", env: []string{"NVIDIA_CTK_DRIVER_ROOT=" + root, "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=" + filepath.Join(dir, "e.yaml")},
+			file: "e.yaml"},
+		{name: "type-index, one device, no all", args: []string{"--device-name-strategy", "type-index", "--device-id", "1", "--no-all-device"},
+			devices: []string{"gpu1"}},
+		{name: "repeated strategies and ids", args: []string{"--device-name-strategy=uuid", "--device-name-strategy=index", "--device-id", cdiTestUUID1 + ",0"},
+			devices: []string{cdiTestUUID0, "0", cdiTestUUID1, "1", "all"}},
+		{name: "vendor and class", args: []string{"--vendor", "example.com", "--cdi-class", "accel"}, kind: "example.com/accel"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"cdi", "generate"}, tt.args...)
+			if !slices.ContainsFunc(tt.env, func(s string) bool { return strings.HasPrefix(s, "NVIDIA_CTK_DRIVER_ROOT=") }) {
+				args = append(args, "--driver-root", root)
+			}
+			stdout, stderr, code := cdiRun(t, tt.env, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			data := []byte(stdout)
+			if tt.file != "" {
+				p := filepath.Join(dir, tt.file)
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatalf("%s not written: %v (stderr %s)", tt.file, err, stderr)
+				}
+				if fi.Mode().Perm() != 0o644 {
+					t.Errorf("%s mode %v, want 0644", p, fi.Mode())
+				}
+				if stdout != "" {
+					t.Errorf("stdout %q with --output", stdout)
+				}
+				data, _ = os.ReadFile(p)
+			}
+			if isJSON := json.Valid(data); isJSON != tt.json {
+				t.Errorf("JSON %v, want %v:\n%.200s", isJSON, tt.json, data)
+			}
+			s := parseSpecOut(t, data)
+			if tt.devices != nil && !slices.Equal(deviceNames(s), tt.devices) {
+				t.Errorf("devices %q, want %q", deviceNames(s), tt.devices)
+			}
+			if tt.kind != "" && s.Kind != tt.kind {
+				t.Errorf("kind %q, want %q", s.Kind, tt.kind)
+			}
+		})
+	}
+}
+
+func TestCDIGenerateCapabilities(t *testing.T) {
+	root := cdiTestRoot(t)
+	stdout, stderr, code := cdiRun(t, nil, "cdi", "generate", "--driver-root", root, "--driver-capabilities", "utility")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	s := parseSpecOut(t, []byte(stdout))
+	var dsts []string
+	for _, m := range s.ContainerEdits.Mounts {
+		dsts = append(dsts, m.ContainerPath)
+	}
+	want := []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so." + cdiTestVersion, "/usr/bin/nvidia-smi"}
+	if !slices.Equal(dsts, want) {
+		t.Errorf("mounts %q, want %q", dsts, want)
+	}
+}
+
+func TestCDIGenerateErrors(t *testing.T) {
+	root := cdiTestRoot(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "bad strategy", args: []string{"--device-name-strategy", "serial"}, want: `device name strategy "serial"`},
+		{name: "bad format", args: []string{"--format", "toml"}, want: `format "toml"`},
+		{name: "none", args: []string{"--device-id", "none"}, want: "at least one device"},
+		{name: "unknown device", args: []string{"--device-id", "7"}, want: "7"},
+		{name: "bad mode", args: []string{"--mode", "csv"}, want: `--mode "csv"`},
+		{name: "bad caps", args: []string{"--driver-capabilities", "warp"}, want: "warp"},
+		{name: "bad vendor", args: []string{"--vendor", "-x"}, want: `vendor "-x"`},
+		{name: "relative ldconfig", args: []string{"--ldconfig-path", "sbin/ldconfig"}, want: "absolute"},
+		{name: "output dir missing", args: []string{"--output", filepath.Join(root, "no", "such", "x.yaml")}, want: "no such"},
+		{name: "no driver", args: []string{"--driver-root", t.TempDir()}, want: "no NVIDIA driver found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"cdi", "generate", "--driver-root", root}, tt.args...)
+			stdout, stderr, code := cdiRun(t, nil, args...)
+			if code == 0 {
+				t.Fatalf("exit 0 (stdout %.100q)", stdout)
+			}
+			if !strings.Contains(stderr, tt.want) {
+				t.Errorf("stderr %q lacks %q", stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestCDIList(t *testing.T) {
+	root := cdiTestRoot(t)
+	dir := t.TempDir()
+	if _, stderr, code := cdiRun(t, nil, "cdi", "generate", "--driver-root", root, "--output", filepath.Join(dir, "nvidia.yaml")); code != 0 {
+		t.Fatalf("generate: exit %d: %s", code, stderr)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "broken.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"nvidia.com/gpu=0", "nvidia.com/gpu=1", "nvidia.com/gpu=" + cdiTestUUID0, "nvidia.com/gpu=" + cdiTestUUID1, "nvidia.com/gpu=all"}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{name: "flag", args: []string{"--spec-dir", dir, "--spec-dir", filepath.Join(dir, "missing")}},
+		{name: "env", env: []string{"NVIDIA_CTK_CDI_SPEC_DIRS=" + dir}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr, code := cdiRun(t, tc.env, append([]string{"cdi", "list"}, tc.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			if got := strings.Fields(stdout); !slices.Equal(got, want) {
+				t.Errorf("devices %q, want %q", got, want)
+			}
+			if !strings.Contains(stderr, "broken.json") || !strings.Contains(stderr, "level=WARN") {
+				t.Errorf("no warning about broken.json: %q", stderr)
+			}
+		})
+	}
+}
