@@ -34,6 +34,13 @@ const (
 // skips the test without CAP_MKNOD.
 func cdiTestRoot(t testing.TB) string {
 	t.Helper()
+	return makeCDIRoot(t, cdiTestVersion, func(string) string { return "../../discover/testdata/libsoname64.so" })
+}
+
+// makeCDIRoot builds the root of cdiTestRoot for driver version, with
+// libcuda and libnvidia-ml copied from libSource(name).
+func makeCDIRoot(t testing.TB, version string, libSource func(name string) string) string {
+	t.Helper()
 	root := t.TempDir()
 	write := func(p, content string, mode os.FileMode) {
 		t.Helper()
@@ -45,7 +52,7 @@ func cdiTestRoot(t testing.TB) string {
 			t.Fatal(err)
 		}
 	}
-	write("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  "+cdiTestVersion+
+	write("/proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  "+version+
 		"  Thu Oct  2 10:00:00 UTC 2025\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n", 0o444)
 	write("/proc/driver/nvidia/params", "ModifyDeviceFiles: 1\n", 0o444)
 	write("/proc/devices", "Character devices:\n  1 mem\n195 nvidia\n238 nvidia-uvm\n\nBlock devices:\n  8 sd\n", 0o444)
@@ -74,14 +81,14 @@ func cdiTestRoot(t testing.TB) string {
 			t.Fatal(err)
 		}
 	}
-	elf, err := os.ReadFile("../../discover/testdata/libsoname64.so")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const lib = "/usr/lib/x86_64-linux-gnu"
 	var entries []ldcache.Entry
 	for _, name := range []string{"libcuda", "libnvidia-ml"} {
-		real := lib + "/" + name + ".so." + cdiTestVersion
+		elf, err := os.ReadFile(libSource(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		real := lib + "/" + name + ".so." + version
 		write(real, string(elf), 0o755)
 		link := lib + "/" + name + ".so.1"
 		if err := os.Symlink(filepath.Base(real), filepath.Join(root, link)); err != nil {
