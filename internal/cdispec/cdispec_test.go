@@ -3,6 +3,7 @@ package cdispec
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -557,5 +558,78 @@ func TestWriteFile(t *testing.T) {
 	}
 	if err := WriteFile(filepath.Join(dir, "missing", "x.yaml"), data); err == nil {
 		t.Error("missing directory: no error")
+	}
+}
+
+// manyGPUs is the synthetic driver with n full GPUs (no MIG).
+func manyGPUs(n int) *discover.Driver {
+	d := synthDriver("/run/nvidia/driver")
+	proto := d.GPUs[0]
+	d.GPUs = nil
+	for i := range n {
+		g := proto
+		g.Index, g.Minor = i, i
+		g.UUID = fmt.Sprintf("GPU-%08x-2222-3333-4444-555555555555", i)
+		g.BusID = fmt.Sprintf("00000000:%02x:00.0", i+1)
+		g.Node.Path = fmt.Sprintf("/dev/nvidia%d", i)
+		g.Node.HostPath = "/run/nvidia/driver" + g.Node.Path
+		g.Node.Minor = uint32(i)
+		d.GPUs = append(d.GPUs, g)
+	}
+	return d
+}
+
+// BenchmarkRender is spec building alone (plans, names, edits, minimum
+// version) for 1 and 8 GPUs.
+func BenchmarkRender(b *testing.B) {
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
+			d := manyGPUs(n)
+			sel := selectAll(b, d)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Render(d, sel, Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMarshal encodes an 8-GPU spec.
+func BenchmarkMarshal(b *testing.B) {
+	d := manyGPUs(8)
+	spec, err := Render(d, selectAll(b, d), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range []Format{FormatYAML, FormatJSON} {
+		b.Run(string(f), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Marshal(spec, f); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkValidate is the CDI library's check of an encoded 8-GPU spec.
+func BenchmarkValidate(b *testing.B) {
+	d := manyGPUs(8)
+	spec, err := Render(d, selectAll(b, d), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := Marshal(spec, FormatYAML)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Validate(data); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

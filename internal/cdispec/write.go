@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
 	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
@@ -15,28 +16,32 @@ const FileMode = 0o644
 
 // Validate checks encoded spec data with the CDI library exactly as an
 // engine loads a spec file (strict parsing, version, kind, device names,
-// edits).
+// edits): the library reads it from an anonymous in-memory file, so nothing
+// is written to disk.
 func Validate(data []byte) error {
-	dir, err := os.MkdirTemp("", "nctk-cdi-")
+	fd, err := unix.MemfdCreate("nctk-cdi-spec", unix.MFD_CLOEXEC)
 	if err != nil {
+		return fmt.Errorf("validate CDI spec: memfd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "nctk-cdi-spec")
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("validate CDI spec: %w", err)
 	}
-	defer os.RemoveAll(dir)
-	name := filepath.Join(dir, "spec.yaml")
-	if err := os.WriteFile(name, data, 0o600); err != nil {
-		return fmt.Errorf("validate CDI spec: %w", err)
-	}
-	if _, err := pkgcdi.ReadSpec(name, 0); err != nil {
+	if _, err := pkgcdi.ReadSpec(fmt.Sprintf("/proc/self/fd/%d", fd), 0); err != nil {
 		return fmt.Errorf("CDI spec does not validate: %w", err)
 	}
 	return nil
 }
 
-// WriteFile writes encoded spec data to name atomically: into a temporary
-// file in the same directory, which the CDI library must load as a valid
-// spec, then synced, given mode 0644 and renamed over name (the directory
-// is synced afterwards). On any error name is left as it was.
+// WriteFile writes encoded spec data to name atomically once Validate
+// accepts it: into a temporary file in the same directory, synced, given
+// mode 0644 and renamed over name (the directory is synced afterwards). On
+// any error name is left as it was.
 func WriteFile(name string, data []byte) (err error) {
+	if err := Validate(data); err != nil {
+		return fmt.Errorf("write CDI spec %s: %w", name, err)
+	}
 	dir := filepath.Dir(name)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp-*")
 	if err != nil {
@@ -56,9 +61,6 @@ func WriteFile(name string, data []byte) (err error) {
 	}
 	if err = tmp.Sync(); err != nil {
 		return fmt.Errorf("write CDI spec %s: %w", name, err)
-	}
-	if _, err = pkgcdi.ReadSpec(tmp.Name(), 0); err != nil {
-		return fmt.Errorf("write CDI spec %s: the generated spec does not validate: %w", name, err)
 	}
 	if err = tmp.Close(); err != nil {
 		return fmt.Errorf("write CDI spec %s: %w", name, err)
