@@ -397,6 +397,22 @@ func TestNSThread(t *testing.T) {
 	if leaked || seen() {
 		t.Error("another thread sees the container's namespace")
 	}
+	// Many threads in a row: none is the main thread, and the process's own
+	// namespace (as /proc/self shows it) never changes.
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	for range 200 {
+		th, err := enterMountNS(nsfd)
+		must(t, err)
+		var tid int
+		must(t, th.Do(func() error { tid = unix.Gettid(); return nil }))
+		th.Close()
+		if tid == unix.Getpid() {
+			t.Fatal("the namespace thread is the main thread")
+		}
+		if now, _ := os.Readlink("/proc/self/ns/mnt"); now != self {
+			t.Fatalf("the process's mount namespace changed: %s -> %s", self, now)
+		}
+	}
 	// A bad namespace descriptor is reported.
 	if _, err := enterMountNS(-1); err == nil {
 		t.Error("enterMountNS(-1) succeeded")

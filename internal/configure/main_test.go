@@ -11,6 +11,9 @@ func TestMain(m *testing.M) {
 	if rootfs.MaybeRunChild(os.Args) {
 		return
 	}
+	if job := os.Getenv(hookEnvVar); job != "" {
+		os.Exit(runAsHook(job))
+	}
 	os.Exit(m.Run())
 }
 

@@ -31,28 +31,46 @@ type nsThread struct {
 func enterMountNS(nsfd int) (*nsThread, error) {
 	t := &nsThread{work: make(chan func()), done: make(chan struct{})}
 	ready := make(chan error, 1)
-	go func() {
-		defer close(t.done)
-		runtime.LockOSThread()
-		// No UnlockOSThread: this thread must die with the goroutine.
-		if err := unix.Unshare(unix.CLONE_FS); err != nil {
-			ready <- fmt.Errorf("unshare filesystem information: %w", err)
-			return
-		}
-		if err := unix.Setns(nsfd, unix.CLONE_NEWNS); err != nil {
-			ready <- fmt.Errorf("join mount namespace: %w", err)
-			return
-		}
-		ready <- nil
-		for f := range t.work {
-			f()
-		}
-	}()
+	go t.run(nsfd, ready, nil)
 	if err := <-ready; err != nil {
 		<-t.done
 		return nil, err
 	}
 	return t, nil
+}
+
+// run is the thread's goroutine. It never uses the process's main thread:
+// /proc/self shows the main thread's namespaces and root to every thread,
+// and the runtime parks rather than ends a main thread left locked, so it
+// would stay in the container's namespace for the life of the process. A
+// goroutine that lands there hands over to a new one (which cannot be
+// scheduled on this thread while it is locked here) and leaves unchanged.
+func (t *nsThread) run(nsfd int, ready chan<- error, locked chan<- struct{}) {
+	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		next := make(chan struct{})
+		go t.run(nsfd, ready, next)
+		<-next
+		runtime.UnlockOSThread()
+		return
+	}
+	if locked != nil {
+		close(locked)
+	}
+	defer close(t.done)
+	// No UnlockOSThread from here on: this thread must die with the goroutine.
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		ready <- fmt.Errorf("unshare filesystem information: %w", err)
+		return
+	}
+	if err := unix.Setns(nsfd, unix.CLONE_NEWNS); err != nil {
+		ready <- fmt.Errorf("join mount namespace: %w", err)
+		return
+	}
+	ready <- nil
+	for f := range t.work {
+		f()
+	}
 }
 
 // Do runs f on the thread and returns its error.
