@@ -149,3 +149,15 @@ func BenchmarkFindDeviceCgroup(b *testing.B) {
 		}
 	}
 }
+
+func FuzzDevicesList(f *testing.F) {
+	f.Add([]byte("a *:* rwm\n"), uint32(195), uint32(0))
+	f.Add([]byte("c 195:* rw\nb 8:0 r\n"), uint32(195), uint32(3))
+	f.Add([]byte("c :\n"), uint32(0), uint32(0))
+	f.Fuzz(func(t *testing.T, data []byte, major, minor uint32) {
+		l := parseDevicesList(data)
+		if l.allows(deviceRule{major, minor}) && !strings.Contains(string(data), "w") {
+			t.Fatalf("%q grants write access without a w", data)
+		}
+	})
+}

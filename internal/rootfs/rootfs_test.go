@@ -805,3 +805,15 @@ func mountsUnder(t *testing.T, prefix string) []string {
 	}
 	return out
 }
+
+func FuzzParseMountOptions(f *testing.F) {
+	f.Add("ro,nosuid,nodev,rbind,rprivate")
+	f.Add("rw,noexec")
+	f.Add("bogus")
+	f.Fuzz(func(t *testing.T, s string) {
+		fl, err := ParseMountOptions(strings.Split(s, ","))
+		if err == nil && fl.ReadOnly && !strings.Contains(s, "ro") {
+			t.Fatalf("%q parsed as read-only", s)
+		}
+	})
+}
