@@ -15,8 +15,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nctk/nctk/internal/app"
-	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/plan"
 )
 
