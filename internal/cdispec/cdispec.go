@@ -113,6 +113,10 @@ type Options struct {
 // Generate discovers the driver described by job.Driver, selects the devices
 // in job.Devices (nil means all) and renders the spec. job.Caps and
 // job.Target are taken from o; requirements are not checked.
+//
+// Discovery reads files only, except on a host with MIG devices when
+// devices are named by UUID: MIG device UUIDs exist only in NVML, so the
+// driver is then probed (job.Driver.Probe), which costs a child process.
 func Generate(ctx context.Context, job inject.Job, o Options) (*cdi.Spec, error) {
 	if len(job.Devices) == 0 {
 		job.Devices = []string{AllDevice}
@@ -124,7 +128,26 @@ func Generate(ctx context.Context, job inject.Job, o Options) (*cdi.Spec, error)
 	if err != nil {
 		return nil, fmt.Errorf("generate CDI spec: %w", err)
 	}
+	if !job.Driver.Probe && needsMIGUUIDs(res.Selection, o) {
+		job.Driver.Probe = true
+		if res, err = inject.Run(ctx, job); err != nil {
+			return nil, fmt.Errorf("generate CDI spec: %w", err)
+		}
+	}
 	return Render(res.Driver, res.Selection, o)
+}
+
+// needsMIGUUIDs reports whether a MIG device is selected, has no UUID and
+// is to be named by UUID.
+func needsMIGUUIDs(sel selector.Selection, o Options) bool {
+	strategies := o.NameStrategies
+	if len(strategies) == 0 {
+		strategies = DefaultNameStrategies()
+	}
+	if !slices.Contains(strategies, NameUUID) {
+		return false
+	}
+	return slices.ContainsFunc(sel.MIG, func(m selector.SelectedMIG) bool { return m.MIG.UUID == "" })
 }
 
 func capsOf(o Options) caps.Set {
