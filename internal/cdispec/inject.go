@@ -112,6 +112,23 @@ func InjectCDI(spec *specs.Spec, names []string, specDirs []string) error {
 	return nil
 }
 
+// Edits returns the OCI edits the CDI devices names make, as InjectCDI
+// applies them to an empty spec (a process with no environment, no mounts,
+// devices or hooks): process.env, linux.devices, linux.resources.devices
+// (allow rules), mounts and hooks hold exactly what the devices add, in the
+// CDI library's translation (device numbers stat'ed from host nodes where a
+// spec leaves them out). It is for callers that edit a spec document
+// without decoding it into specs.Spec (so as to keep fields runtime-spec
+// does not know); they merge these entries. The library's idmap options for
+// containers with a user namespace are not applied here.
+func Edits(names, specDirs []string) (*specs.Spec, error) {
+	s := &specs.Spec{Process: &specs.Process{}, Linux: &specs.Linux{}}
+	if err := InjectCDI(s, names, specDirs); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // Listing is what `cdi list` shows: the fully-qualified device names of the
 // loaded specs, sorted, and the problems met loading them.
 type Listing struct {

@@ -170,3 +170,21 @@ func TestList(t *testing.T) {
 		t.Errorf("errors %q, want one naming zz-broken.json", l.Errors)
 	}
 }
+
+func TestCDIEdits(t *testing.T) {
+	dir := specDir(t)
+	s, err := Edits([]string{"nvidia.com/gpu=0"}, []string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Process.Env) != 2 || s.Process.Env[0] != VoidEnv {
+		t.Errorf("env %q, want %s and the libcuda dirs", s.Process.Env, VoidEnv)
+	}
+	if len(s.Linux.Devices) != 5 || len(s.Linux.Resources.Devices) != 5 || len(s.Hooks.CreateContainer) != 3 || len(s.Mounts) != 10 {
+		t.Errorf("edits: %d devices, %d rules, %d hooks, %d mounts; want 5, 5, 3, 10",
+			len(s.Linux.Devices), len(s.Linux.Resources.Devices), len(s.Hooks.CreateContainer), len(s.Mounts))
+	}
+	if _, err := Edits([]string{"nvidia.com/gpu=9"}, []string{dir}); err == nil {
+		t.Error("unknown device: no error")
+	}
+}
