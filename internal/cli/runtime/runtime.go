@@ -73,10 +73,7 @@ func Main(e *app.Env) int {
 // Run runs the wrapper. It returns only when it fails (status 1); on
 // success the process has become the low-level runtime.
 func (r *Runtime) Run(e *app.Env) int {
-	inv, perr := ParseArgs(e.Args)
-	if inv == nil {
-		inv = &Invocation{CommandIndex: -1}
-	}
+	inv, perr := ParseArgs(e.Args) // inv is usable even with perr (for --log)
 	cfg, cerr := r.LoadConfig(e)
 	log := newLogger(inv, cfg)
 	defer log.close()
