@@ -204,7 +204,9 @@ func configureWith(e *app.Env, g *nvc.Globals, args []string, steps configureSte
 		var ce *configureError
 		if errors.As(err, &ce) {
 			log.Error(ce.phase+" error", "error", ce.err)
-			return nvc.Fail(e, ce.phase, ce.err)
+			// Some errors (requirements) carry the phase prefix already.
+			msg := strings.TrimPrefix(ce.err.Error(), ce.phase+" error: ")
+			return nvc.Fail(e, ce.phase, errors.New(msg))
 		}
 		return nvc.Fail(e, "container", err)
 	}

@@ -156,6 +156,9 @@ func TestConfigureErrors(t *testing.T) {
 		{"requirement", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
 			r.planErr = &inject.Error{Phase: inject.PhaseRequirement, Err: errors.New("unsatisfied condition: cuda>=13.1")}
 		}, 1, "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=13.1\n"},
+		{"requirement with prefix", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
+			r.planErr = &inject.Error{Phase: inject.PhaseRequirement, Err: errors.New("requirement error: unsatisfied condition: cuda>=13.1")}
+		}, 1, "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=13.1\n"},
 		{"no driver", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
 			r.planErr = &inject.Error{Phase: inject.PhaseDetection, Err: &discover.NoDriverError{Root: "/", Err: os.ErrNotExist}}
 		}, 1, "nvidia-container-cli: initialization error: "},
