@@ -18,6 +18,8 @@ const (
 	elfTypeDyn   = 3
 	ptLoad       = 1
 	ptDynamic    = 2
+	ptNote       = 4
+	ntGNUABITag  = 1
 	dtNull       = 0
 	dtStrtab     = 5
 	dtStrsz      = 10
@@ -91,37 +93,44 @@ func (r *headReader) ReadAt(p []byte, off int64) (int, error) {
 	return total, nil
 }
 
-// sonameFrom reads the DT_SONAME of an ELF shared object with a handful of
-// small reads: the ELF header, the program headers, the PT_DYNAMIC segment
-// and the name itself from the dynamic string table (located through the
-// PT_LOAD segment that maps DT_STRTAB). Section headers and the whole
-// string table are never read, which keeps this cheap for large libraries
-// such as libcuda. Every offset is bounds-checked; bad input is an error.
-func sonameFrom(r io.ReaderAt) (string, error) {
+// elfHeaders is what the program headers of an ELF file say.
+type elfHeaders struct {
+	bo    binary.ByteOrder
+	is64  bool
+	loads []elfSeg
+	dyn   *elfSeg
+	notes []elfSeg
+}
+
+type elfSeg struct{ off, vaddr, filesz uint64 }
+
+// readELFHeaders reads the ELF header and program headers of a shared
+// object. Every offset is bounds-checked; bad input is an error.
+func readELFHeaders(r io.ReaderAt) (*elfHeaders, error) {
 	var ident [16]byte
 	if _, err := r.ReadAt(ident[:], 0); err != nil {
-		return "", fmt.Errorf("read ELF ident: %w", err)
+		return nil, fmt.Errorf("read ELF ident: %w", err)
 	}
 	if string(ident[:4]) != "\x7fELF" {
-		return "", errors.New("not an ELF file")
+		return nil, errors.New("not an ELF file")
 	}
-	var bo binary.ByteOrder
+	h := &elfHeaders{}
 	switch ident[5] {
 	case elfDataLSB:
-		bo = binary.LittleEndian
+		h.bo = binary.LittleEndian
 	case elfDataMSB:
-		bo = binary.BigEndian
+		h.bo = binary.BigEndian
 	default:
-		return "", fmt.Errorf("bad ELF data encoding %d", ident[5])
+		return nil, fmt.Errorf("bad ELF data encoding %d", ident[5])
 	}
-	is64 := false
 	switch ident[4] {
 	case elfClass32:
 	case elfClass64:
-		is64 = true
+		h.is64 = true
 	default:
-		return "", fmt.Errorf("bad ELF class %d", ident[4])
+		return nil, fmt.Errorf("bad ELF class %d", ident[4])
 	}
+	bo, is64 := h.bo, h.is64
 
 	// ELF header fields after e_ident.
 	hdrSize := 52
@@ -130,10 +139,10 @@ func sonameFrom(r io.ReaderAt) (string, error) {
 	}
 	hdr := make([]byte, hdrSize)
 	if _, err := r.ReadAt(hdr, 0); err != nil {
-		return "", fmt.Errorf("read ELF header: %w", err)
+		return nil, fmt.Errorf("read ELF header: %w", err)
 	}
 	if bo.Uint16(hdr[16:]) != elfTypeDyn {
-		return "", errNotShared
+		return nil, errNotShared
 	}
 	var phoff uint64
 	var phentsize, phnum uint16
@@ -149,37 +158,48 @@ func sonameFrom(r io.ReaderAt) (string, error) {
 		minEnt = 56
 	}
 	if phnum == 0 || phnum > maxPhnum || phentsize < minEnt || phentsize > 4*minEnt {
-		return "", fmt.Errorf("bad program header table (%d entries of %d bytes)", phnum, phentsize)
+		return nil, fmt.Errorf("bad program header table (%d entries of %d bytes)", phnum, phentsize)
 	}
 	ph := make([]byte, int(phnum)*int(phentsize))
 	if _, err := r.ReadAt(ph, int64(min(phoff, 1<<62))); err != nil {
-		return "", fmt.Errorf("read program headers at %d: %w", phoff, err)
+		return nil, fmt.Errorf("read program headers at %d: %w", phoff, err)
 	}
-
-	type seg struct{ off, vaddr, filesz uint64 }
-	var loads []seg
-	var dyn *seg
 	for i := 0; i < int(phnum); i++ {
 		p := ph[i*int(phentsize):]
-		var typ uint32
-		var s seg
+		var s elfSeg
+		typ := bo.Uint32(p[0:])
 		if is64 {
-			typ = bo.Uint32(p[0:])
-			s = seg{off: bo.Uint64(p[8:]), vaddr: bo.Uint64(p[16:]), filesz: bo.Uint64(p[32:])}
+			s = elfSeg{off: bo.Uint64(p[8:]), vaddr: bo.Uint64(p[16:]), filesz: bo.Uint64(p[32:])}
 		} else {
-			typ = bo.Uint32(p[0:])
-			s = seg{off: uint64(bo.Uint32(p[4:])), vaddr: uint64(bo.Uint32(p[8:])), filesz: uint64(bo.Uint32(p[16:]))}
+			s = elfSeg{off: uint64(bo.Uint32(p[4:])), vaddr: uint64(bo.Uint32(p[8:])), filesz: uint64(bo.Uint32(p[16:]))}
 		}
 		switch typ {
 		case ptLoad:
-			loads = append(loads, s)
+			h.loads = append(h.loads, s)
 		case ptDynamic:
-			if dyn == nil {
+			if h.dyn == nil {
 				d := s
-				dyn = &d
+				h.dyn = &d
 			}
+		case ptNote:
+			h.notes = append(h.notes, s)
 		}
 	}
+	return h, nil
+}
+
+// sonameFrom reads the DT_SONAME of an ELF shared object with a handful of
+// small reads: the ELF header, the program headers, the PT_DYNAMIC segment
+// and the name itself from the dynamic string table (located through the
+// PT_LOAD segment that maps DT_STRTAB). Section headers and the whole
+// string table are never read, which keeps this cheap for large libraries
+// such as libcuda. Every offset is bounds-checked; bad input is an error.
+func sonameFrom(r io.ReaderAt) (string, error) {
+	h, err := readELFHeaders(r)
+	if err != nil {
+		return "", err
+	}
+	bo, is64, loads, dyn := h.bo, h.is64, h.loads, h.dyn
 	if dyn == nil {
 		return "", errors.New("no PT_DYNAMIC segment")
 	}
@@ -257,4 +277,57 @@ func sonameFrom(r io.ReaderAt) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("SONAME at %d longer than %d bytes", fileOff, maxSONAMELen)
+}
+
+// abiTagFrom returns the kernel version of an ELF object's GNU ABI note
+// (NT_GNU_ABI_TAG, OS Linux) as major<<16 | minor<<8 | patch, 0 if it has
+// none. NVIDIA selects libnvidia-tls by it (the new TLS ABI is 2.3.99).
+func abiTagFrom(r io.ReaderAt) (uint32, error) {
+	h, err := readELFHeaders(r)
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range h.notes {
+		size := min(n.filesz, 4096)
+		buf := make([]byte, size)
+		got, err := r.ReadAt(buf, int64(min(n.off, 1<<62)))
+		if err != nil && !(errors.Is(err, io.EOF) && got > 0) {
+			return 0, fmt.Errorf("read PT_NOTE at %d: %w", n.off, err)
+		}
+		buf = buf[:got]
+		// Notes: namesz, descsz, type, name (padded to 4), desc (padded to 4).
+		for len(buf) >= 12 {
+			namesz, descsz, typ := h.bo.Uint32(buf[0:]), h.bo.Uint32(buf[4:]), h.bo.Uint32(buf[8:])
+			nameEnd := 12 + align4(uint64(namesz))
+			descEnd := nameEnd + align4(uint64(descsz))
+			if descEnd > uint64(len(buf)) {
+				break
+			}
+			name := buf[12 : 12+uint64(namesz)]
+			if typ == ntGNUABITag && string(name) == "GNU\x00" && descsz >= 16 {
+				d := buf[nameEnd:]
+				if h.bo.Uint32(d[0:]) == 0 { // ELF_NOTE_OS_LINUX
+					return min(h.bo.Uint32(d[4:]), 255)<<16 | min(h.bo.Uint32(d[8:]), 255)<<8 | min(h.bo.Uint32(d[12:]), 255), nil
+				}
+			}
+			buf = buf[descEnd:]
+		}
+	}
+	return 0, nil
+}
+
+func align4(n uint64) uint64 { return (n + 3) &^ 3 }
+
+// readABITag is abiTagFrom for a file.
+func readABITag(path string) (uint32, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	v, err := abiTagFrom(&headReader{fd: fd})
+	if err != nil {
+		return 0, fmt.Errorf("read ELF ABI note of %s: %w", path, err)
+	}
+	return v, nil
 }

@@ -82,6 +82,40 @@ func TestReadSONAMETestdata(t *testing.T) {
 	}
 }
 
+// TestReadABITag compares the ABI note reader with debug/elf's view of the
+// .note.ABI-tag section of the host's libraries.
+func TestReadABITag(t *testing.T) {
+	files, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/lib*.so.*")
+	checked := 0
+	for _, f := range files {
+		ef, err := elf.Open(f)
+		if err != nil {
+			continue
+		}
+		want := uint32(0)
+		if sec := ef.Section(".note.ABI-tag"); sec != nil {
+			if d, err := sec.Data(); err == nil && len(d) >= 32 && ef.ByteOrder.Uint32(d[16:]) == 0 {
+				bo := ef.ByteOrder
+				want = bo.Uint32(d[20:])<<16 | bo.Uint32(d[24:])<<8 | bo.Uint32(d[28:])
+			}
+		}
+		typ := ef.Type
+		ef.Close()
+		if typ != elf.ET_DYN {
+			continue
+		}
+		got, err := readABITag(f)
+		if err != nil || got != want {
+			t.Errorf("%s: ABI tag %#x, %v; debug/elf says %#x", f, got, err, want)
+		}
+		checked++
+	}
+	t.Logf("compared %d shared objects", checked)
+	if v, err := readABITag("testdata/libsoname64.so"); err != nil || v != 0 {
+		t.Errorf("object without a note: %#x, %v", v, err)
+	}
+}
+
 func TestReadSONAMEErrors(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -131,6 +165,9 @@ func FuzzSONAME(f *testing.F) {
 		s, err := sonameFrom(bytes.NewReader(data))
 		if err == nil && len(s) > maxSONAMELen {
 			t.Fatalf("SONAME of %d bytes", len(s))
+		}
+		if v, err := abiTagFrom(bytes.NewReader(data)); err == nil && v > 0xffffff {
+			t.Fatalf("ABI tag %#x out of range", v)
 		}
 	})
 }

@@ -13,7 +13,7 @@ import (
 
 // tlsMinOSVersion is the kernel version (2.3.99) in the ELF ABI note that
 // marks the new-TLS-ABI build of libnvidia-tls; NVIDIA's CLI only takes
-// that one. ldconfig records the note's version in the cache entry.
+// that one.
 const tlsMinOSVersion = 2<<16 | 3<<8 | 99
 
 // libSlot is one (class, group, prefix) the cache is searched for.
@@ -111,9 +111,17 @@ func (x *discoverer) libraries() error {
 			x.log.Debug("skipping library of another driver version", "path", real, "want", version)
 			continue
 		}
-		if s.prefix == "libnvidia-tls.so" && e.OSVersion < tlsMinOSVersion {
-			x.log.Debug("skipping library without the new TLS ABI note", "path", real)
-			continue
+		if s.prefix == "libnvidia-tls.so" {
+			// ldconfig no longer records the ABI note in the cache
+			// (OSVersion is 0), so read it from the file.
+			v := e.OSVersion
+			if v == 0 {
+				v, _ = readABITag(x.root.host(real))
+			}
+			if v < tlsMinOSVersion {
+				x.log.Debug("skipping library without the new TLS ABI note", "path", real)
+				continue
+			}
 		}
 		if taken[real] {
 			continue
