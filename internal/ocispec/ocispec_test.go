@@ -134,7 +134,7 @@ func TestApplyKeepsUnknownFields(t *testing.T) {
 	}
 	// The typed view reflects the edit.
 	s := doc.Spec()
-	if s.Linux == nil || len(s.Linux.Devices) != 3 || len(s.Mounts) != 6 || len(s.Hooks.CreateContainer) != 3 {
+	if s.Linux == nil || len(s.Linux.Devices) != 3 || len(s.Mounts) != 6 || len(s.Hooks.CreateContainer) != 1 {
 		t.Errorf("typed view not updated: %+v", s)
 	}
 }
@@ -198,12 +198,13 @@ func TestApplyContent(t *testing.T) {
 
 	// Hooks: explicit minimal env, nothing from the image.
 	cc := s.Hooks.CreateContainer
+	// One process for the three hooks: chained with ";".
 	wantArgs := [][]string{
 		{"nvidia-cdi-hook", "create-symlinks",
 			"--link", "libcuda.so.535.1::/usr/lib/x86_64-linux-gnu/libcuda.so.1",
-			"--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"},
-		{"nvidia-cdi-hook", "update-ldcache", "--ldconfig-path", "/sbin/ldconfig.real", "--folder", "/usr/lib/x86_64-linux-gnu"},
-		{"nvidia-cdi-hook", "mount-proc-driver", "--host-dir", "/proc/driver/nvidia",
+			"--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+			";", "update-ldcache", "--ldconfig-path", "/sbin/ldconfig.real", "--folder", "/usr/lib/x86_64-linux-gnu",
+			";", "mount-proc-driver", "--host-dir", "/proc/driver/nvidia",
 			"--file", "params", "--file", "version", "--file", "registry",
 			"--gpu", "0000:3b:00.0", "--expose", "capabilities/mig/config"},
 	}
@@ -288,7 +289,7 @@ func TestApplyKeepsForeignHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	cc := doc.Spec().Hooks.CreateContainer
-	if len(cc) != 5 || cc[0].Path != "/usr/bin/nvidia-cdi-hook" || cc[1].Path != "/usr/bin/x" {
+	if len(cc) != 3 || cc[0].Path != "/usr/bin/nvidia-cdi-hook" || cc[1].Path != "/usr/bin/x" {
 		t.Errorf("hooks %+v", cc)
 	}
 }
@@ -541,5 +542,43 @@ func BenchmarkLoadApplySave(b *testing.B) {
 		if err := Save(path, doc); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestChain(t *testing.T) {
+	env := HookEnv()
+	h := func(path string, env []string, args ...string) Hook { return Hook{Path: path, Args: args, Env: env} }
+	tests := []struct {
+		name string
+		in   []Hook
+		want [][]string
+	}{
+		{"none", nil, nil},
+		{"one", []Hook{h("/x", env, "nvidia-cdi-hook", "a", "--f")}, [][]string{{"nvidia-cdi-hook", "a", "--f"}}},
+		{"same binary and env merge", []Hook{h("/x", env, "nvidia-cdi-hook", "a"), h("/x", env, "nvidia-cdi-hook", "b", "--y")},
+			[][]string{{"nvidia-cdi-hook", "a", ";", "b", "--y"}}},
+		{"other env stays apart", []Hook{h("/x", env, "nvidia-cdi-hook", "a"), h("/x", nil, "nvidia-cdi-hook", "b")},
+			[][]string{{"nvidia-cdi-hook", "a"}, {"nvidia-cdi-hook", "b"}}},
+		{"other path stays apart", []Hook{h("/x", env, "nvidia-cdi-hook", "a"), h("/y", env, "nvidia-cdi-hook", "b")},
+			[][]string{{"nvidia-cdi-hook", "a"}, {"nvidia-cdi-hook", "b"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := slices.Clone(tc.in)
+			got := Chain(in)
+			if len(got) != len(tc.want) {
+				t.Fatalf("Chain = %+v, want %v", got, tc.want)
+			}
+			for i := range got {
+				if !slices.Equal(got[i].Args, tc.want[i]) {
+					t.Errorf("hook %d args %q, want %q", i, got[i].Args, tc.want[i])
+				}
+			}
+			for i := range tc.in {
+				if len(in[i].Args) != len(tc.in[i].Args) {
+					t.Errorf("input hook %d modified", i)
+				}
+			}
+		})
 	}
 }

@@ -21,6 +21,7 @@
 package cdihook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -128,19 +129,64 @@ func Main(e *app.Env) int {
 		usage(e.Stderr, prog, fs)
 		return 1
 	}
-	name := rest[0]
-	if name == "help" {
+	if rest[0] == "help" {
 		usage(e.Stdout, prog, fs)
 		return 0
 	}
+	// Several hooks may be chained in one call, separated by ";" (the
+	// runtime does this to start one process per container instead of
+	// one per hook). They run in order on the one OCI state read from
+	// stdin; the first failure stops the chain.
+	chain := splitChain(rest)
+	if len(chain) > 1 {
+		data, err := io.ReadAll(io.LimitReader(e.Stdin, maxState+1))
+		if err != nil {
+			fmt.Fprintf(e.Stderr, "%s: read OCI state from stdin: %v\n", prog, err)
+			return 1
+		}
+		shared := *e
+		e = &shared
+		for _, seg := range chain {
+			e.Stdin = bytes.NewReader(data)
+			if rc := runHook(e, prog, log, seg); rc != 0 {
+				return rc
+			}
+		}
+		return 0
+	}
+	if len(chain) == 0 {
+		usage(e.Stderr, prog, fs)
+		return 1
+	}
+	return runHook(e, prog, log, chain[0])
+}
+
+// splitChain splits "a --x ; b --y" into hook invocations, dropping empty ones.
+func splitChain(args []string) [][]string {
+	var out [][]string
+	start := 0
+	for i := 0; i <= len(args); i++ {
+		if i == len(args) || args[i] == ocispec.ChainSeparator {
+			if i > start {
+				out = append(out, args[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+// runHook runs one hook invocation: its name and its flags.
+func runHook(e *app.Env, prog string, log *slog.Logger, args []string) int {
+	name := args[0]
 	run, ok := hooks()[name]
 	if !ok {
 		// A spec from another toolkit version must not break the start.
-		log.Warn("unknown hook; ignored", "hook", name, "args", rest[1:])
+		log.Warn("unknown hook; ignored", "hook", name, "args", args[1:])
 		return 0
 	}
 	h := &hookEnv{Env: e, name: prog + " " + name, log: log.With("hook", name)}
-	if err := run(h, rest[1:]); err != nil {
+	if err := run(h, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
@@ -151,7 +197,7 @@ func Main(e *app.Env) int {
 }
 
 func usage(w io.Writer, prog string, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "Usage: %s [--debug] [--quiet] HOOK [OPTIONS]\n\nHooks (they read the container's OCI state on stdin):\n"+
+	fmt.Fprintf(w, "Usage: %s [--debug] [--quiet] HOOK [OPTIONS] [\\; HOOK [OPTIONS]]...\n\nHooks (they read the container's OCI state on stdin):\n"+
 		"  create-symlinks --link TARGET::LINK...            create symlinks in the container\n"+
 		"  update-ldcache [--ldconfig-path P] --folder DIR... run the host's ldconfig confined to the container\n"+
 		"  disable-device-node-modification                  mask /proc/driver/nvidia/params with ModifyDeviceFiles: 0\n"+

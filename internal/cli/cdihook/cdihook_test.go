@@ -328,3 +328,36 @@ func TestDisableDeviceNodeModification(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func TestChainedHooks(t *testing.T) {
+	b, root := bundle(t)
+	must(t, os.MkdirAll(root+"/usr/lib", 0o755))
+	tests := []struct {
+		name  string
+		args  []string
+		code  int
+		links []string
+	}{
+		{"two hooks share the state", []string{"create-symlinks", "--link", "a::/usr/lib/one", ";", "noop", ";",
+			"create-symlinks", "--link", "b::/usr/lib/two"}, 0, []string{"one", "two"}},
+		{"empty segments are skipped", []string{";", "create-symlinks", "--link", "c::/usr/lib/three", ";", ";"}, 0, []string{"three"}},
+		{"unknown hook in a chain is skipped", []string{"future-hook", "--x", ";", "create-symlinks", "--link", "d::/usr/lib/four"}, 0, []string{"four"}},
+		{"a failure stops the chain", []string{"create-symlinks", "--link", "bad", ";", "create-symlinks", "--link", "e::/usr/lib/five"}, 1, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(stateFor(b), nil, tc.args...)
+			if r.code != tc.code {
+				t.Fatalf("exit %d, want %d: %s", r.code, tc.code, r.stderr)
+			}
+			for _, l := range tc.links {
+				if _, err := os.Lstat(filepath.Join(root, "usr/lib", l)); err != nil {
+					t.Errorf("link %s: %v", l, err)
+				}
+			}
+		})
+	}
+	if _, err := os.Lstat(root + "/usr/lib/five"); err == nil {
+		t.Error("the hook after a failed one ran")
+	}
+}

@@ -174,7 +174,7 @@ func TestCreateAndRunEditSpecAndExec(t *testing.T) {
 			if strings.Contains(string(readFile(t, filepath.Join(bundle, "config.json"))), "nvidia-container-runtime-hook") {
 				t.Errorf("NVIDIA prestart hook kept")
 			}
-			if len(s.Hooks.CreateContainer) != 2 || s.Hooks.CreateContainer[0].Path != h.hook {
+			if len(s.Hooks.CreateContainer) != 1 || s.Hooks.CreateContainer[0].Path != h.hook {
 				t.Errorf("hooks %+v", s.Hooks.CreateContainer)
 			}
 			for _, hk := range s.Hooks.CreateContainer {
