@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cli/cdihook"
 	"github.com/nctk/nctk/internal/cli/containercli"
 	"github.com/nctk/nctk/internal/cli/ctk"
 	"github.com/nctk/nctk/internal/cli/hook"
@@ -30,6 +31,7 @@ func All() map[string]app.Tool {
 		"nvidia-container-runtime-hook": hook.Main,
 		"nvidia-container-toolkit":      hook.Main,
 		"nvidia-docker":                 nvdocker.Main,
+		"nvidia-cdi-hook":               cdihook.Main,
 	}
 }
 

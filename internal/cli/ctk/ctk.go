@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nctk/nctk/internal/cli/cdihook"
 	nctkversion "github.com/nctk/nctk/internal/version"
 	"io"
 	"log/slog"
@@ -68,15 +69,7 @@ func commands() []command {
 			{name: "create-dev-char-symlinks", summary: "create /dev/char/MAJOR:MINOR links to the NVIDIA device nodes", run: createDevCharSymlinks},
 		}},
 		{name: "cdi", summary: "generate and list CDI specs", subs: cdiCommands()},
-		{name: "hook", summary: "OCI hooks used by CDI specs (nvidia-cdi-hook)", tool: unavailable("hook")},
-	}
-}
-
-// unavailable stands in for a delegated command tree not built in.
-func unavailable(name string) app.Tool {
-	return func(e *app.Env) int {
-		fmt.Fprintf(e.Stderr, "%s: %s: not available in this build\n", prog, name)
-		return 1
+		{name: "hook", summary: "OCI hooks used by CDI specs (nvidia-cdi-hook)", tool: cdihook.Main},
 	}
 }
 

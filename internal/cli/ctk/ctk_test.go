@@ -57,7 +57,7 @@ func TestGlobal(t *testing.T) {
 		{name: "unknown sub", args: []string{"runtime", "frob"}, code: 1, err: `unknown command "frob"`},
 		{name: "global flag after command", args: []string{"runtime", "--debug"}, code: 1, err: "global flags go before the command"},
 		{name: "cdi group", args: []string{"cdi", "--help"}, out: "generate"},
-		{name: "hook placeholder", args: []string{"hook", "update-ldcache"}, code: 1, err: "nvidia-ctk: hook: not available in this build"},
+		{name: "hook delegates to nvidia-cdi-hook", args: []string{"hook", "update-ldcache"}, code: 1, err: "nvidia-ctk hook update-ldcache: OCI state: empty input"},
 		{name: "leaf help", args: []string{"runtime", "configure", "--help"}, out: "--nvidia-runtime-path, --runtime-path"},
 		{name: "leaf positional", args: []string{"runtime", "configure", "extra"}, code: 1, err: `unexpected argument "extra"`},
 	}
