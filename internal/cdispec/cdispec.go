@@ -103,6 +103,10 @@ type Options struct {
 	NoAllDevice bool
 	// Caps selects the driver files; nil or empty means every capability.
 	Caps caps.Set
+	// NoProbe keeps Generate from probing the driver (loading its NVML in
+	// a child process) for MIG device UUIDs; MIG devices without one are
+	// then named by index only.
+	NoProbe bool
 	// Hook says how the createContainer hooks run nvidia-cdi-hook: its
 	// absolute host path (empty: DefaultHookPath) and the ldconfig
 	// update-ldcache runs. A hook path whose base name is nvidia-ctk runs
@@ -128,7 +132,7 @@ func Generate(ctx context.Context, job inject.Job, o Options) (*cdi.Spec, error)
 	if err != nil {
 		return nil, fmt.Errorf("generate CDI spec: %w", err)
 	}
-	if !job.Driver.Probe && needsMIGUUIDs(res.Selection, o) {
+	if !job.Driver.Probe && !o.NoProbe && needsMIGUUIDs(res.Selection, o) {
 		job.Driver.Probe = true
 		if res, err = inject.Run(ctx, job); err != nil {
 			return nil, fmt.Errorf("generate CDI spec: %w", err)

@@ -633,3 +633,41 @@ func BenchmarkValidate(b *testing.B) {
 		}
 	}
 }
+
+func TestNeedsMIGUUIDs(t *testing.T) {
+	d := synthDriver("/")
+	withUUIDs := selectAll(t, d)
+	noUUIDs := selectAll(t, d)
+	noUUIDs.MIG = slices.Clone(noUUIDs.MIG)
+	for i := range noUUIDs.MIG {
+		noUUIDs.MIG[i].MIG.UUID = ""
+	}
+	gpuOnly, err := selector.Resolve(d, []string{"0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		sel  selector.Selection
+		o    Options
+		want bool
+	}{
+		{name: "MIG UUIDs known", sel: withUUIDs, want: false},
+		{name: "MIG UUIDs unknown, default names", sel: noUUIDs, want: true},
+		{name: "MIG UUIDs unknown, index names", sel: noUUIDs, o: Options{NameStrategies: []NameStrategy{NameIndex, NameTypeIndex}}, want: false},
+		{name: "no MIG device selected", sel: gpuOnly, want: false},
+	}
+	for _, tt := range tests {
+		if got := needsMIGUUIDs(tt.sel, tt.o); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	// Without UUIDs the MIG devices keep their index names.
+	spec, err := Render(d, noUUIDs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := names(spec), []string{"0", uuid0, "1:0", "1:1", "all"}; !slices.Equal(got, want) {
+		t.Errorf("devices %q, want %q", got, want)
+	}
+}
