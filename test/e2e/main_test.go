@@ -1,0 +1,113 @@
+// End-to-end GPU container tests: real runc, dockerd and containerd
+// (private instances from internal/e2e) run a busybox+glibc image through
+// nvidia-container-runtime, the nvidia-container-runtime-hook (docker --gpus)
+// and nvidia-container-cli configure (ctr run --gpus), over fixture driver
+// roots made from real NVIDIA driver packages (internal/fixture). Every
+// assertion is made on what the container itself sees: cudaprobe's
+// cuDriverGetVersion, nvidia-smi's error, its /dev, device cgroup,
+// mountinfo and ld.so.cache.
+//
+// The tests need root, runc, dockerd, containerd and the cached driver
+// packages (make fixtures); missing tools skip with the reason, or fail
+// with NCTK_E2E_STRICT=1 (CI). -short skips them all.
+
+package e2e
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/nctk/nctk/internal/driverprobe"
+	"github.com/nctk/nctk/internal/rootfs"
+)
+
+// toolNames are the names nctk is installed under (see the Makefile).
+func toolNames() []string {
+	return []string{
+		"nvidia-container-cli", "nvidia-container-runtime", "nvidia-container-runtime-hook",
+		"nvidia-container-toolkit", "nvidia-ctk", "nvidia-cdi-hook", "nvidia-docker",
+	}
+}
+
+// binDir holds nctk built for this test run and its links; TestMain sets it
+// before any test runs ("" with -short, or when the build failed, see
+// buildErr).
+var binDir string
+
+// buildErr is why nctk could not be built.
+var buildErr error
+
+func TestMain(m *testing.M) {
+	// The driver probe and the confined ldconfig re-execute the test
+	// binary when the tests call the libraries in-process (BenchmarkCreate).
+	if driverprobe.MaybeRunChild(os.Args) || rootfs.MaybeRunChild(os.Args) {
+		return
+	}
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if !testing.Short() {
+		dir, err := os.MkdirTemp("", "nctk-e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		// The daemons execute these as root from other processes: the
+		// directory must be traversable.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		if buildErr = buildNctk(dir); buildErr == nil {
+			binDir = dir
+		}
+	}
+	return m.Run()
+}
+
+// buildNctk builds cmd/nctk into dir and links every tool name to it, as
+// `make build` does in bin/.
+func buildNctk(dir string) error {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.Command(goBin, "build", "-trimpath", "-o", filepath.Join(dir, "nctk"), "github.com/nctk/nctk/cmd/nctk")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/nctk: %w\n%s", err, out)
+	}
+	for _, n := range toolNames() {
+		if err := os.Symlink("nctk", filepath.Join(dir, n)); err != nil {
+			return fmt.Errorf("linking %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// tool returns the absolute path of one of nctk's tools for this run.
+func tool(t testing.TB, name string) string {
+	t.Helper()
+	if binDir == "" {
+		if buildErr != nil {
+			t.Fatalf("building nctk: %v", buildErr)
+		}
+		t.Fatal("nctk was not built (-short?)")
+	}
+	return filepath.Join(binDir, name)
+}
+
+// skipShort skips an end-to-end test under -short.
+func skipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test: runs containers")
+	}
+}
