@@ -50,6 +50,7 @@ type discoverer struct {
 	d       *Driver
 	majors  map[string]uint32 // /proc/devices character majors by name
 	ldcache string            // host path of the ld.so.cache used
+	elfBuf  [4096]byte        // scratch for ELF header reads
 }
 
 // Discover finds the NVIDIA driver, GPUs, device nodes and driver files

@@ -34,13 +34,20 @@ var errNotShared = errors.New("not an ELF shared object (ET_DYN)")
 
 // readSONAME returns the DT_SONAME of the ELF shared object at path ("" if
 // it has none).
-func readSONAME(path string) (string, error) {
+func readSONAME(path string) (string, error) { return readSONAMEBuf(path, nil) }
+
+// readSONAMEBuf is readSONAME with a caller-owned head buffer (nil: a new
+// one), so that discovery reads every library through one buffer.
+func readSONAMEBuf(path string, buf *[4096]byte) (string, error) {
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer syscall.Close(fd)
-	r := &headReader{fd: fd}
+	if buf == nil {
+		buf = new([4096]byte)
+	}
+	r := &headReader{fd: fd, head: buf}
 	soname, err := sonameFrom(r)
 	if err != nil {
 		return "", fmt.Errorf("read ELF SONAME of %s: %w", path, err)
@@ -55,7 +62,7 @@ func readSONAME(path string) (string, error) {
 // handful of reads from a regular file does not need.
 type headReader struct {
 	fd     int
-	head   [4096]byte
+	head   *[4096]byte
 	n      int
 	loaded bool
 	err    error
@@ -325,7 +332,7 @@ func readABITag(path string) (uint32, error) {
 		return 0, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer syscall.Close(fd)
-	v, err := abiTagFrom(&headReader{fd: fd})
+	v, err := abiTagFrom(&headReader{fd: fd, head: new([4096]byte)})
 	if err != nil {
 		return 0, fmt.Errorf("read ELF ABI note of %s: %w", path, err)
 	}

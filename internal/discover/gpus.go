@@ -1,7 +1,9 @@
 package discover
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"slices"
@@ -100,9 +102,12 @@ func (x *discoverer) mig() error {
 	}
 	slices.SortFunc(x.d.CapsNodes, func(a, b DeviceNode) int { return int(a.Minor) - int(b.Minor) })
 
+	// Names of the existing nodes' capabilities, from mig-minors (a
+	// 4,322-line table on real hosts, scanned without building it).
 	var minors map[string]uint32
-	if p := x.procPath(procfs.MIGMinorsPath); len(byMinor) > 0 || x.anyMIGCapable() {
-		minors, err = procfs.ReadMIGMinors(p)
+	if len(byMinor) > 0 {
+		p := x.procPath(procfs.MIGMinorsPath)
+		minors, err = readMIGMinorsOf(p, func(m uint32) bool { _, ok := byMinor[m]; return ok })
 		if err != nil && !isNotExist(err) {
 			x.warn("cannot read MIG capability minors: %v", err)
 		}
@@ -141,16 +146,6 @@ func (x *discoverer) mig() error {
 		}
 	}
 	return nil
-}
-
-// anyMIGCapable reports whether some GPU has a MIG capabilities directory.
-func (x *discoverer) anyMIGCapable() bool {
-	for _, g := range x.d.GPUs {
-		if fi, err := os.Stat(x.procPath(g.MIGCapsDir + "/mig")); err == nil && fi.IsDir() {
-			return true
-		}
-	}
-	return false
 }
 
 // migDevices reads /proc/driver/nvidia/capabilities/gpu<minor>/mig: its
@@ -269,4 +264,98 @@ func (x *discoverer) imexChannels() error {
 	}
 	slices.SortFunc(x.d.IMEXChannels, func(a, b DeviceNode) int { return int(a.Minor) - int(b.Minor) })
 	return nil
+}
+
+// maxMIGMinorsBytes bounds the mig-minors file (about 100 KiB on real hosts).
+const maxMIGMinorsBytes = 4 << 20
+
+// readMIGMinorsOf reads /proc/driver/nvidia-caps/mig-minors and returns the
+// "<name> <minor>" entries whose minor keep accepts.
+func readMIGMinorsOf(p string, keep func(uint32) bool) (map[string]uint32, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, 0, 128<<10)
+	for {
+		if len(buf) == cap(buf) {
+			if len(buf) >= maxMIGMinorsBytes {
+				return nil, fmt.Errorf("%s: larger than %d bytes", p, maxMIGMinorsBytes)
+			}
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF || (err == nil && n == 0) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", p, err)
+		}
+	}
+	return scanMIGMinors(buf, keep), nil
+}
+
+// scanMIGMinors picks the entries of a mig-minors table whose minor keep
+// accepts, allocating only for those. Lines that are not "<name> <minor>"
+// are skipped (procfs.ParseMIGMinors is the validating parser; for valid
+// input both agree, which FuzzScanMIGMinors checks).
+func scanMIGMinors(data []byte, keep func(uint32) bool) map[string]uint32 {
+	out := map[string]uint32{}
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			data = nil
+		}
+		f1, f2, ok := twoFields(line)
+		if !ok || len(f2) == 0 {
+			continue
+		}
+		var m uint32
+		valid := true
+		for _, c := range f2 {
+			if c < '0' || c > '9' || m > 1<<20 {
+				valid = false
+				break
+			}
+			m = m*10 + uint32(c-'0')
+		}
+		if !valid || m > 1<<20-1 || !keep(m) {
+			continue
+		}
+		if _, dup := out[string(f1)]; !dup {
+			out[string(f1)] = m
+		}
+	}
+	return out
+}
+
+// twoFields splits a line into exactly two blank-separated fields.
+func twoFields(line []byte) (a, b []byte, ok bool) {
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	isBlank := func(c byte) bool { return c == ' ' || c == '\t' }
+	var fields [2][]byte
+	n := 0
+	for i := 0; i < len(line); {
+		for i < len(line) && isBlank(line[i]) {
+			i++
+		}
+		if i == len(line) {
+			break
+		}
+		j := i
+		for j < len(line) && !isBlank(line[j]) {
+			j++
+		}
+		if n == 2 {
+			return nil, nil, false
+		}
+		fields[n] = line[i:j]
+		n++
+		i = j
+	}
+	return fields[0], fields[1], n == 2
 }

@@ -145,7 +145,7 @@ func (x *discoverer) libraries() error {
 			continue
 		}
 		host := x.root.host(s.real)
-		soname, err := readSONAME(host)
+		soname, err := readSONAMEBuf(host, &x.elfBuf)
 		if err != nil {
 			x.warn("%v", err)
 		}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/ldcache"
+	"github.com/nctk/nctk/internal/procfs"
 )
 
 // miniRoot is a hand-made driver root for targeted tests of discovery's
@@ -629,6 +630,37 @@ func FuzzResolve(f *testing.F) {
 		}
 		if fi, _ := os.Lstat(r.host(got)); fi.Mode()&os.ModeSymlink != 0 {
 			t.Fatalf("resolve(%q) = %q is still a symlink", p, got)
+		}
+	})
+}
+
+// FuzzScanMIGMinors checks the fast mig-minors scan against procfs's
+// validating parser: on every ASCII table the parser accepts, the scan
+// finds exactly the parser's entries for the minors it is asked about.
+func FuzzScanMIGMinors(f *testing.F) {
+	f.Add([]byte("config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\n"), uint32(2))
+	f.Add([]byte("gpu0/gi1/access  12\r\n\tgpu1/gi1/ci0/access\t0013\n\n"), uint32(13))
+	f.Add([]byte("a 1 2\nb x\n c 99999999999\n"), uint32(1))
+	f.Fuzz(func(t *testing.T, data []byte, want uint32) {
+		keep := func(m uint32) bool { return m%7 == want%7 }
+		got := scanMIGMinors(data, keep)
+		for _, c := range data {
+			if c >= 0x80 {
+				return
+			}
+		}
+		all, err := procfs.ParseMIGMinors(data)
+		if err != nil {
+			return
+		}
+		exp := map[string]uint32{}
+		for k, v := range all {
+			if keep(v) {
+				exp[k] = v
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(exp) {
+			t.Fatalf("scan %v, parser %v", got, exp)
 		}
 	})
 }
