@@ -545,16 +545,14 @@ func TestWriteFile(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o644 {
 		t.Fatalf("mode %v, %v; want 0644", fi.Mode(), err)
 	}
-	// An invalid spec is not written and leaves the old file.
-	if err := WriteFile(name, []byte("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n")); err == nil ||
-		!strings.Contains(err.Error(), "does not validate") {
-		t.Errorf("invalid spec: error %v", err)
-	}
 	if got, _ := os.ReadFile(name); !bytes.Equal(got, data) {
-		t.Error("a failed write changed the file")
+		t.Error("the file does not hold the data")
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
 		t.Errorf("temporary files left: %v", entries)
+	}
+	if err := WriteFile(dir, data); err == nil {
+		t.Error("a directory as the output: no error")
 	}
 	if err := WriteFile(filepath.Join(dir, "missing", "x.yaml"), data); err == nil {
 		t.Error("missing directory: no error")
@@ -669,5 +667,60 @@ func TestNeedsMIGUUIDs(t *testing.T) {
 	}
 	if got, want := names(spec), []string{"0", uuid0, "1:0", "1:1", "all"}; !slices.Equal(got, want) {
 		t.Errorf("devices %q, want %q", got, want)
+	}
+}
+
+// TestCheck: Check (the library's validators on the value) and Validate
+// (the library parsing the encoded file) agree, on the generated spec and
+// on broken variants of it.
+func TestCheck(t *testing.T) {
+	d := synthDriver("/run/nvidia/driver")
+	fresh := func() *cdi.Spec {
+		s, err := Render(d, selectAll(t, d), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	tests := []struct {
+		name    string
+		breakIt func(s *cdi.Spec)
+		ok      bool
+	}{
+		{name: "generated", breakIt: func(*cdi.Spec) {}, ok: true},
+		{name: "version too low", breakIt: func(s *cdi.Spec) { s.Version = "0.3.0" }},
+		{name: "unknown version", breakIt: func(s *cdi.Spec) { s.Version = "9.9.9" }},
+		{name: "bad vendor", breakIt: func(s *cdi.Spec) { s.Kind = "-nvidia.com/gpu" }},
+		{name: "bad device name", breakIt: func(s *cdi.Spec) { s.Devices[0].Name = "a/b" }},
+		{name: "duplicate device", breakIt: func(s *cdi.Spec) { s.Devices[1].Name = s.Devices[0].Name }},
+		{name: "no devices", breakIt: func(s *cdi.Spec) { s.Devices = nil }},
+		{name: "empty device edits", breakIt: func(s *cdi.Spec) { s.Devices[0].ContainerEdits = cdi.ContainerEdits{} }},
+		{name: "bad hook name", breakIt: func(s *cdi.Spec) { s.ContainerEdits.Hooks[0].HookName = "preStart" }},
+		{name: "bad env", breakIt: func(s *cdi.Spec) { s.ContainerEdits.Env = append(s.ContainerEdits.Env, "NOVALUE") }},
+		{name: "bad device node type", breakIt: func(s *cdi.Spec) { s.Devices[0].ContainerEdits.DeviceNodes[0].Type = "x" }},
+		{name: "bad permissions", breakIt: func(s *cdi.Spec) { s.ContainerEdits.DeviceNodes[0].Permissions = "rwx" }},
+		{name: "empty mount", breakIt: func(s *cdi.Spec) { s.ContainerEdits.Mounts[0].HostPath = "" }},
+		{name: "annotations", breakIt: func(s *cdi.Spec) { s.Annotations = map[string]string{"a": "b"}; s.Version = "0.6.0" }, ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fresh()
+			tt.breakIt(s)
+			checkErr := Check(s)
+			data, err := Marshal(s, FormatYAML)
+			if err != nil {
+				t.Fatal(err)
+			}
+			validateErr := Validate(data)
+			if (checkErr == nil) != tt.ok || (validateErr == nil) != tt.ok {
+				t.Errorf("Check: %v; Validate: %v; want ok=%v", checkErr, validateErr, tt.ok)
+			}
+			if _, err := Encode(s, FormatJSON); (err == nil) != tt.ok {
+				t.Errorf("Encode: %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+	if err := Check(nil); err == nil {
+		t.Error("nil spec: no error")
 	}
 }

@@ -1,0 +1,60 @@
+package ctk
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/app"
+)
+
+// BenchmarkGenerate is `nvidia-ctk cdi generate --output FILE` in process:
+// discovery of a two-GPU driver root, the spec, encoding, the CDI library's
+// validation and the atomic write.
+func BenchmarkGenerate(b *testing.B) {
+	root := cdiTestRoot(b)
+	out := filepath.Join(b.TempDir(), "nvidia.yaml")
+	environ := []string{"XDG_CONFIG_HOME=" + b.TempDir()}
+	args := []string{"nvidia-ctk", "cdi", "generate", "--driver-root", root, "--output", out, "--nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook"}
+	b.ReportAllocs()
+	for b.Loop() {
+		var so, se bytes.Buffer
+		if code := Main(&app.Env{Args: args, Stdin: strings.NewReader(""), Stdout: &so, Stderr: &se, Environ: environ}); code != 0 {
+			b.Fatalf("exit %d: %s", code, se.String())
+		}
+	}
+}
+
+// BenchmarkGenerateProcess is the whole process: nctk built from
+// cmd/nctk, run as nvidia-ctk cdi generate for the same root, once per
+// iteration (exec, Go runtime start, discovery, spec, validation, write).
+func BenchmarkGenerateProcess(b *testing.B) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		b.Skipf("go not on PATH: %v", err)
+	}
+	root := cdiTestRoot(b)
+	dir := b.TempDir()
+	nctk := filepath.Join(dir, "nctk")
+	build := exec.Command(gobin, "build", "-trimpath", "-o", nctk, "../../../cmd/nctk")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctk := filepath.Join(dir, "nvidia-ctk")
+	if err := os.Symlink("nctk", ctk); err != nil {
+		b.Fatal(err)
+	}
+	out := filepath.Join(dir, "nvidia.yaml")
+	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "XDG_CONFIG_HOME=" + dir}
+	b.ResetTimer()
+	for b.Loop() {
+		cmd := exec.Command(ctk, "cdi", "generate", "--driver-root", root, "--output", out, "--nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook")
+		cmd.Env = env
+		if o, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("%v: %s", err, o)
+		}
+	}
+}
