@@ -9,13 +9,21 @@ import (
 	"testing"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/fixture"
 )
 
+// benchRoot is the fixture root of the CDI benchmarks: the Debian layout
+// with 8 GPUs, 32-bit libraries, IPC sockets and GSP firmware.
+func benchRoot(b *testing.B) string {
+	b.Helper()
+	return fixture.Build(b, fixture.Spec{Layout: fixture.Debian, GPUs: 8, Compat32: true, IPC: true, Firmware: true}).Path
+}
+
 // BenchmarkGenerate is `nvidia-ctk cdi generate --output FILE` in process:
-// discovery of a two-GPU driver root, the spec, encoding, the CDI library's
-// validation and the atomic write.
+// discovery of the benchmark root, the spec, the CDI library's checks,
+// encoding and the atomic write.
 func BenchmarkGenerate(b *testing.B) {
-	root := cdiTestRoot(b)
+	root := benchRoot(b)
 	out := filepath.Join(b.TempDir(), "nvidia.yaml")
 	environ := []string{"XDG_CONFIG_HOME=" + b.TempDir()}
 	args := []string{"nvidia-ctk", "cdi", "generate", "--driver-root", root, "--output", out, "--nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook"}
@@ -36,7 +44,7 @@ func BenchmarkGenerateProcess(b *testing.B) {
 	if err != nil {
 		b.Skipf("go not on PATH: %v", err)
 	}
-	root := cdiTestRoot(b)
+	root := benchRoot(b)
 	dir := b.TempDir()
 	nctk := filepath.Join(dir, "nctk")
 	build := exec.Command(gobin, "build", "-trimpath", "-o", nctk, "../../../cmd/nctk")

@@ -1,17 +1,17 @@
 package ctk
 
 import (
-	"bufio"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cli/cdihook"
 	"github.com/nctk/nctk/internal/e2e"
+	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/rootfs"
 )
 
@@ -28,54 +28,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// driverPackageRoot returns a driver root with the real libcuda and
-// libnvidia-ml of the fetched Debian driver packages (`make fixtures`,
-// scripts/fetch-driver-debs.sh) and the CUDA driver version they report.
-func driverPackageRoot(t *testing.T) (root, cudaVersion string) {
-	t.Helper()
-	cache := os.Getenv("NCTK_CACHE")
-	if cache == "" {
-		cache = "/var/cache/nctk"
-	}
-	set := filepath.Join(cache, "pkgroot", "535-amd64")
-	manifest, err := os.Open(filepath.Join(set, ".nctk-set"))
-	if err != nil {
-		t.Skipf("driver packages not fetched (%v): run make fixtures", err)
-	}
-	defer manifest.Close()
-	var version string
-	sc := bufio.NewScanner(manifest)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "driver_version="); ok {
-			version = v
-		}
-		if v, ok := strings.CutPrefix(sc.Text(), "cuda_driver_version="); ok {
-			cudaVersion = v
-		}
-	}
-	if version == "" || cudaVersion == "" {
-		t.Fatalf("%s/.nctk-set names no driver_version or cuda_driver_version", set)
-	}
-	found := map[string]string{}
-	err = filepath.WalkDir(set, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		for _, name := range []string{"libcuda", "libnvidia-ml"} {
-			if d.Type().IsRegular() && d.Name() == name+".so."+version {
-				found[name] = p
-			}
-		}
-		return nil
-	})
-	if err != nil || len(found) != 2 {
-		t.Fatalf("libcuda/libnvidia-ml %s in %s: found %v, %v", version, set, found, err)
-	}
-	return makeCDIRoot(t, version, func(name string) string { return found[name] }), cudaVersion
-}
-
-// TestE2EPodmanCDI generates a spec with nvidia-ctk for a driver root with
-// the real libcuda and runs containers with podman 4.3 (CDI library v0.5,
+// TestE2EPodmanCDI generates a spec with nvidia-ctk for a fixture driver
+// root (Debian's real driver libraries, two GPUs whose minors are not their
+// indices) and runs containers with podman 4.3 (CDI library v0.5,
 // cdiVersion 0.5.0 at most) through it: --device nvidia.com/gpu=all gives
 // the driver files, the ld.so.cache update (cudaprobe loads libcuda.so.1
 // and reports the driver's CUDA version) and every device node;
@@ -83,7 +38,12 @@ func driverPackageRoot(t *testing.T) (root, cudaVersion string) {
 func TestE2EPodmanCDI(t *testing.T) {
 	skipShort(t)
 	e2e.RequireRoot(t)
-	root, cudaVersion := driverPackageRoot(t)
+	fx := fixture.Build(t, fixture.Spec{Layout: fixture.Multiarch, GPUs: 2})
+	root := fx.Path
+	if fx.CUDADriverVersion == 0 || !fx.DeviceNodes {
+		t.Skipf("fixture without a measured CUDA version (%d) or device nodes (%s)", fx.CUDADriverVersion, fx.NoDeviceNodesReason)
+	}
+	cudaVersion := strconv.Itoa(fx.CUDADriverVersion)
 
 	// The hooks run this test binary as nvidia-cdi-hook.
 	exe, err := os.Executable()
@@ -116,7 +76,7 @@ func TestE2EPodmanCDI(t *testing.T) {
 	}
 	t.Logf("container output:\n%s", r.Stdout)
 	for _, want := range []string{
-		"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm",
+		fx.GPUs[0].DevicePath, fx.GPUs[1].DevicePath, "/dev/nvidiactl", "/dev/nvidia-uvm",
 		" /usr/lib/x86_64-linux-gnu/libcuda.so.", " /usr/bin/nvidia-smi ro,nosuid,nodev",
 		"libcuda: /usr/lib/x86_64-linux-gnu/libcuda.so.1",
 		"cuDriverGetVersion: " + cudaVersion,
@@ -131,14 +91,17 @@ func TestE2EPodmanCDI(t *testing.T) {
 	if !r.OK() {
 		t.Fatalf("podman run --device nvidia.com/gpu=1:\n%s", r)
 	}
-	var nodes []string
+	var gpuNodes []string
 	for _, f := range strings.Fields(r.Stdout) {
-		if strings.HasPrefix(f, "nvidia") {
-			nodes = append(nodes, f)
+		if len(f) > len("nvidia") && strings.HasPrefix(f, "nvidia") && f[len("nvidia")] >= '0' && f[len("nvidia")] <= '9' {
+			gpuNodes = append(gpuNodes, "/dev/"+f)
 		}
 	}
-	if want := []string{"nvidia-uvm", "nvidia-uvm-tools", "nvidia1", "nvidiactl"}; !slices.Equal(nodes, want) {
-		t.Errorf("nvidia.com/gpu=1: /dev has %q, want GPU 1's node and the control nodes only", nodes)
+	if want := []string{fx.GPUs[1].DevicePath}; !slices.Equal(gpuNodes, want) {
+		t.Errorf("nvidia.com/gpu=1: GPU nodes %q, want %q only (GPU 1's minor is %d)", gpuNodes, want, fx.GPUs[1].Minor)
+	}
+	if !strings.Contains(r.Stdout, "nvidiactl") {
+		t.Errorf("nvidia.com/gpu=1: no /dev/nvidiactl:\n%s", r.Stdout)
 	}
 
 	// An unknown device is an error of the engine, naming it.
