@@ -188,3 +188,23 @@ func TestCDIEdits(t *testing.T) {
 		t.Error("unknown device: no error")
 	}
 }
+
+// TestInjectCDIReplacesRequest: the request variable becomes void (one
+// entry), so that a legacy hook or the runtime's own path injects nothing
+// more.
+func TestInjectCDIReplacesRequest(t *testing.T) {
+	s := baseSpec()
+	s.Process.Env = append(s.Process.Env, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0")
+	if err := InjectCDI(s, []string{"nvidia.com/gpu=0"}, []string{specDir(t)}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range s.Process.Env {
+		if strings.HasPrefix(e, "NVIDIA_VISIBLE_DEVICES=") {
+			got = append(got, e)
+		}
+	}
+	if !slices.Equal(got, []string{VoidEnv}) {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES entries %q, want only %s", got, VoidEnv)
+	}
+}
