@@ -133,7 +133,7 @@ func TestProbeFakeDriver(t *testing.T) {
 
 func TestProbeNoGPU(t *testing.T) {
 	lib := fakeDriver(t, "libcuda.so.1", "FAKE_NOGPU")
-	req := Request{Libcuda: lib, NVML: lib, BusIDs: []string{"00000000:41:00.0"}}
+	req := Request{Libcuda: lib, NVML: lib, BusIDs: []string{"00000000:01:00.0"}} // the GPU without MIG: cacheable
 	cacheDir := t.TempDir()
 	res, err := Probe(context.Background(), req, Config{CacheDir: cacheDir})
 	if err != nil {
@@ -283,7 +283,7 @@ func TestNormalizeBusID(t *testing.T) {
 // cache.
 func BenchmarkProbe(b *testing.B) {
 	lib := fakeDriver(b, "libcuda.so.1")
-	req := Request{Libcuda: lib, NVML: lib, BusIDs: []string{"00000000:41:00.0"}}
+	req := Request{Libcuda: lib, NVML: lib, BusIDs: []string{"00000000:01:00.0"}} // the GPU without MIG: cacheable
 	b.Run("child", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := Probe(context.Background(), req, Config{NoCache: true}); err != nil {
