@@ -133,7 +133,7 @@ func TestProbeFakeDriver(t *testing.T) {
 
 func TestProbeNoGPU(t *testing.T) {
 	lib := fakeDriver(t, "libcuda.so.1", "FAKE_NOGPU")
-	req := Request{Libcuda: lib, NVML: lib, BusIDs: []string{"00000000:01:00.0"}} // the GPU without MIG: cacheable
+	req := Request{Libcuda: lib, NVML: lib, BusIDs: []string{"00000000:41:00.0"}}
 	cacheDir := t.TempDir()
 	res, err := Probe(context.Background(), req, Config{CacheDir: cacheDir})
 	if err != nil {
