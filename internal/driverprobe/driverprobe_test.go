@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -303,4 +304,56 @@ func BenchmarkProbe(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestProbeAsOtherUser: with Config.Credential the child runs as that user
+// (privilege separation, like NVIDIA's --user for its NVML process).
+func TestProbeAsOtherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch users")
+	}
+	// The test binary's build directory is private: run a copy.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := t.TempDir()
+	for _, d := range []string{pub, filepath.Dir(pub)} { // t.TempDir's parent is private too
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyExe := filepath.Join(pub, "driverprobe.test")
+	if err := os.WriteFile(copyExe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lib := fakeDriver(t, "libcuda.so.1")
+	if err := os.Chmod(filepath.Dir(lib), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{NoCache: true, Executable: copyExe, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	res, err := Probe(context.Background(), Request{Libcuda: lib}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.CUDADriverVersion != 12020 {
+		t.Errorf("probe as nobody: %+v", res)
+	}
+	// The child really ran as nobody: it cannot read a root-only library.
+	private := filepath.Join(t.TempDir(), "libcuda.so.1")
+	libData, _ := os.ReadFile(lib)
+	if err := os.WriteFile(private, libData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(private), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, err = Probe(context.Background(), Request{Libcuda: private}, cfg)
+	if err != nil || !strings.Contains(res.CUDAError, "Permission denied") {
+		t.Errorf("root-only library loaded as nobody: %+v %v", res, err)
+	}
 }
