@@ -357,3 +357,31 @@ func fakeDriverRoot(tb testing.TB) *fixture.Root {
 	}
 	return r
 }
+
+// TestFixtureLoadKmods: on a root whose /dev lacks the nodes, --load-kmods
+// creates them from the driver's proc files (the modules cannot be loaded
+// here; that failure is only logged, as in NVIDIA's CLI), so that list
+// with a device works.
+func TestFixtureLoadKmods(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating device nodes needs root")
+	}
+	r := fixture.Build(t, fixture.Spec{Layout: fixture.Multiarch, GPUs: 2, Broken: fixture.NoDeviceNodes})
+	if code, _, _ := run(t, t.TempDir(), "--root="+r.Path, "list", "-d", "1"); code != 1 {
+		t.Fatalf("list without nodes: exit %d, want 1", code)
+	}
+	log := filepath.Join(t.TempDir(), "debug.log")
+	code, out, errOut := run(t, t.TempDir(), "--root="+r.Path, "-k", "--debug="+log, "list", "-d", "1")
+	if code != 0 {
+		data, _ := os.ReadFile(log)
+		t.Fatalf("exit %d: %s\n%s", code, errOut, data)
+	}
+	g := r.GPUs[1]
+	if !strings.Contains(out, r.HostPath("/dev/nvidiactl")+"\n") || !strings.Contains(out, r.HostPath(g.DevicePath)+"\n") {
+		t.Errorf("list after --load-kmods:\n%s", out)
+	}
+	fi, err := os.Stat(r.HostPath(g.DevicePath))
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		t.Errorf("%s: %v %v", g.DevicePath, fi, err)
+	}
+}
