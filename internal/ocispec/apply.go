@@ -222,6 +222,11 @@ func validate(p *plan.Plan, hooks []Hook, hc HookConfig) error {
 			return fmt.Errorf("environment entry %q: want KEY=VALUE", kv)
 		}
 	}
+	for _, h := range p.Hooks {
+		if err := checkAbs("hook path", h.Path); err != nil {
+			return err
+		}
+	}
 	if len(hooks) > 0 {
 		if err := checkAbs("hook binary (nvidia-cdi-hook)", hc.Path); err != nil {
 			return err
@@ -317,7 +322,51 @@ func edit(tree object, p *plan.Plan, hooks []Hook) error {
 		proc["env"] = env
 	}
 
-	return editHooks(tree, hooks)
+	if err := editHooks(tree, hooks); err != nil {
+		return err
+	}
+	return addPlanHooks(tree, p.Hooks)
+}
+
+// addPlanHooks appends the plan's verbatim hooks (from CDI specs) to their
+// stages, skipping any already there.
+func addPlanHooks(tree object, hooks []plan.Hook) error {
+	if len(hooks) == 0 {
+		return nil
+	}
+	ho, err := objectAt(tree, "hooks", "hooks")
+	if err != nil {
+		return err
+	}
+	for _, h := range hooks {
+		if !slices.Contains(hookStages(), h.Stage) {
+			return fmt.Errorf("hook %s: unknown stage %q", h.Path, h.Stage)
+		}
+		arr, err := arrayAt(ho, h.Stage, "hooks."+h.Stage)
+		if err != nil {
+			return err
+		}
+		entry := object{"path": h.Path}
+		if len(h.Args) > 0 {
+			entry["args"] = strings2any(h.Args)
+		}
+		if len(h.Env) > 0 {
+			entry["env"] = strings2any(h.Env)
+		}
+		if h.Timeout != nil {
+			entry["timeout"] = num(int64(*h.Timeout))
+		}
+		if !slices.ContainsFunc(arr, func(v any) bool { return equalJSON(v, entry) }) {
+			arr = append(arr, entry)
+		}
+		ho[h.Stage] = arr
+	}
+	return nil
+}
+
+// hookStages are the OCI hook stages.
+func hookStages() []string {
+	return []string{"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
 }
 
 // editHooks removes NVIDIA's prestart hook and hooks Apply emitted before,

@@ -80,6 +80,17 @@ type ProcView struct {
 	Expose []string
 }
 
+// Hook is an OCI hook carried as it is, from a CDI spec's containerEdits.
+type Hook struct {
+	// Stage is the OCI hook stage: prestart, createRuntime,
+	// createContainer, startContainer, poststart or poststop.
+	Stage   string
+	Path    string
+	Args    []string
+	Env     []string
+	Timeout *int
+}
+
 // Plan is what one container gets.
 type Plan struct {
 	// Devices are the nodes created in the container; each one is also
@@ -97,10 +108,35 @@ type Plan struct {
 	Proc *ProcView
 	// Env is added to the container process environment (KEY=VALUE).
 	Env []string
+	// Hooks are OCI hooks from CDI specs, added as they are (the hooks
+	// for Symlinks, LdconfigDirs and Proc are the applier's business).
+	Hooks []Hook
+}
+
+// Merge returns a plan holding a's entries, then b's (for a container that
+// asks for devices by index and by CDI name at once).
+func Merge(a, b *Plan) *Plan {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	m := *a
+	m.Devices = append(append([]Device(nil), a.Devices...), b.Devices...)
+	m.Mounts = append(append([]Mount(nil), a.Mounts...), b.Mounts...)
+	m.Symlinks = append(append([]Symlink(nil), a.Symlinks...), b.Symlinks...)
+	m.LdconfigDirs = append(append([]string(nil), a.LdconfigDirs...), b.LdconfigDirs...)
+	m.Env = append(append([]string(nil), a.Env...), b.Env...)
+	m.Hooks = append(append([]Hook(nil), a.Hooks...), b.Hooks...)
+	if m.Proc == nil {
+		m.Proc = b.Proc
+	}
+	return &m
 }
 
 // Empty reports whether the plan injects nothing.
 func (p *Plan) Empty() bool {
 	return p == nil || (len(p.Devices) == 0 && len(p.Mounts) == 0 && len(p.Symlinks) == 0 &&
-		len(p.LdconfigDirs) == 0 && p.Proc == nil && len(p.Env) == 0)
+		len(p.LdconfigDirs) == 0 && p.Proc == nil && len(p.Env) == 0 && len(p.Hooks) == 0)
 }

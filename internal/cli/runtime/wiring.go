@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/plan"
@@ -80,12 +81,23 @@ func defaultPlanner() Planner {
 		if err != nil {
 			return nil, err
 		}
-		if res == nil {
-			if len(req.CDIDevices) > 0 {
-				return nil, fmt.Errorf("CDI device requests (%s) are not supported by this runtime build", strings.Join(req.CDIDevices, ", "))
-			}
-			return nil, nil
+		var p *plan.Plan
+		if res != nil {
+			p = res.Plan
 		}
-		return res.Plan, nil
+		if len(req.CDIDevices) > 0 {
+			// CDI mode: device names (NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,
+			// cdi.k8s.io/ annotations) resolved against the spec dirs.
+			var dirs []string
+			if in.Config != nil {
+				dirs = in.Config.Runtime.Modes.CDI.SpecDirs
+			}
+			cp, err := cdispec.PlanFor(req.CDIDevices, dirs)
+			if err != nil {
+				return nil, err
+			}
+			p = plan.Merge(p, cp)
+		}
+		return p, nil
 	})
 }
