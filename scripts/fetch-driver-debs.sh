@@ -197,7 +197,7 @@ apt_update() {
 	local try
 	updated=1
 	for try in 1 2 3; do
-		log "apt-get update${try/#1/}${try/#[23]/ (retry $try)}"
+		if [ "$try" = 1 ]; then log "apt-get update"; else log "apt-get update (retry $try)"; fi
 		if apt-get update -qq; then
 			return 0
 		fi
@@ -351,6 +351,10 @@ for s in $sets; do
 	[ -n "$libcuda" ] || die "set $s: no libcuda.so.<version> or libnvidia-ml.so.<version> in the packages"
 	base=$(basename "$libcuda")
 	drv=${base#lib*.so.}
+	others=$(find "$tmp" -name 'lib*.so.*' -type f | sed -n 's/.*\.so\.\([0-9]\{3\}\.[0-9]*\.[0-9]*\)$/\1/p' | sort -u | grep -vxF "$drv" || true)
+	if [ -n "$others" ]; then
+		log "WARNING: set $s mixes driver $drv with libraries of $(echo $others) (a pinned version fell back to a different candidate?)"
+	fi
 	cudaver=""
 	so1=$(find "$tmp" -name 'libcuda.so.1' | head -n1)
 	arch=$(printf '%s\n' "${resolved[@]}" | awk -v s="$s" '$1 == s {print $4; exit}')
