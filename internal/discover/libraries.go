@@ -42,6 +42,10 @@ func soPrefix(key string) string {
 // and per library name, the driver's own file: the first cache entry (in
 // the cache's order, which is the loader's preference) whose value
 // resolves inside the root to a file named *.so.<driver version>.
+// NVIDIA's CLI lets a later entry override an earlier one ("selecting X
+// over Y"); the two differ only when two different files of the driver's
+// version are in the cache under one name, and then nctk takes the one the
+// dynamic loader would load.
 func (x *discoverer) libraries() error {
 	cachePath := x.opts.LdCache
 	if cachePath == "" {
