@@ -30,7 +30,13 @@ func (x *discoverer) probe(ctx context.Context) {
 		return
 	}
 	req := driverprobe.Request{Libcuda: libcuda, NVML: nvml, ModuleVersion: d.Version}
+	if x.opts.ProbeCUDAOnly {
+		req.NVML, nvml = "", ""
+	}
 	for _, g := range d.GPUs {
+		if x.opts.ProbeCUDAOnly {
+			break
+		}
 		req.BusIDs = append(req.BusIDs, g.BusID)
 		for _, m := range g.MIGDevices {
 			req.MIGLayout = append(req.MIGLayout, fmt.Sprintf("%s/gi%d/ci%d", g.BusID, m.GI, m.CI))
@@ -54,6 +60,9 @@ func (x *discoverer) probe(ctx context.Context) {
 		d.CUDAVersionSource = src
 	} else {
 		x.warn("CUDA version unknown: %s", res.CUDAError)
+	}
+	if x.opts.ProbeCUDAOnly {
+		return
 	}
 	var noArch, noBrand []string
 	for i := range d.GPUs {

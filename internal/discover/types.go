@@ -33,6 +33,11 @@ type Options struct {
 	// Probe, when true, loads the driver's libcuda to learn the CUDA version
 	// and compute capabilities (in a separate process).
 	Probe bool
+	// ProbeCUDAOnly limits the probe to the CUDA version (no compute
+	// capabilities, brands or MIG UUIDs): what cuda>= requirements need.
+	// Such a result is complete, hence cached, also on hosts where cuInit
+	// cannot succeed.
+	ProbeCUDAOnly bool
 
 	// ProcRoot is where /proc/driver/nvidia and /proc/devices are read;
 	// "" means Root.

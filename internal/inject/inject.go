@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/discover"
@@ -95,7 +96,14 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	opts := j.Driver
 	// Only requirements need facts the driver alone knows (the CUDA
 	// version, compute capabilities): ask it only then.
-	opts.Probe = opts.Probe || len(j.Requirements) > 0
+	// Requirements need the CUDA version, which only the driver knows: ask
+	// it for that alone first (cached per driver). Arch and brand need the
+	// driver to reach the GPUs; they are asked for only when a requirement
+	// is not already settled by an alternative of cuda/driver conditions.
+	cudaOnly := len(j.Requirements) > 0 && !opts.Probe
+	if cudaOnly {
+		opts.Probe, opts.ProbeCUDAOnly = true, true
+	}
 	drv, err := discover.Discover(opts)
 	if err != nil {
 		return nil, &Error{Phase: PhaseDetection, Err: err}
@@ -106,6 +114,15 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	sel, err := selector.Resolve(drv, j.Devices)
 	if err != nil {
 		return nil, &Error{Phase: PhaseDevice, Err: err}
+	}
+	if cudaOnly && needsDeviceFacts(j.Requirements, Facts(drv, selector.Selection{})) {
+		opts.ProbeCUDAOnly = false
+		if drv, err = discover.Discover(opts); err != nil {
+			return nil, &Error{Phase: PhaseDetection, Err: err}
+		}
+		if sel, err = selector.Resolve(drv, j.Devices); err != nil {
+			return nil, &Error{Phase: PhaseDevice, Err: err}
+		}
 	}
 	if len(j.Requirements) > 0 {
 		if err := requirements.Check(j.Requirements, Facts(drv, sel)); err != nil {
@@ -133,6 +150,37 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	log.Debug("injection plan", "devices", len(p.Devices), "mounts", len(p.Mounts),
 		"symlinks", len(p.Symlinks), "gpus", len(sel.GPUs))
 	return &Result{Plan: p, Driver: drv, Selection: sel}, nil
+}
+
+// needsDeviceFacts reports whether checking reqs needs the devices' arch or
+// brand: some requirement has an alternative testing them and no
+// alternative made only of cuda and driver conditions that holds with the
+// host facts f. An unparsable expression
+// needs nothing more: the check reports its syntax error.
+func needsDeviceFacts(reqs []string, f requirements.Facts) bool {
+	for _, r := range reqs {
+		e, err := requirements.Parse(r)
+		if err != nil {
+			return false
+		}
+		settled, deviceAlt := false, false
+		for _, alt := range e.Alternatives {
+			if slices.ContainsFunc(alt, func(c requirements.Condition) bool {
+				return c.Key == requirements.KeyArch || c.Key == requirements.KeyBrand
+			}) {
+				deviceAlt = true
+				continue
+			}
+			if requirements.Check([]string{alt.String()}, f) == nil {
+				settled = true
+				break
+			}
+		}
+		if !settled && deviceAlt {
+			return true
+		}
+	}
+	return false
 }
 
 // Facts are the host values requirements are checked against: the driver

@@ -1,0 +1,151 @@
+package inject
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/driverprobe"
+	"github.com/nctk/nctk/internal/fixture"
+	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/requirements"
+)
+
+func TestMain(m *testing.M) {
+	if driverprobe.MaybeRunChild(os.Args) {
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// cudaImageRequirement is NVIDIA_REQUIRE_CUDA of a CUDA 12.2 image: CUDA
+// 12.2, or one of the listed brands on a 470/525 driver.
+const cudaImageRequirement = "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 " +
+	"brand=nvidia,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 brand=geforce,driver>=525,driver<526"
+
+func TestRun(t *testing.T) {
+	root := fixture.Build(t, fixture.Spec{Layout: fixture.Multiarch, GPUs: 4})
+	cache := t.TempDir()
+	job := func(devs []string, reqs ...string) Job {
+		return Job{
+			Driver:       discover.Options{Root: root.Path, ProbeConfig: driverprobe.Config{CacheDir: cache}},
+			Devices:      devs,
+			Caps:         caps.Default(),
+			Requirements: reqs,
+			Target:       plan.DebianTarget(),
+		}
+	}
+	tests := []struct {
+		name    string
+		job     Job
+		gpus    []int
+		phase   Phase
+		errText []string
+		cuda    string
+	}{
+		{name: "GPUs 1 and 3", job: job([]string{"1", "3"}), gpus: []int{1, 3}},
+		{name: "all", job: job([]string{"all"}), gpus: []int{0, 1, 2, 3}},
+		{name: "none", job: job(nil)},
+		{name: "CUDA image requirement holds", job: job([]string{"0"}, cudaImageRequirement), gpus: []int{0}, cuda: "12.2"},
+		{name: "newer CUDA than the driver", job: job([]string{"0"}, "cuda>=13.1"), phase: PhaseRequirement,
+			errText: []string{"cuda>=13.1", "12.2", root.Version, "please update your driver"}},
+		{name: "brand needs the GPU", job: job([]string{"0"}, "cuda>=13.0 brand=tesla,driver>=535"), gpus: []int{0}, cuda: "12.2"},
+		{name: "unknown device", job: job([]string{"7"}), phase: PhaseDevice, errText: []string{"7", "unknown device"}},
+		{name: "malformed requirement", job: job([]string{"0"}, "cuda>>12"), phase: PhaseRequirement, errText: []string{"cuda>>12"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Run(context.Background(), tc.job)
+			if tc.phase != "" {
+				if PhaseOf(err) != tc.phase {
+					t.Fatalf("Run error %v, want phase %s", err, tc.phase)
+				}
+				for _, s := range tc.errText {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q lacks %q", err, s)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			for _, g := range r.Selection.GPUs {
+				got = append(got, g.Index)
+			}
+			if !slices.Equal(got, tc.gpus) {
+				t.Errorf("selected GPUs %v, want %v", got, tc.gpus)
+			}
+			var nodes []string
+			for _, d := range r.Plan.Devices {
+				nodes = append(nodes, d.Path)
+			}
+			for _, g := range r.Selection.GPUs {
+				if !slices.Contains(nodes, g.Node.Path) {
+					t.Errorf("GPU %d node %s not in plan %v", g.Index, g.Node.Path, nodes)
+				}
+			}
+			if n := len(nodes) - len(tc.gpus); n != 3 { // nvidiactl, nvidia-uvm, nvidia-uvm-tools
+				t.Errorf("plan devices %v: want the selected GPUs and 3 control nodes", nodes)
+			}
+			if tc.cuda != "" && r.Driver.CUDAVersion != tc.cuda {
+				t.Errorf("CUDA version %q, want %q", r.Driver.CUDAVersion, tc.cuda)
+			}
+		})
+	}
+}
+
+// TestRequirementProbeIsCached checks the hot path: a CUDA image's
+// requirement is settled by the CUDA version alone, which is probed once and
+// then read from the cache, even where cuInit cannot succeed.
+func TestRequirementProbeIsCached(t *testing.T) {
+	root := fixture.Build(t, fixture.Spec{Layout: fixture.GKE, GPUs: 2})
+	j := Job{Driver: discover.Options{Root: root.Path, ProbeConfig: driverprobe.Config{CacheDir: t.TempDir()}},
+		Devices: []string{"all"}, Caps: caps.Default(), Requirements: []string{cudaImageRequirement}, Target: plan.DebianTarget()}
+	var sources []discover.Source
+	for range 2 {
+		r, err := Run(context.Background(), j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources = append(sources, r.Driver.CUDAVersionSource)
+	}
+	if !slices.Equal(sources, []discover.Source{discover.SourceLibcuda, discover.SourceCache}) {
+		t.Errorf("CUDA version sources %v, want libcuda then cache", sources)
+	}
+}
+
+func TestNeedsDeviceFacts(t *testing.T) {
+	f := requirements.Facts{CUDA: "12.2", Driver: "535.261.03"}
+	tests := []struct {
+		reqs []string
+		want bool
+	}{
+		{[]string{"cuda>=12.0"}, false},
+		{[]string{cudaImageRequirement}, false},
+		{[]string{"cuda>=13.0 brand=tesla,driver>=535"}, true},
+		{[]string{"arch>=8.0"}, true},
+		{[]string{"cuda>=12.0", "arch>=8.0"}, true},
+		{[]string{"cuda>=13.0"}, false},
+		{[]string{"driver>=600 arch=9.0"}, true},
+		{[]string{"not an expression"}, false},
+	}
+	for _, tc := range tests {
+		if got := needsDeviceFacts(tc.reqs, f); got != tc.want {
+			t.Errorf("needsDeviceFacts(%q) = %v, want %v", tc.reqs, got, tc.want)
+		}
+	}
+}
+
+func TestRequestJobErrors(t *testing.T) {
+	var ie *Error
+	if _, err := Run(context.Background(), Job{Driver: discover.Options{Root: t.TempDir()}}); !errors.As(err, &ie) || ie.Phase != PhaseDetection {
+		t.Errorf("no driver: %v, want a detection error", err)
+	}
+}
