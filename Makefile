@@ -7,7 +7,7 @@ TOOLS   := nvidia-container-cli nvidia-container-runtime nvidia-container-runtim
            nvidia-container-toolkit nvidia-ctk nvidia-cdi-hook nvidia-docker
 GOTEST_FLAGS ?= -timeout 40m
 
-.PHONY: all build install uninstall test unit fixtures lint bench demo clean
+.PHONY: all build install uninstall setup test unit fixtures lint bench demo clean
 
 all: build
 
@@ -23,13 +23,18 @@ install: build
 uninstall:
 	rm -f $(BINDIR)/nctk $(addprefix $(BINDIR)/,$(TOOLS))
 
+# What tests and the demo need on a Debian 12 machine: runc, docker.io,
+# containerd, podman, busybox-static, gcc, staticcheck (idempotent; root).
+setup:
+	bash .ci/setup
+
 # Driver packages for the fixture driver roots (cached; needs root and apt).
 fixtures:
 	scripts/fetch-driver-debs.sh
 
 # Every test: unit, fixture, and end-to-end tests against runc, dockerd,
 # containerd and podman (as root). Run .ci/setup once on a fresh machine.
-test: build fixtures lint
+test: setup build fixtures lint
 	$(GO) test $(GOTEST_FLAGS) ./...
 
 # Tests that need neither root nor engines still run everywhere.
@@ -47,7 +52,7 @@ bench: build fixtures
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./...
 
 # Run a GPU container: the real driver when one is present, else a fixture driver.
-demo: build fixtures
+demo: setup build fixtures
 	scripts/demo.sh
 
 clean:
