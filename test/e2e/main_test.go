@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/nctk/nctk/internal/driverprobe"
@@ -78,7 +77,8 @@ func run(m *testing.M) int {
 func buildNctk(dir string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		// CI's root PATH may lack Go's usual place.
+		goBin = "/usr/local/go/bin/go"
 	}
 	cmd := exec.Command(goBin, "build", "-trimpath", "-o", filepath.Join(dir, "nctk"), "github.com/nctk/nctk/cmd/nctk")
 	if out, err := cmd.CombinedOutput(); err != nil {

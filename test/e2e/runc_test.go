@@ -48,23 +48,6 @@ func newRuncCase(t *testing.T, host *gpuHost, image string, layout e2e.Layout, e
 
 func (c *runcCase) spec() []byte { return readFile(c.t, filepath.Join(c.bundle, "config.json")) }
 
-// createStart creates, starts and waits for the container, returning its
-// output.
-func (c *runcCase) createStart() string {
-	t := c.t
-	t.Helper()
-	if res := c.rt.Create(c.bundle, c.id); !res.OK() {
-		t.Fatalf("nvidia-container-runtime create: %s\n%s", res, c.rt.Output(c.id))
-	}
-	if res := c.rt.Start(c.id); !res.OK() {
-		t.Fatalf("start: %s", res)
-	}
-	if err := c.rt.WaitStopped(c.id, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	return c.rt.Output(c.id)
-}
-
 // run runs the container with `nvidia-container-runtime run`.
 func (c *runcCase) run() string {
 	c.t.Helper()
