@@ -197,7 +197,37 @@ func TestRuncGPU(t *testing.T) {
 		}
 	})
 
+	t.Run("requirement/disabled", func(t *testing.T) {
+		t.Parallel()
+		c := newRuncCase(t, f.host, f.image, e2e.LayoutDebian, "NVIDIA_VISIBLE_DEVICES=2",
+			"NVIDIA_REQUIRE_CUDA=cuda>=13.1", "NVIDIA_DISABLE_REQUIRE=true")
+		checkGPU(t, c.run(), want{host: f.host, GPUs: []int{2}, LibDir: libDir})
+	})
+	t.Run("requirement/met", func(t *testing.T) {
+		t.Parallel()
+		c := newRuncCase(t, f.host, f.image, e2e.LayoutDebian, "NVIDIA_VISIBLE_DEVICES=2",
+			"NVIDIA_REQUIRE_CUDA=cuda>=12.0 driver>=535")
+		checkGPU(t, c.run(), want{host: f.host, GPUs: []int{2}, LibDir: libDir})
+	})
+	// A legacy CUDA image (CUDA_VERSION, no NVIDIA_VISIBLE_DEVICES) gets
+	// every GPU and every capability.
+	t.Run("legacy/CUDA_VERSION=12.0", func(t *testing.T) {
+		t.Parallel()
+		c := newRuncCase(t, f.host, f.image, e2e.LayoutDebian, "CUDA_VERSION=12.0.1")
+		checkGPU(t, c.run(), want{host: f.host, GPUs: []int{0, 1, 2, 3}, LibDir: libDir, Display: true})
+	})
+
 	// Errors: a clear message, nothing modified, no container.
+	t.Run("error/legacy-CUDA_VERSION=13.1", func(t *testing.T) {
+		t.Parallel()
+		c := newRuncCase(t, f.host, f.image, e2e.LayoutDebian, "CUDA_VERSION=13.1.0")
+		msg := c.mustFailCreate()
+		for _, s := range []string{"13.1", "12.2", f.host.Root.Version} {
+			if !strings.Contains(msg, s) {
+				t.Errorf("the legacy requirement error does not mention %q:\n%s", s, msg)
+			}
+		}
+	})
 	t.Run("error/requirement", func(t *testing.T) {
 		t.Parallel()
 		c := newRuncCase(t, f.host, f.image, e2e.LayoutDebian, "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=13.1")
