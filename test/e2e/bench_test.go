@@ -71,6 +71,13 @@ func BenchmarkCreate(b *testing.B) {
 	specPath := filepath.Join(bundle, "config.json")
 	orig := readFile(b, specPath)
 	state := filepath.Join(e2e.TempDir(b, "state"), "runc")
+	// Whatever a failed iteration left: the containers and their cgroups.
+	b.Cleanup(func() {
+		out, _ := exec.Command(runc, "--root", state, "list", "-q").Output()
+		for _, id := range strings.Fields(string(out)) {
+			_ = exec.Command(runc, "--root", state, "delete", "--force", id).Run()
+		}
+	})
 	wrapper := tool(b, "nvidia-container-runtime")
 	// config.toml as installed (info level, no debug log), pointing at the
 	// fixture driver.
