@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/discover"
@@ -74,7 +75,15 @@ type Error struct {
 	Err   error
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s error: %v", e.Phase, e.Err) }
+// Error prefixes the phase ("device error: …") unless the wrapped error
+// already names it.
+func (e *Error) Error() string {
+	msg := e.Err.Error()
+	if prefix := string(e.Phase) + " error: "; !strings.HasPrefix(msg, prefix) {
+		msg = prefix + msg
+	}
+	return msg
+}
 func (e *Error) Unwrap() error { return e.Err }
 
 // PhaseOf returns the phase of an injection error, "" if it is none.

@@ -131,9 +131,17 @@ func (e *UnsatisfiedError) Error() string {
 	var b strings.Builder
 	b.WriteString("requirement error: ")
 	b.WriteString(e.NVIDIAMessage())
-	if x := e.Explanation(); x != "" {
-		b.WriteString(": ")
-		b.WriteString(x)
+	if len(e.Failures) > 0 {
+		// NVIDIA's text quotes the first alternative; say which of its
+		// conditions failed and what the host has, without repeating it.
+		f := e.Failures[0]
+		b.WriteString(" (")
+		if len(e.Expr.Alternatives) == 0 || f.Condition.String() != e.Expr.Alternatives[0].String() {
+			b.WriteString(f.Condition.String())
+			b.WriteString(" fails: ")
+		}
+		b.WriteString(explain(f, e.Facts))
+		b.WriteString(")")
 	}
 	if len(e.Failures) > 1 {
 		fmt.Fprintf(&b, "; also tried %d other alternatives, none holds: %s", len(e.Failures)-1, summarize(e.Failures[1:]))

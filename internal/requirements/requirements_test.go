@@ -213,7 +213,7 @@ func TestUnsatisfiedMessage(t *testing.T) {
 		// NVIDIA's text, which scripts grep for.
 		"requirement error: unsatisfied condition: cuda>=13.1, please update your driver to a newer version, or use an earlier cuda container",
 		// The condition that failed and the host's values.
-		"unsatisfied condition: cuda>=13.1 (the image needs CUDA >= 13.1, but the host driver 580.159.04 supports CUDA 13.0)",
+		"or use an earlier cuda container (the image needs CUDA >= 13.1, but the host driver 580.159.04 supports CUDA 13.0)",
 		"update the host driver, use an image built for an older CUDA, or set NVIDIA_DISABLE_REQUIRE=true to skip this check",
 	} {
 		if !strings.Contains(msg, want) {
@@ -253,13 +253,13 @@ func TestUnsatisfiedMessageByKey(t *testing.T) {
 		want []string
 		nv   string
 	}{
-		{"driver>=600", []string{"unsatisfied condition: driver>=600 (the image needs driver >= 600, but the host driver is 580.159.04)", "update the host driver"}, "requirement error: unsatisfied condition: driver>=600: "},
+		{"driver>=600", []string{"unsatisfied condition: driver>=600 (the image needs driver >= 600, but the host driver is 580.159.04)", "update the host driver"}, "requirement error: unsatisfied condition: driver>=600 ("},
 		{"arch>=10.0", []string{"(the image needs compute capability (arch) >= 10.0, but GPU 0 (GPU-8c1c8a5b-62c8-4a39-5a9e-0f1d6e1f3b2a) has 9.0)", "run the container on a GPU the image supports"}, ""},
 		{"brand=tesla", []string{"(the image needs brand tesla, but GPU 0 (GPU-8c1c8a5b-62c8-4a39-5a9e-0f1d6e1f3b2a) is Nvidia)"}, ""},
 		{"brand!=nvidia", []string{"the image does not run on brand nvidia, and GPU 0"}, ""},
 		{"cuda<13", []string{"the image needs CUDA < 13, but the host driver 580.159.04 supports CUDA 13.0", "use an image whose requirements this host meets"}, ""},
 		// NVIDIA quotes the first alternative even when another failed.
-		{"driver>=500,cuda>=14", []string{"requirement error: unsatisfied condition: driver>=500,cuda>=14: unsatisfied condition: cuda>=14 ("}, ""},
+		{"driver>=500,cuda>=14", []string{"requirement error: unsatisfied condition: driver>=500,cuda>=14 (cuda>=14 fails: the image needs CUDA >= 14"}, ""},
 	}
 	for _, tt := range tests {
 		err := Check([]string{tt.req}, h100)
