@@ -164,6 +164,11 @@ type Cache struct {
 	// Entries are the new-format entries in file order (ldconfig sorts them
 	// so that the preferred library for a key comes first).
 	Entries []Entry
+	// HWCaps are the glibc-hwcaps subdirectory names of the cache's
+	// extension (glibc ≥ 2.33), in section order: an entry with
+	// HWCapsSubdir belongs to HWCaps[uint32(HWCap)]. Nil when the cache has
+	// no such section (or an extension the loader would not use).
+	HWCaps []string
 }
 
 // Errors returned (wrapped, with details) by Parse and Load; test with
@@ -358,7 +363,57 @@ func parseNew(sec string, base int) (*Cache, error) {
 			HWCap:     uint64(le32(sec, p+16)) | uint64(le32(sec, p+20))<<32,
 		}
 	}
-	return &Cache{Entries: entries}, nil
+	return &Cache{Entries: entries, HWCaps: parseHWCaps(sec, base, strStart, strEnd)}, nil
+}
+
+// Extension directory constants (glibc ≥ 2.33).
+const (
+	extMagic       = 0xeaa42174 // cache_extension_magic
+	extHeaderSize  = 8          // magic, count
+	extSectionSize = 16         // tag, flags, offset, size
+	extTagGen      = 0          // generator string
+	extTagHWCaps   = 1          // glibc-hwcaps subdirectory names
+)
+
+// parseHWCaps returns the glibc-hwcaps names of the new-format section sec
+// (at file offset base; strings in [strStart, strEnd) of sec), or nil when
+// there are none or the extension is one the loader would ignore. It is best
+// effort: a damaged extension is not an error, as the loader then only
+// skips the glibc-hwcaps entries.
+func parseHWCaps(sec string, base int, strStart, strEnd uint64) []string {
+	extOff := uint64(le32(sec, extOffsetField))
+	if extOff == 0 || extOff%4 != 0 || extOff < uint64(base) {
+		return nil
+	}
+	rel := extOff - uint64(base) // offsets in the directory are file offsets
+	if rel+extHeaderSize > uint64(len(sec)) || le32(sec, int(rel)) != extMagic {
+		return nil
+	}
+	n := uint64(le32(sec, int(rel)+4))
+	if rel+extHeaderSize+n*extSectionSize > uint64(len(sec)) {
+		return nil
+	}
+	for i := range n {
+		p := int(rel + extHeaderSize + i*extSectionSize)
+		tag, off, size := le32(sec, p), uint64(le32(sec, p+8)), uint64(le32(sec, p+12))
+		if tag != extTagHWCaps {
+			continue
+		}
+		if off < uint64(base) || off%4 != 0 || size == 0 || size%4 != 0 || off-uint64(base)+size > uint64(len(sec)) {
+			return nil
+		}
+		names := make([]string, 0, size/4)
+		strs := sec[:strEnd]
+		for q := off - uint64(base); q < off-uint64(base)+size; q += 4 {
+			s, ok := cstring(strs, strStart, le32(sec, int(q)))
+			if !ok {
+				return nil
+			}
+			names = append(names, s)
+		}
+		return names
+	}
+	return nil
 }
 
 // Lookup returns the ELF entries of class whose key starts with any of
