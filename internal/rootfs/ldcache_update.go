@@ -1,0 +1,190 @@
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/nctk/nctk/internal/ldcache"
+	"golang.org/x/sys/unix"
+)
+
+// Container paths UpdateLdCache reads and writes.
+const (
+	ldSoCache      = "/etc/ld.so.cache"
+	ldSoConf       = "/etc/ld.so.conf"
+	ldSoConfDropIn = "/etc/ld.so.conf.d/00-nctk.conf"
+)
+
+// UpdateLdCache adds the libraries libs to the container's
+// /etc/ld.so.cache in-process, with what ldconfig run over their
+// directories would record for them, without running ldconfig:
+//
+//   - libs are container paths of injected library files and of the links
+//     created to them (SONAME links, libcuda.so); each is resolved inside
+//     the root, read (ELF headers only) and classified by ldcache.EntriesFor
+//     as ldconfig classifies directory entries. Names ldconfig ignores, and
+//     dangling links, are skipped.
+//   - The image's cache is read inside the root and kept, minus its entries
+//     for the same names in the same directories; a missing or unparsable
+//     cache starts empty. Its glibc-hwcaps extension is kept.
+//   - The result, sorted as ldconfig sorts (the loader's binary search needs
+//     it), replaces /etc/ld.so.cache atomically (a temporary file in /etc
+//     renamed over it, mode 0644; a symlink there is replaced, never
+//     followed).
+//   - With confDirs, /etc/ld.so.conf.d/00-nctk.conf lists them (and
+//     /etc/ld.so.conf including ld.so.conf.d is created when the image has
+//     none), so the container's own later ldconfig runs keep them: the same
+//     files RunLdconfig's ConfDropIn writes.
+//
+// Every change is journaled (Rollback removes created files). log may be
+// nil.
+func (r *Root) UpdateLdCache(libs, confDirs []string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	names := make([]ldcache.DirEntry, 0, len(libs))
+	sc := libScan{dirs: map[string]int{}, libs: map[fileID]ldcache.Library{}}
+	defer sc.close()
+	for _, p := range libs {
+		de, ok, err := r.libraryEntry(&sc, p)
+		if err != nil {
+			return err
+		}
+		if ok {
+			names = append(names, de)
+		}
+	}
+	for _, d := range confDirs {
+		if !strings.HasPrefix(d, "/") || strings.IndexByte(d, 0) >= 0 || strings.ContainsRune(d, '\n') {
+			return fmt.Errorf("update ld.so.cache: library directory %q is not an absolute path", d)
+		}
+	}
+	added := ldcache.EntriesFor(names)
+
+	var base *ldcache.Cache
+	data, err := r.ReadFile(ldSoCache, ldcache.MaxSize)
+	switch {
+	case err == nil:
+		if base, err = ldcache.Parse(data); err != nil {
+			log.Warn("the image's ld.so.cache is not usable; writing a new one", "path", ldSoCache, "error", err)
+			base = nil
+		}
+	case errors.Is(err, unix.ENOENT):
+	default:
+		log.Warn("cannot read the image's ld.so.cache; writing a new one", "path", ldSoCache, "error", err)
+	}
+	out, err := ldcache.Encode(base.Update(added))
+	if err != nil {
+		return r.errorf(ldSoCache, err)
+	}
+	if len(confDirs) > 0 {
+		if err := r.writeConfDropIn(confDirs); err != nil {
+			return err
+		}
+	}
+	if err := r.WriteFile(ldSoCache, out, 0o644); err != nil {
+		return err
+	}
+	log.Debug("ld.so.cache updated in-process", "added", len(added), "bytes", len(out))
+	return nil
+}
+
+// fileID identifies a file (links to one file are inspected once).
+type fileID struct{ dev, ino uint64 }
+
+// libScan holds what UpdateLdCache opened or learnt so far: directory
+// descriptors by path, and inspected libraries by file.
+type libScan struct {
+	dirs map[string]int
+	libs map[fileID]ldcache.Library
+}
+
+func (s *libScan) close() {
+	for _, fd := range s.dirs {
+		unix.Close(fd)
+	}
+}
+
+// libraryEntry resolves the library path p inside the root and inspects
+// it. ok is false for names ldconfig would not record (not a library name,
+// a dangling link, not an ELF shared object of this architecture).
+func (r *Root) libraryEntry(sc *libScan, p string) (ldcache.DirEntry, bool, error) {
+	cp, err := clean(p)
+	if err != nil {
+		return ldcache.DirEntry{}, false, r.errorf(p, err)
+	}
+	dir, name, err := split(cp)
+	if err != nil {
+		return ldcache.DirEntry{}, false, r.errorf(cp, err)
+	}
+	if !ldcache.IsLibraryName(name) {
+		return ldcache.DirEntry{}, false, nil
+	}
+	dfd, ok := sc.dirs[dir]
+	if !ok {
+		dfd, err = r.openDir(dir)
+		if err != nil {
+			return ldcache.DirEntry{}, false, r.errorf(dir, err)
+		}
+		sc.dirs[dir] = dfd
+	}
+	var lst unix.Stat_t
+	if err := unix.Fstatat(dfd, name, &lst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return ldcache.DirEntry{}, false, r.errorf(cp, err)
+	}
+	fd, err := r.resolve(cp, unix.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK)
+	if err == unix.ENOENT || err == unix.ELOOP {
+		return ldcache.DirEntry{}, false, nil // dangling link: ldconfig skips it
+	}
+	if err != nil {
+		return ldcache.DirEntry{}, false, r.errorf(cp, err)
+	}
+	f := os.NewFile(uintptr(fd), cp)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return ldcache.DirEntry{}, false, r.errorf(cp, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return ldcache.DirEntry{}, false, nil
+	}
+	id := fileID{st.Dev, st.Ino}
+	lib, seen := sc.libs[id]
+	if !seen {
+		lib, err = ldcache.Inspect(f, st.Size)
+		if errors.Is(err, ldcache.ErrNotLibrary) {
+			return ldcache.DirEntry{}, false, nil
+		}
+		if err != nil {
+			return ldcache.DirEntry{}, false, r.errorf(cp, err)
+		}
+		sc.libs[id] = lib
+	}
+	return ldcache.DirEntry{Dir: dir, Name: name, IsLink: lst.Mode&unix.S_IFMT == unix.S_IFLNK, Lib: lib}, true, nil
+}
+
+// writeConfDropIn writes /etc/ld.so.conf.d/00-nctk.conf listing dirs, and
+// /etc/ld.so.conf including ld.so.conf.d when the image has none (a symlink
+// there counts as present).
+func (r *Root) writeConfDropIn(dirs []string) error {
+	dfd, err := r.mkdirAll("/etc", 0o755)
+	if err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	err = unix.Fstatat(dfd, "ld.so.conf", &st, unix.AT_SYMLINK_NOFOLLOW)
+	unix.Close(dfd)
+	if err == unix.ENOENT {
+		if err := r.WriteFile(ldSoConf, []byte("include /etc/ld.so.conf.d/*.conf\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	content := "# Written by nctk (nvidia-cdi-hook update-ldcache): NVIDIA driver library directories.\n" + strings.Join(dirs, "\n") + "\n"
+	if old, err := r.ReadFile(ldSoConfDropIn, 64<<10); err == nil && string(old) == content {
+		return nil // already there (a restarted container)
+	}
+	return r.WriteFile(ldSoConfDropIn, []byte(content), 0o644)
+}

@@ -1,0 +1,226 @@
+package rootfs
+
+import (
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/e2e"
+	"github.com/nctk/nctk/internal/fixture"
+	"github.com/nctk/nctk/internal/ldcache"
+)
+
+// injectDriver copies the fixture's 64-bit 535 libraries into libDir of
+// the image at root with the links nctk's plan creates, and returns the
+// container paths of the files and links (what update-ldcache gets).
+func injectDriver(t testing.TB, root, libDir string) []string {
+	t.Helper()
+	fx := fixture.Build(t, fixture.Spec{Layout: fixture.Multiarch, GPUs: 1})
+	var paths []string
+	for _, l := range fx.Libraries {
+		if l.Is32 {
+			continue
+		}
+		base := path.Base(l.Path)
+		data, err := os.ReadFile(filepath.Join(fx.Path, l.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, libDir, base), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, path.Join(libDir, base))
+		links := map[string]string{}
+		if l.SONAME != "" && l.SONAME != base {
+			links[l.SONAME] = base
+		}
+		switch l.Name {
+		case "libcuda.so", "libnvidia-opticalflow.so":
+			links[l.Name] = l.SONAME
+		case "libGLX_nvidia.so":
+			links["libGLX_indirect.so.0"] = base
+		}
+		for link, target := range links {
+			if err := os.Symlink(target, filepath.Join(root, libDir, link)); err != nil {
+				t.Fatal(err)
+			}
+			paths = append(paths, path.Join(libDir, link))
+		}
+	}
+	return paths
+}
+
+func ldconfigPrint(t *testing.T, file string) []string {
+	t.Helper()
+	b, err := exec.Command("ldconfig", "-p", "-C", file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ldconfig -p -C %s: %v\n%s", file, err, b)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "\t") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestUpdateLdCacheLoader: UpdateLdCache on a busybox+glibc image (whose
+// cache the host's ldconfig wrote), for driver libraries in a directory the
+// loader does not search by default, gives the cache the host's ldconfig
+// writes over the same files, and glibc's loader in a chroot of the image
+// finds libcuda.so.1 through it (cudaprobe dlopens it) and still finds libc.
+func TestUpdateLdCacheLoader(t *testing.T) {
+	requireRoot(t)
+	if _, err := exec.LookPath("ldconfig"); err != nil {
+		t.Skipf("ldconfig not installed: %v", err)
+	}
+	root := e2e.BuildRootfs(t, e2e.RootfsOptions{})
+	// A directory the loader does not search by default: only the cache
+	// leads it there.
+	libDir := "/usr/local/nvidia/lib64"
+	if err := os.MkdirAll(filepath.Join(root, libDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	libs := injectDriver(t, root, libDir)
+
+	// Before: the image's cache does not know libcuda.
+	if out, err := exec.Command("chroot", root, "/usr/bin/cudaprobe").CombinedOutput(); err == nil && strings.Contains(string(out), "12020") {
+		t.Fatalf("cudaprobe found libcuda before the update:\n%s", out)
+	}
+	if b, err := exec.Command("ldconfig", "-r", root, "-X", "-f", "/etc/ld.so.conf", "-C", "/etc/ref.cache", libDir).CombinedOutput(); err != nil {
+		t.Fatalf("ldconfig: %v\n%s", err, b)
+	}
+
+	r, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.UpdateLdCache(libs, []string{libDir}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.Commit()
+
+	got, want := ldconfigPrint(t, filepath.Join(root, "etc/ld.so.cache")), ldconfigPrint(t, filepath.Join(root, "etc/ref.cache"))
+	if !slices.Equal(got, want) {
+		t.Errorf("ldconfig -p of the updated cache:\n%s\nwant (host ldconfig)\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !slices.ContainsFunc(got, func(l string) bool { return strings.Contains(l, "libc.so.6 ") }) {
+		t.Errorf("the image's libc.so.6 entry is gone:\n%s", strings.Join(got, "\n"))
+	}
+	st, err := os.Stat(filepath.Join(root, "etc/ld.so.cache"))
+	if err != nil || st.Mode().Perm() != 0o644 {
+		t.Errorf("cache mode = %v, %v; want 0644", st.Mode(), err)
+	}
+	conf, err := os.ReadFile(filepath.Join(root, "etc/ld.so.conf.d/00-nctk.conf"))
+	if err != nil || !strings.Contains(string(conf), libDir+"\n") {
+		t.Errorf("drop-in = %q, %v", conf, err)
+	}
+
+	out, err := exec.Command("chroot", root, "/usr/bin/cudaprobe").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "cuDriverGetVersion: 12020") {
+		t.Fatalf("chroot cudaprobe: %v\n%s", err, out)
+	}
+	t.Logf("chroot cudaprobe: %s", strings.TrimSpace(string(out)))
+
+	// Running again changes nothing.
+	before, _ := os.ReadFile(filepath.Join(root, "etc/ld.so.cache"))
+	if err := r.UpdateLdCache(libs, []string{libDir}, nil); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(filepath.Join(root, "etc/ld.so.cache"))
+	if string(before) != string(after) {
+		t.Error("a second update changed the cache")
+	}
+}
+
+// TestUpdateLdCacheNoCache: an image without a cache, or with garbage or a
+// symlink out of the root in its place, gets a fresh cache (the link is
+// replaced, its target untouched).
+func TestUpdateLdCacheNoCache(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, root string)
+	}{
+		{"missing", func(*testing.T, string) {}},
+		{"garbage", func(t *testing.T, root string) {
+			if err := os.WriteFile(filepath.Join(root, "etc/ld.so.cache"), []byte("not a cache"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"symlink out", func(t *testing.T, root string) {
+			outside := filepath.Join(t.TempDir(), "host.cache")
+			if err := os.WriteFile(outside, []byte("host"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(outside, filepath.Join(root, "etc/ld.so.cache")); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if b, _ := os.ReadFile(outside); string(b) != "host" {
+					t.Errorf("the link's target outside the root was changed: %q", b)
+				}
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			libDir := "/usr/lib/x86_64-linux-gnu"
+			if err := os.MkdirAll(filepath.Join(root, libDir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			tc.setup(t, root)
+			libs := injectDriver(t, root, libDir)
+			r, err := Open(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if err := r.UpdateLdCache(libs, []string{libDir}, nil); err != nil {
+				t.Fatal(err)
+			}
+			c, err := ldcache.Load(filepath.Join(root, "etc/ld.so.cache"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := c.Lookup(ldcache.Class64, "libcuda.so")
+			if len(got) != 2 || got[0].Key != "libcuda.so.1" || got[0].Value != libDir+"/libcuda.so.1" || got[1].Key != "libcuda.so" {
+				t.Errorf("libcuda entries = %+v", got)
+			}
+			if b, err := os.ReadFile(filepath.Join(root, "etc/ld.so.conf")); err != nil || string(b) != "include /etc/ld.so.conf.d/*.conf\n" {
+				t.Errorf("ld.so.conf = %q, %v", b, err)
+			}
+		})
+	}
+}
+
+// BenchmarkUpdateLdCache: the in-process update for the fixture's 64-bit
+// driver libraries and links on the e2e image (cache read, ELF reads,
+// merge, write, drop-in).
+func BenchmarkUpdateLdCache(b *testing.B) {
+	requireRoot(b)
+	root := e2e.BuildRootfs(b, e2e.RootfsOptions{NoCudaprobe: true})
+	libDir := "/usr/lib/x86_64-linux-gnu"
+	libs := injectDriver(b, root, libDir)
+	r, err := Open(root)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := r.UpdateLdCache(libs, []string{libDir}, nil); err != nil {
+			b.Fatal(err)
+		}
+		r.Commit()
+	}
+	b.ReportMetric(float64(len(libs)), "names")
+}
