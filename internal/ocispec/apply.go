@@ -21,6 +21,9 @@ const (
 	// HookCreateSymlinks: create-symlinks --link TARGET::LINK ...
 	HookCreateSymlinks = "create-symlinks"
 	// HookUpdateLdcache: update-ldcache [--ldconfig-path P] --folder DIR ...
+	// [--lib PATH ...]. With --lib (the injected library files and the
+	// links to them in the folders) the hook updates ld.so.cache in-process;
+	// with only --folder it runs the confined host ldconfig.
 	HookUpdateLdcache = "update-ldcache"
 	// HookMountProcDriver: mount-proc-driver --host-dir D [--file F]...
 	// [--gpu BUSID]... [--expose REL]... builds the container's filtered
@@ -61,6 +64,11 @@ type HookConfig struct {
 	// LdconfigPath is the host ldconfig update-ldcache runs (passed as
 	// --ldconfig-path); empty leaves the hook's default.
 	LdconfigPath string
+	// InProcessLdcache passes update-ldcache the injected libraries and
+	// their links (--lib), so that it updates ld.so.cache in-process
+	// instead of running ldconfig (nvidia-container-runtime). Off for CDI
+	// specs, which keep NVIDIA's update-ldcache arguments.
+	InProcessLdcache bool
 }
 
 // Hook is one createContainer hook: Args[0] is HookBinary.
@@ -96,6 +104,11 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 		for _, d := range p.LdconfigDirs {
 			args = append(args, "--folder", d)
 		}
+		if hc.InProcessLdcache {
+			for _, l := range ldcacheLibs(p) {
+				args = append(args, "--lib", l)
+			}
+		}
 		add(args...)
 	}
 	if v := p.Proc; v != nil {
@@ -112,6 +125,27 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 		add(args...)
 	}
 	return hooks
+}
+
+// ldcacheLibs returns the container paths update-ldcache gives to the
+// in-process cache writer: the library files mounted into p.LdconfigDirs,
+// then the links created there (SONAME and development links), each once.
+func ldcacheLibs(p *plan.Plan) []string {
+	var out []string
+	add := func(dst string) {
+		if slices.Contains(p.LdconfigDirs, path.Dir(dst)) && !slices.Contains(out, dst) {
+			out = append(out, dst)
+		}
+	}
+	for _, m := range p.Mounts {
+		if m.Kind == plan.KindFile {
+			add(m.Destination)
+		}
+	}
+	for _, s := range p.Symlinks {
+		add(s.Link)
+	}
+	return out
 }
 
 // ChainSeparator separates hooks chained in one nvidia-cdi-hook call.

@@ -142,7 +142,7 @@ func TestApplyKeepsUnknownFields(t *testing.T) {
 func TestApplyContent(t *testing.T) {
 	doc, _ := loadTestdata(t, "docker-gpus.json")
 	p := testPlan()
-	if err := Apply(doc, p, HookConfig{Path: hookPath, LdconfigPath: "/sbin/ldconfig.real"}); err != nil {
+	if err := Apply(doc, p, HookConfig{Path: hookPath, LdconfigPath: "/sbin/ldconfig.real", InProcessLdcache: true}); err != nil {
 		t.Fatal(err)
 	}
 	s := doc.Spec()
@@ -204,6 +204,8 @@ func TestApplyContent(t *testing.T) {
 			"--link", "libcuda.so.535.1::/usr/lib/x86_64-linux-gnu/libcuda.so.1",
 			"--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
 			";", "update-ldcache", "--ldconfig-path", "/sbin/ldconfig.real", "--folder", "/usr/lib/x86_64-linux-gnu",
+			"--lib", "/usr/lib/x86_64-linux-gnu/libcuda.so.535.1",
+			"--lib", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "--lib", "/usr/lib/x86_64-linux-gnu/libcuda.so",
 			";", "mount-proc-driver", "--host-dir", "/proc/driver/nvidia",
 			"--file", "params", "--file", "version", "--file", "registry",
 			"--gpu", "0000:3b:00.0", "--expose", "capabilities/mig/config"},
@@ -580,5 +582,29 @@ func TestChain(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHooksLdcacheLibs: without InProcessLdcache update-ldcache gets
+// NVIDIA's arguments only; with it, the library files mounted into the
+// ldconfig directories and the links there, each once (binaries and links
+// elsewhere are not libraries to record).
+func TestHooksLdcacheLibs(t *testing.T) {
+	p := testPlan()
+	p.Symlinks = append(p.Symlinks, plan.Symlink{Link: "/usr/bin/nvidia-smi-link", Target: "nvidia-smi"})
+	for _, tc := range []struct {
+		inProcess bool
+		want      []string
+	}{
+		{false, []string{"update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu"}},
+		{true, []string{"update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu",
+			"--lib", "/usr/lib/x86_64-linux-gnu/libcuda.so.535.1",
+			"--lib", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "--lib", "/usr/lib/x86_64-linux-gnu/libcuda.so"}},
+	} {
+		hs := Hooks(p, HookConfig{Path: hookPath, InProcessLdcache: tc.inProcess})
+		i := slices.IndexFunc(hs, func(h Hook) bool { return len(h.Args) > 1 && h.Args[1] == HookUpdateLdcache })
+		if i < 0 || !slices.Equal(hs[i].Args[1:], tc.want) {
+			t.Errorf("InProcessLdcache=%v: hooks %+v, want update-ldcache args %q", tc.inProcess, hs, tc.want)
+		}
 	}
 }
