@@ -3,7 +3,7 @@
 // container, before it starts. Also reachable as `nvidia-ctk hook NAME`.
 //
 //	nvidia-cdi-hook [--debug] [--quiet] create-symlinks --link TARGET::LINK...
-//	nvidia-cdi-hook update-ldcache [--ldconfig-path PATH] --folder DIR...
+//	nvidia-cdi-hook update-ldcache [--ldconfig-path PATH] --folder DIR... [--lib PATH...]
 //	nvidia-cdi-hook disable-device-node-modification
 //	nvidia-cdi-hook mount-proc-driver [--host-dir DIR] [--file NAME]... [--gpu BUSID]... [--expose REL]...
 //
@@ -199,7 +199,7 @@ func runHook(e *app.Env, prog string, log *slog.Logger, args []string) int {
 func usage(w io.Writer, prog string, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: %s [--debug] [--quiet] HOOK [OPTIONS] [\\; HOOK [OPTIONS]]...\n\nHooks (they read the container's OCI state on stdin):\n"+
 		"  create-symlinks --link TARGET::LINK...            create symlinks in the container\n"+
-		"  update-ldcache [--ldconfig-path P] --folder DIR... run the host's ldconfig confined to the container\n"+
+		"  update-ldcache [--ldconfig-path P] --folder DIR... [--lib PATH...] update ld.so.cache (in-process with --lib, else the host's ldconfig confined to the container)\n"+
 		"  disable-device-node-modification                  mask /proc/driver/nvidia/params with ModifyDeviceFiles: 0\n"+
 		"  mount-proc-driver [--host-dir D] [--file F]... [--gpu BUSID]... [--expose REL]...\n"+
 		"                                                    the container's filtered /proc/driver/nvidia\n\nGlobal options:\n", prog)
@@ -367,14 +367,23 @@ func createSymlinks(h *hookEnv, args []string) error {
 	})
 }
 
-// updateLdcache: runs the host's ldconfig (--ldconfig-path, default
-// /sbin/ldconfig, .real preferred) confined to the container root over the
-// --folder directories, and records them in /etc/ld.so.conf.d so that the
-// container's own later ldconfig runs keep them.
+// updateLdcache updates the container's ld.so.cache for the injected
+// libraries and records the --folder directories in /etc/ld.so.conf.d so
+// that the container's own later ldconfig runs keep them.
+//
+// With --lib (container paths of the injected library files and of the
+// links to them, which nvidia-container-runtime's spec edits pass) the
+// cache is updated in-process (rootfs.UpdateLdCache: the entries ldconfig
+// would record, no second process, no namespaces); if that fails the hook
+// falls back to ldconfig. With only --folder (CDI specs from NVIDIA's
+// tools) it runs the host's ldconfig (--ldconfig-path, default
+// /sbin/ldconfig, .real preferred) confined to the container root over
+// the directories.
 func updateLdcache(h *hookEnv, args []string) error {
 	fs, spec := h.flags()
-	var folders stringList
+	var folders, libs stringList
 	fs.Var(&folders, "folder", "a container directory holding injected libraries (repeatable)")
+	fs.Var(&libs, "lib", "an injected library file or link to one, as a container path: update ld.so.cache in-process (repeatable)")
 	ldconfig := fs.String("ldconfig-path", rootfs.DefaultLdconfig, "the host ldconfig to run (host path)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -384,8 +393,20 @@ func updateLdcache(h *hookEnv, args []string) error {
 			return fmt.Errorf("invalid --folder %q: not an absolute container path", f)
 		}
 	}
+	for _, l := range libs {
+		if !filepath.IsAbs(l) {
+			return fmt.Errorf("invalid --lib %q: not an absolute container path", l)
+		}
+	}
 	if !filepath.IsAbs(*ldconfig) {
 		return fmt.Errorf("invalid --ldconfig-path %q: not an absolute host path", *ldconfig)
+	}
+	if len(libs) > 0 {
+		err := h.withRoot(*spec, func(r *rootfs.Root) error { return r.UpdateLdCache(libs, folders, h.log) })
+		if err == nil {
+			return nil
+		}
+		h.log.Warn("in-process ld.so.cache update failed; running ldconfig", "error", err)
 	}
 	root, err := h.containerRoot(*spec)
 	if err != nil {

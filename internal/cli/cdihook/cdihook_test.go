@@ -177,6 +177,7 @@ func TestUnknownHooksAndUsage(t *testing.T) {
 		{[]string{"create-symlinks", "positional"}, 1, "unexpected argument"},
 		{[]string{"update-ldcache", "--folder", "relative"}, 1, "not an absolute container path"},
 		{[]string{"update-ldcache", "--ldconfig-path", "sbin/ldconfig"}, 1, "not an absolute host path"},
+		{[]string{"update-ldcache", "--lib", "lib/libcuda.so.1"}, 1, "not an absolute container path"},
 		{[]string{"create-symlinks", "-h"}, 0, "-link"},
 	}
 	for _, tt := range tests {
@@ -242,7 +243,17 @@ func TestRootIsHostRoot(t *testing.T) {
 	}
 }
 
+// TestUpdateLdcache runs update-ldcache both ways: ldconfig (--folder
+// only, as NVIDIA's CDI specs call it) and in-process (--lib, as
+// nvidia-container-runtime's spec edits call it), on an image whose cache
+// is a symlink to the host's.
 func TestUpdateLdcache(t *testing.T) {
+	for _, inProcess := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inProcess=%v", inProcess), func(t *testing.T) { testUpdateLdcache(t, inProcess) })
+	}
+}
+
+func testUpdateLdcache(t *testing.T, inProcess bool) {
 	requireRoot(t)
 	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
 	if len(matches) == 0 {
@@ -256,7 +267,16 @@ func TestUpdateLdcache(t *testing.T) {
 	hostCache, _ := os.ReadFile("/etc/ld.so.cache")
 	must(t, os.MkdirAll(root+"/etc", 0o755))
 	must(t, os.Symlink("/etc/ld.so.cache", root+"/etc/ld.so.cache")) // hostile
-	r := run(stateFor(b), nil, "update-ldcache", "--folder", "/usr/local/nvidia/lib64")
+	args := []string{"update-ldcache", "--folder", "/usr/local/nvidia/lib64"}
+	if inProcess {
+		// The runtime creates the SONAME link before (create-symlinks).
+		must(t, os.Symlink(filepath.Base(matches[0]), root+"/usr/local/nvidia/lib64/libz.so.1"))
+		args = append(args, "--lib", "/usr/local/nvidia/lib64/"+filepath.Base(matches[0]), "--lib", "/usr/local/nvidia/lib64/libz.so.1")
+	}
+	r := run(stateFor(b), nil, args...)
+	if inProcess && strings.Contains(r.stderr, "running ldconfig") {
+		t.Errorf("fell back to ldconfig: %s", r.stderr)
+	}
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
