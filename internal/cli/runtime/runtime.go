@@ -149,7 +149,7 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 		log.Debug("not a GPU container; spec left as it is", "spec", specPath)
 		return nil
 	}
-	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: hostLdconfig(cfg)}
+	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: hostLdconfig(cfg), InProcessLdcache: true}
 	if hc.Path == "" && needsHooks(p) {
 		if hc.Path, err = FindHelper(ocispec.HookBinary, e.Args[0], e.Getenv("PATH")); err != nil {
 			return fmt.Errorf("container hooks: %w", err)
