@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"strings"
 
 	"github.com/nctk/nctk/internal/ldcache"
+	"github.com/nctk/nctk/internal/plan"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,9 +44,6 @@ const (
 // Every change is journaled (Rollback removes created files). log may be
 // nil.
 func (r *Root) UpdateLdCache(libs, confDirs []string, log *slog.Logger) error {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	names := make([]ldcache.DirEntry, 0, len(libs))
 	sc := libScan{dirs: map[string]int{}, libs: map[fileID]ldcache.Library{}}
 	defer sc.close()
@@ -56,6 +55,20 @@ func (r *Root) UpdateLdCache(libs, confDirs []string, log *slog.Logger) error {
 		if ok {
 			names = append(names, de)
 		}
+	}
+	return r.UpdateLdCacheFor(names, confDirs, log)
+}
+
+// UpdateLdCacheFor is UpdateLdCache with the library directory entries
+// already known: names are what ldconfig would find in the container's
+// library directories (ldcache.EntriesFor classifies them), for instance
+// read from the host files that will be mounted there (PlanLibraryEntries),
+// before the mounts exist. Nothing is resolved or read for them in the root;
+// the image's cache, the atomic write and the conf drop-in are as in
+// UpdateLdCache. log may be nil.
+func (r *Root) UpdateLdCacheFor(names []ldcache.DirEntry, confDirs []string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	for _, d := range confDirs {
 		if !strings.HasPrefix(d, "/") || strings.IndexByte(d, 0) >= 0 || strings.ContainsRune(d, '\n') {
@@ -144,26 +157,154 @@ func (r *Root) libraryEntry(sc *libScan, p string) (ldcache.DirEntry, bool, erro
 	}
 	f := os.NewFile(uintptr(fd), cp)
 	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	lib, ok, err := sc.inspect(f)
+	if err != nil {
 		return ldcache.DirEntry{}, false, r.errorf(cp, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if !ok {
 		return ldcache.DirEntry{}, false, nil
 	}
-	id := fileID{st.Dev, st.Ino}
-	lib, seen := sc.libs[id]
-	if !seen {
-		lib, err = ldcache.Inspect(f, st.Size)
-		if errors.Is(err, ldcache.ErrNotLibrary) {
-			return ldcache.DirEntry{}, false, nil
-		}
-		if err != nil {
-			return ldcache.DirEntry{}, false, r.errorf(cp, err)
-		}
-		sc.libs[id] = lib
-	}
 	return ldcache.DirEntry{Dir: dir, Name: name, IsLink: lst.Mode&unix.S_IFMT == unix.S_IFLNK, Lib: lib}, true, nil
+}
+
+// inspect reads what ldconfig records about the open file f (once per
+// file). ok is false, with no error, for what ldconfig skips: not a
+// regular file, not an ELF shared object of this architecture.
+func (sc *libScan) inspect(f *os.File) (ldcache.Library, bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return ldcache.Library{}, false, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return ldcache.Library{}, false, nil
+	}
+	id := fileID{st.Dev, st.Ino}
+	if lib, seen := sc.libs[id]; seen {
+		return lib, true, nil
+	}
+	lib, err := ldcache.Inspect(f, st.Size)
+	if errors.Is(err, ldcache.ErrNotLibrary) {
+		return ldcache.Library{}, false, nil
+	}
+	if err != nil {
+		return ldcache.Library{}, false, err
+	}
+	sc.libs[id] = lib
+	return lib, true, nil
+}
+
+// maxLinkHops bounds the chains of plan symlinks PlanLibraryEntries follows
+// (the kernel's limit for path resolution).
+const maxLinkHops = 40
+
+// PlanLibraryEntries returns the library directory entries that
+// UpdateLdCache would find for libs (container paths of the plan's library
+// mounts and links, as ocispec.LdcacheLibs lists them) once p is applied,
+// without its mounts: for a path where p mounts a file, that HOST file
+// (Mount.Source, opened on the host) is inspected; for a path where p
+// creates a symlink, the link's target is followed through p's links and
+// mounts (relative targets against the link's directory), and a target that
+// p does not provide is resolved inside the root, as the loader would.
+// Names ldconfig ignores, and links that lead nowhere, are skipped, as
+// UpdateLdCache skips them. Nothing in the root is modified.
+//
+// The result is for UpdateLdCacheFor, so that the cache can be written
+// before the container's mounts exist (nvidia-container-runtime does it
+// before the low-level runtime runs).
+func (r *Root) PlanLibraryEntries(p *plan.Plan, libs []string) ([]ldcache.DirEntry, error) {
+	if p == nil {
+		return nil, nil
+	}
+	mounts := map[string]string{}
+	for _, m := range p.Mounts {
+		if m.Kind == plan.KindFile {
+			mounts[path.Clean(m.Destination)] = m.Source
+		}
+	}
+	links := map[string]string{}
+	for _, s := range p.Symlinks {
+		links[path.Clean(s.Link)] = s.Target
+	}
+	sc := libScan{dirs: map[string]int{}, libs: map[fileID]ldcache.Library{}}
+	defer sc.close()
+	out := make([]ldcache.DirEntry, 0, len(libs))
+	for _, l := range libs {
+		cp, err := clean(l)
+		if err != nil {
+			return nil, r.errorf(l, err)
+		}
+		dir, name, err := split(cp)
+		if err != nil {
+			return nil, r.errorf(cp, err)
+		}
+		if !ldcache.IsLibraryName(name) {
+			continue
+		}
+		_, isLink := links[cp]
+		if _, mounted := mounts[cp]; !mounted && !isLink {
+			// Not the plan's: whatever the image has there.
+			de, ok, err := r.libraryEntry(&sc, cp)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out = append(out, de)
+			}
+			continue
+		}
+		lib, ok, err := r.planLibrary(&sc, cp, mounts, links)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, ldcache.DirEntry{Dir: dir, Name: name, IsLink: isLink, Lib: lib})
+		}
+	}
+	return out, nil
+}
+
+// planLibrary inspects the file the container path cp will resolve to once
+// the plan's mounts and links (by container path) exist.
+func (r *Root) planLibrary(sc *libScan, cp string, mounts, links map[string]string) (ldcache.Library, bool, error) {
+	for range maxLinkHops {
+		if src, ok := mounts[cp]; ok {
+			f, err := os.Open(src)
+			if errors.Is(err, os.ErrNotExist) {
+				return ldcache.Library{}, false, nil
+			}
+			if err != nil {
+				return ldcache.Library{}, false, fmt.Errorf("library %s for %s: %w", src, cp, err)
+			}
+			defer f.Close()
+			lib, ok, err := sc.inspect(f)
+			if err != nil {
+				return ldcache.Library{}, false, fmt.Errorf("library %s for %s: %w", src, cp, err)
+			}
+			return lib, ok, nil
+		}
+		target, ok := links[cp]
+		if !ok {
+			fd, err := r.resolve(cp, unix.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK)
+			if err == unix.ENOENT || err == unix.ELOOP || err == unix.ENOTDIR {
+				return ldcache.Library{}, false, nil // dangling: ldconfig skips it
+			}
+			if err != nil {
+				return ldcache.Library{}, false, r.errorf(cp, err)
+			}
+			f := os.NewFile(uintptr(fd), cp)
+			defer f.Close()
+			lib, ok, err := sc.inspect(f)
+			if err != nil {
+				return ldcache.Library{}, false, r.errorf(cp, err)
+			}
+			return lib, ok, nil
+		}
+		if !path.IsAbs(target) {
+			target = path.Join(path.Dir(cp), target)
+		}
+		cp = path.Clean(target)
+	}
+	return ldcache.Library{}, false, nil // a loop: the loader gets ELOOP
 }
 
 // writeConfDropIn writes /etc/ld.so.conf.d/00-nctk.conf listing dirs, and

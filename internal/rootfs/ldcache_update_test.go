@@ -12,6 +12,7 @@ import (
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/ldcache"
+	"github.com/nctk/nctk/internal/plan"
 )
 
 // injectDriver copies the fixture's 64-bit 535 libraries into libDir of
@@ -223,4 +224,113 @@ func BenchmarkUpdateLdCache(b *testing.B) {
 		r.Commit()
 	}
 	b.ReportMetric(float64(len(libs)), "names")
+}
+
+// TestPlanLibraryEntries: the entries read from the host files of a plan's
+// mounts (before any mount exists) give the same ld.so.cache as
+// UpdateLdCache over the same files materialised in the root; links the
+// plan does not resolve (dangling) and non-library names are skipped; and
+// nothing in the root is touched by PlanLibraryEntries.
+func TestPlanLibraryEntries(t *testing.T) {
+	libDir := "/usr/lib/x86_64-linux-gnu"
+	fx := fixture.Build(t, fixture.Spec{Layout: fixture.Multiarch, GPUs: 1})
+	p := &plan.Plan{LdconfigDirs: []string{libDir}}
+	var libs []string
+	for _, l := range fx.Libraries {
+		if l.Is32 {
+			continue
+		}
+		base := path.Base(l.Path)
+		dst := path.Join(libDir, base)
+		p.Mounts = append(p.Mounts, plan.Mount{Source: filepath.Join(fx.Path, l.Path), Destination: dst, Kind: plan.KindFile})
+		libs = append(libs, dst)
+		if l.SONAME != "" && l.SONAME != base {
+			p.Symlinks = append(p.Symlinks, plan.Symlink{Link: path.Join(libDir, l.SONAME), Target: base})
+			libs = append(libs, path.Join(libDir, l.SONAME))
+		}
+		if l.Name == "libcuda.so" {
+			// A chain of links: libcuda.so -> libcuda.so.1 -> the file.
+			p.Symlinks = append(p.Symlinks, plan.Symlink{Link: path.Join(libDir, l.Name), Target: l.SONAME})
+			libs = append(libs, path.Join(libDir, l.Name))
+		}
+	}
+	p.Symlinks = append(p.Symlinks, plan.Symlink{Link: libDir + "/libdangling.so.1", Target: "libnowhere.so.1"})
+	libs = append(libs, libDir+"/libdangling.so.1", libDir+"/notalib.txt")
+
+	mk := func() string {
+		root := t.TempDir()
+		for _, d := range []string{libDir, "etc"} {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return root
+	}
+	planRoot, realRoot := mk(), mk()
+
+	r, err := Open(planRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	names, err := r.PlanLibraryEntries(p, libs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(planRoot, libDir)); len(ents) != 0 {
+		t.Errorf("PlanLibraryEntries wrote into the root: %v", ents)
+	}
+	for _, n := range names {
+		if n.Name == "libdangling.so.1" || n.Name == "notalib.txt" {
+			t.Errorf("entry for %s: want none", n.Name)
+		}
+	}
+	if err := r.UpdateLdCacheFor(names, []string{libDir}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.Commit()
+
+	// The same files and links, really there.
+	for _, m := range p.Mounts {
+		data, err := os.ReadFile(m.Source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(realRoot, m.Destination), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range p.Symlinks {
+		if err := os.Symlink(s.Target, filepath.Join(realRoot, s.Link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rr, err := Open(realRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rr.Close()
+	if err := rr.UpdateLdCache(libs[:len(libs)-1], []string{libDir}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rr.Commit()
+
+	got, err := os.ReadFile(filepath.Join(planRoot, "etc/ld.so.cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(realRoot, "etc/ld.so.cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("cache from the plan's host files differs from the cache over the materialised files (%d vs %d bytes)", len(got), len(want))
+	}
+	c, err := ldcache.Parse(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.Lookup(ldcache.Class64, "libcuda.so"); len(l) != 2 || l[0].Key != "libcuda.so.1" || l[1].Key != "libcuda.so" {
+		t.Errorf("libcuda entries = %+v", l)
+	}
 }
