@@ -69,6 +69,15 @@ type HookConfig struct {
 	// instead of running ldconfig (nvidia-container-runtime). Off for CDI
 	// specs, which keep NVIDIA's update-ldcache arguments.
 	InProcessLdcache bool
+	// RootfsDone says the caller has already created p.Symlinks and
+	// updated ld.so.cache in the container root (nvidia-container-runtime
+	// does it before the low-level runtime runs, see LdcacheLibs): no
+	// create-symlinks or update-ldcache hook is emitted.
+	RootfsDone bool
+	// NoProcView says the container's procfs has no /proc/driver/nvidia
+	// (no driver loaded in the host kernel), so the mount-proc-driver hook
+	// would skip the view: it is not emitted.
+	NoProcView bool
 }
 
 // Hook is one createContainer hook: Args[0] is HookBinary.
@@ -89,14 +98,14 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 	add := func(args ...string) {
 		hooks = append(hooks, Hook{Path: hc.Path, Args: append([]string{HookBinary}, args...), Env: HookEnv()})
 	}
-	if len(p.Symlinks) > 0 {
+	if len(p.Symlinks) > 0 && !hc.RootfsDone {
 		args := []string{HookCreateSymlinks}
 		for _, s := range p.Symlinks {
 			args = append(args, "--link", s.Target+"::"+s.Link)
 		}
 		add(args...)
 	}
-	if len(p.LdconfigDirs) > 0 {
+	if len(p.LdconfigDirs) > 0 && !hc.RootfsDone {
 		args := []string{HookUpdateLdcache}
 		if hc.LdconfigPath != "" {
 			args = append(args, "--ldconfig-path", hc.LdconfigPath)
@@ -105,13 +114,13 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 			args = append(args, "--folder", d)
 		}
 		if hc.InProcessLdcache {
-			for _, l := range ldcacheLibs(p) {
+			for _, l := range LdcacheLibs(p) {
 				args = append(args, "--lib", l)
 			}
 		}
 		add(args...)
 	}
-	if v := p.Proc; v != nil {
+	if v := p.Proc; v != nil && !hc.NoProcView {
 		args := []string{HookMountProcDriver, "--host-dir", v.HostDir}
 		for _, f := range v.Files {
 			args = append(args, "--file", f)
@@ -127,10 +136,12 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 	return hooks
 }
 
-// ldcacheLibs returns the container paths update-ldcache gives to the
-// in-process cache writer: the library files mounted into p.LdconfigDirs,
-// then the links created there (SONAME and development links), each once.
-func ldcacheLibs(p *plan.Plan) []string {
+// LdcacheLibs returns the container paths of p's libraries that the
+// in-process ld.so.cache update gets (update-ldcache --lib, or
+// rootfs.PlanLibraryEntries): the library files mounted into
+// p.LdconfigDirs, then the links created there (SONAME and development
+// links), each once.
+func LdcacheLibs(p *plan.Plan) []string {
 	var out []string
 	add := func(dst string) {
 		if slices.Contains(p.LdconfigDirs, path.Dir(dst)) && !slices.Contains(out, dst) {

@@ -608,3 +608,46 @@ func TestHooksLdcacheLibs(t *testing.T) {
 		}
 	}
 }
+
+// TestHooksRootfsDoneNoProcView: with RootfsDone no create-symlinks or
+// update-ldcache hook is emitted; with NoProcView no mount-proc-driver; with
+// both, Apply leaves no createContainer hook (and removes the ones an
+// earlier Apply emitted), keeping foreign hooks.
+func TestHooksRootfsDoneNoProcView(t *testing.T) {
+	for _, tc := range []struct {
+		rootfsDone, noProc bool
+		want               []string
+	}{
+		{false, false, []string{HookCreateSymlinks, HookUpdateLdcache, HookMountProcDriver}},
+		{true, false, []string{HookMountProcDriver}},
+		{false, true, []string{HookCreateSymlinks, HookUpdateLdcache}},
+		{true, true, nil},
+	} {
+		var got []string
+		for _, h := range Hooks(testPlan(), HookConfig{Path: hookPath, InProcessLdcache: true, RootfsDone: tc.rootfsDone, NoProcView: tc.noProc}) {
+			got = append(got, h.Args[1])
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("RootfsDone=%v NoProcView=%v: hooks %q, want %q", tc.rootfsDone, tc.noProc, got, tc.want)
+		}
+	}
+
+	doc, _ := loadTestdata(t, "minimal.json")
+	if err := Apply(doc, testPlan(), HookConfig{Path: hookPath}); err != nil {
+		t.Fatal(err)
+	}
+	hc := HookConfig{Path: hookPath, RootfsDone: true, NoProcView: true}
+	if err := Apply(doc, testPlan(), hc); err != nil {
+		t.Fatal(err)
+	}
+	if h := doc.Spec().Hooks; h != nil && len(h.CreateContainer) != 0 {
+		t.Errorf("createContainer hooks left: %+v", h.CreateContainer)
+	}
+	once, _ := doc.Bytes()
+	if err := Apply(doc, testPlan(), hc); err != nil {
+		t.Fatal(err)
+	}
+	if twice, _ := doc.Bytes(); !bytes.Equal(once, twice) {
+		t.Errorf("second Apply changed the doc:\n%s\n%s", once, twice)
+	}
+}
