@@ -34,13 +34,16 @@ type realRuncSetup struct {
 
 // runcPlan bind-mounts a host file, adds a device node that runc does not
 // allow by default (/dev/kmsg's 1:11, opened write-only, which needs no
-// capability), a symlink (so a hook runs) and a variable.
+// capability), a symlink (made by the wrapper in the rootfs), a
+// /proc/driver/nvidia view (so a hook runs: newRealRunc makes the wrapper see
+// the driver in procfs) and a variable.
 func runcPlan(hostFile string) *plan.Plan {
 	return &plan.Plan{
 		Devices: []plan.Device{{Path: "/dev/nctk-test0", HostPath: "/dev/kmsg", Major: 1, Minor: 11, FileMode: 0o620, GID: 0}},
 		Mounts: []plan.Mount{{Source: hostFile, Destination: "/usr/lib/nctk/libfake.so.1.2", Kind: plan.KindFile,
 			Options: []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}}},
 		Symlinks: []plan.Symlink{{Link: "/usr/lib/nctk/libfake.so.1", Target: "libfake.so.1.2"}},
+		Proc:     &plan.ProcView{HostDir: "/nonexistent/proc/driver/nvidia", Files: []string{"version"}},
 		Env:      []string{"NCTK_INJECTED=yes"},
 	}
 }
@@ -81,7 +84,7 @@ func newRealRunc(tb testing.TB, args ...string) *realRuncSetup {
 	}
 	s.rt = e2e.NewRuntime(tb, self)
 	s.rt.Env = append(s.rt.Env, childEnv+"=1", childPlanEnv+"="+planFile, childHookEnv+"="+hook,
-		"NVIDIA_CTK_CONFIG_FILE_PATH="+cfgFile)
+		childProcEnv+"="+dir, "NVIDIA_CTK_CONFIG_FILE_PATH="+cfgFile)
 	return s
 }
 
@@ -97,6 +100,7 @@ func TestRealRunc(t *testing.T) {
 		"if (echo x > /usr/lib/nctk/libfake.so.1.2) 2>/dev/null; then echo WRITABLE; else echo ro-ok; fi",
 		"grep ' /usr/lib/nctk/libfake.so.1.2 ' /proc/self/mountinfo | sed 's/^/mount /'",
 		"echo \"env NCTK_INJECTED=$NCTK_INJECTED\"",
+		"echo \"link $(readlink /usr/lib/nctk/libfake.so.1)\"",
 	}, "\n")
 	s := newRealRunc(t, "/bin/sh", "-c", script)
 	res := s.rt.Run(s.bundle, "nctk-rt-"+filepath.Base(s.bundle))
@@ -110,6 +114,7 @@ func TestRealRunc(t *testing.T) {
 		"host driver file",                    // the bind mount is there
 		"ro-ok",                               // read-only
 		"env NCTK_INJECTED=yes",
+		"link libfake.so.1.2", // the wrapper's symlink, made in the rootfs
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("container output lacks %q:\n%s", want, out)
@@ -137,7 +142,7 @@ func TestRealRunc(t *testing.T) {
 	for _, l := range strings.Split(strings.TrimSpace(string(hookOut)), "\n") {
 		switch {
 		case strings.HasPrefix(l, "args: "):
-			if want := "args: create-symlinks --link libfake.so.1.2::/usr/lib/nctk/libfake.so.1"; l != want {
+			if want := "args: mount-proc-driver --host-dir /nonexistent/proc/driver/nvidia --file version"; l != want {
 				t.Errorf("hook %q, want %q", l, want)
 			}
 		case strings.HasPrefix(l, "cwd: "):
@@ -166,7 +171,7 @@ func hasAll(have []string, want ...string) bool {
 // create` on the same bundle, alternating in one process, and reports the
 // median of each and the median extra time of the wrapper. The wrapper is
 // this test binary in child mode with a fixed plan (a device, a mount, a
-// symlink hook run by /bin/true). A third arm runs runc on the spec as the
+// proc-view hook run by /bin/true; the symlink is made by the wrapper). A third arm runs runc on the spec as the
 // wrapper leaves it: runc-edited-ms - runc-ms is runc's cost of applying
 // the plan, wrapper-ms = nvidia-ms - runc-edited-ms the wrapper's own
 // (start, config, spec load/edit/save, exec). Set NCTK_BENCH_RUNTIME to the path of a

@@ -2,26 +2,32 @@
 //
 // It takes a runc command line verbatim. On create and run it edits the
 // bundle's config.json — device nodes with their device cgroup rules, read-
-// only bind mounts of driver files, createContainer hooks with an explicit
-// minimal environment, environment variables — atomically and keeping every
-// field it does not know, and then execs the low-level runtime (runc, crun)
+// only bind mounts of driver files, environment variables, and a
+// createContainer hook with an explicit minimal environment only for the
+// /proc/driver/nvidia view of a host whose kernel has the driver loaded —
+// atomically and keeping every field it does not know; creates the driver
+// symlinks and adds the driver libraries to ld.so.cache in the bundle's
+// rootfs itself (inside the root, from the host files to be mounted); and
+// then execs the low-level runtime (runc, crun)
 // with the same arguments and environment. Every other subcommand and flag
 // goes straight to the low-level runtime: the process is replaced (exec, no
 // fork), so exit status, stdio, pid files and console sockets are the
 // runtime's own. A container that requests no GPU is not touched.
 //
-// Errors stop before anything is modified and before the low-level runtime
-// runs; they go to stderr and to the engine's --log file in its
+// Errors stop before the low-level runtime runs, with nothing modified
+// (changes in the rootfs are rolled back; config.json is written last); they go to stderr and to the engine's --log file in its
 // --log-format (containerd reports the last "error" line of that file).
 package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/nctk/nctk/internal/version"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -31,6 +37,7 @@ import (
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/rootfs"
 )
 
 // Runtime is the wrapper with its dependencies.
@@ -51,7 +58,16 @@ type Runtime struct {
 	HookPath string
 	// Version is printed by --version before the low-level runtime's.
 	Version string
+	// ProcDriverDir is the host kernel's /proc/driver/nvidia ("" for that
+	// path): when it is absent, the container's procfs has none either and
+	// the plan's /proc/driver/nvidia view hook is not emitted (it would
+	// skip the view).
+	ProcDriverDir string
 }
+
+// DefaultProcDriverDir is where a loaded NVIDIA kernel driver shows in the
+// host's procfs (which every container's procfs mirrors).
+const DefaultProcDriverDir = "/proc/driver/nvidia"
 
 // New returns the wrapper as installed.
 func New() *Runtime {
@@ -137,11 +153,12 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 	if spec.Root == nil || spec.Root.Path == "" {
 		return fmt.Errorf("invalid OCI spec %s: root.path is not set", specPath)
 	}
-	rootfs := spec.Root.Path
-	if !filepath.IsAbs(rootfs) {
-		rootfs = filepath.Join(bundle, rootfs)
+	rootPath := spec.Root.Path
+	if !filepath.IsAbs(rootPath) {
+		rootPath = filepath.Join(bundle, rootPath)
 	}
-	p, err := r.Planner.Prepare(context.Background(), Input{Spec: spec, Rootfs: filepath.Clean(rootfs), Bundle: bundle, Config: cfg})
+	rootPath = filepath.Clean(rootPath)
+	p, err := r.Planner.Prepare(context.Background(), Input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg})
 	if err != nil {
 		return err
 	}
@@ -149,8 +166,14 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 		log.Debug("not a GPU container; spec left as it is", "spec", specPath)
 		return nil
 	}
-	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: hostLdconfig(cfg), InProcessLdcache: true}
-	if hc.Path == "" && needsHooks(p) {
+	// Symlinks and ld.so.cache are done here, in the container root, before
+	// the low-level runtime runs; only the /proc/driver/nvidia view needs
+	// a createContainer hook (it mounts inside the container), and only
+	// when the container's procfs will have that directory.
+	procView := p.Proc != nil && r.needsProcView(spec)
+	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: hostLdconfig(cfg), InProcessLdcache: true,
+		RootfsDone: true, NoProcView: !procView}
+	if hc.Path == "" && procView {
 		if hc.Path, err = FindHelper(ocispec.HookBinary, e.Args[0], e.Getenv("PATH")); err != nil {
 			return fmt.Errorf("container hooks: %w", err)
 		}
@@ -158,17 +181,88 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 	if err := ocispec.Apply(doc, p, hc); err != nil {
 		return err
 	}
+	root, err := prepareRootfs(rootPath, p, log.Logger)
+	if err != nil {
+		return err
+	}
 	if err := ocispec.Save(specPath, doc); err != nil {
+		return errors.Join(err, closeRoot(root, true))
+	}
+	if err := closeRoot(root, false); err != nil {
 		return err
 	}
 	log.Info("injected GPU access into the OCI spec", "spec", specPath,
-		"devices", len(p.Devices), "mounts", len(p.Mounts), "symlinks", len(p.Symlinks))
+		"devices", len(p.Devices), "mounts", len(p.Mounts), "symlinks", len(p.Symlinks), "proc-view-hook", procView)
 	return nil
 }
 
-// needsHooks reports whether the plan has work for nvidia-cdi-hook.
-func needsHooks(p *plan.Plan) bool {
-	return len(p.Symlinks) > 0 || len(p.LdconfigDirs) > 0 || p.Proc != nil
+// prepareRootfs creates the plan's symlinks in the container root at path
+// and adds the plan's libraries to its ld.so.cache (read from the host files
+// that will be mounted: the mounts do not exist yet), all inside the root.
+// It returns the open root with its changes journaled (nil when the plan
+// has nothing for the root); on error everything is rolled back.
+func prepareRootfs(path string, p *plan.Plan, log *slog.Logger) (*rootfs.Root, error) {
+	if len(p.Symlinks) == 0 && len(p.LdconfigDirs) == 0 {
+		return nil, nil
+	}
+	root, err := rootfs.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	err = func() error {
+		for _, s := range p.Symlinks {
+			if err := root.Symlink(s.Target, s.Link); err != nil {
+				return fmt.Errorf("create symlink: %w", err)
+			}
+		}
+		if len(p.LdconfigDirs) == 0 {
+			return nil
+		}
+		names, err := root.PlanLibraryEntries(p, ocispec.LdcacheLibs(p))
+		if err != nil {
+			return fmt.Errorf("update ld.so.cache: %w", err)
+		}
+		if err := root.UpdateLdCacheFor(names, p.LdconfigDirs, log); err != nil {
+			return fmt.Errorf("update ld.so.cache: %w", err)
+		}
+		return nil
+	}()
+	if err != nil {
+		return nil, errors.Join(err, closeRoot(root, true))
+	}
+	return root, nil
+}
+
+// closeRoot keeps (or, with rollback, undoes) the changes made in root and
+// closes it; a nil root is nothing to do.
+func closeRoot(root *rootfs.Root, rollback bool) error {
+	if root == nil {
+		return nil
+	}
+	var err error
+	if rollback {
+		if rerr := root.Rollback(); rerr != nil {
+			err = fmt.Errorf("undo changes in container root %s: %w", root.Path(), rerr)
+		}
+	}
+	return errors.Join(err, root.Close())
+}
+
+// needsProcView reports whether the container's /proc/driver/nvidia view
+// must be built by a hook: the host kernel shows the driver in procfs (the
+// container's procfs will too), or the spec mounts no procfs at /proc (the
+// hook then decides on what the image has there).
+func (r *Runtime) needsProcView(spec *specs.Spec) bool {
+	dir := r.ProcDriverDir
+	if dir == "" {
+		dir = DefaultProcDriverDir
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return true
+	}
+	return !slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool {
+		return m.Type == "proc" && filepath.Clean(m.Destination) == "/proc"
+	})
 }
 
 // buildVersion is nctk's version.

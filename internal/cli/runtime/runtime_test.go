@@ -42,6 +42,7 @@ func testPlan() *plan.Plan {
 			Options: []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}}},
 		Symlinks:     []plan.Symlink{{Link: "/usr/lib/x86_64-linux-gnu/libcuda.so.1", Target: "libcuda.so.535.104.05"}},
 		LdconfigDirs: []string{"/usr/lib/x86_64-linux-gnu"},
+		Proc:         &plan.ProcView{HostDir: "/proc/driver/nvidia", Files: []string{"params", "version"}, GPUDirs: []string{"0000:01:00.0"}},
 		Env:          []string{"NVIDIA_CTK_LIBCUDA_DIR=/usr/lib/x86_64-linux-gnu"},
 	}
 }
@@ -114,6 +115,8 @@ func newHarness(t *testing.T) *harness {
 			return c, nil
 		},
 		HookPath: h.hook,
+		// A host whose kernel shows the driver: the proc view needs its hook.
+		ProcDriverDir: t.TempDir(),
 		Exec: func(path string, argv, env []string) error {
 			h.exec.called, h.exec.path, h.exec.argv, h.exec.env = true, path, argv, env
 			return nil
@@ -174,9 +177,14 @@ func TestCreateAndRunEditSpecAndExec(t *testing.T) {
 			if strings.Contains(string(readFile(t, filepath.Join(bundle, "config.json"))), "nvidia-container-runtime-hook") {
 				t.Errorf("NVIDIA prestart hook kept")
 			}
-			if len(s.Hooks.CreateContainer) != 1 || s.Hooks.CreateContainer[0].Path != h.hook {
+			// One hook, for the proc view only: the symlinks and the cache
+			// are done in the rootfs before the runtime runs.
+			if len(s.Hooks.CreateContainer) != 1 || s.Hooks.CreateContainer[0].Path != h.hook ||
+				!slices.Equal(s.Hooks.CreateContainer[0].Args, []string{ocispec.HookBinary, ocispec.HookMountProcDriver,
+					"--host-dir", "/proc/driver/nvidia", "--file", "params", "--file", "version", "--gpu", "0000:01:00.0"}) {
 				t.Errorf("hooks %+v", s.Hooks.CreateContainer)
 			}
+			checkRootfsDone(t, filepath.Join(bundle, "rootfs"))
 			for _, hk := range s.Hooks.CreateContainer {
 				if !slices.Equal(hk.Env, ocispec.HookEnv()) {
 					t.Errorf("hook env %q", hk.Env)
@@ -538,4 +546,159 @@ runtimes = ["crun", "/usr/bin/runc"]
 	if _, err := LoadConfig(&app.Env{Environ: []string{"NVIDIA_CTK_CONFIG_FILE_PATH=" + cfgFile}}); err == nil || !strings.Contains(err.Error(), cfgFile) {
 		t.Errorf("malformed config: %v", err)
 	}
+}
+
+// checkRootfsDone asserts that testPlan's symlink, ld.so.cache and
+// ld.so.conf drop-in are in the rootfs.
+func checkRootfsDone(t *testing.T, rootfs string) {
+	t.Helper()
+	if l, err := os.Readlink(filepath.Join(rootfs, "usr/lib/x86_64-linux-gnu/libcuda.so.1")); err != nil || l != "libcuda.so.535.104.05" {
+		t.Errorf("symlink in rootfs: %q, %v", l, err)
+	}
+	if _, err := os.Stat(filepath.Join(rootfs, "etc/ld.so.cache")); err != nil {
+		t.Errorf("ld.so.cache not written: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(rootfs, "etc/ld.so.conf.d/00-nctk.conf")); err != nil || !strings.Contains(string(b), "/usr/lib/x86_64-linux-gnu\n") {
+		t.Errorf("ld.so.conf drop-in: %q, %v", b, err)
+	}
+}
+
+// TestProcViewHook: the createContainer hook (for the proc view only) is
+// emitted when the host kernel shows /proc/driver/nvidia, or when the spec
+// mounts no procfs (the hook decides on the image); otherwise the spec gets
+// no hook at all and no nvidia-cdi-hook is needed; the symlinks and the
+// cache are in the rootfs either way.
+func TestProcViewHook(t *testing.T) {
+	procSpec := strings.Replace(gpuSpec, `"root":`, `"mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}], "root":`, 1)
+	for _, tc := range []struct {
+		name     string
+		spec     string
+		hostProc bool
+		noProc   bool
+		want     bool
+	}{
+		{"driver loaded", procSpec, true, false, true},
+		{"no driver in kernel", procSpec, false, false, false},
+		{"no driver, no procfs mount", gpuSpec, false, false, true},
+		{"no proc view in plan", procSpec, true, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			if !tc.hostProc {
+				h.rt.ProcDriverDir = filepath.Join(t.TempDir(), "nope")
+			}
+			if tc.noProc {
+				h.rt.Planner = PlannerFunc(func(context.Context, Input) (*plan.Plan, error) {
+					p := testPlan()
+					p.Proc = nil
+					return p, nil
+				})
+			}
+			if !tc.want {
+				h.rt.HookPath = "" // not needed: not looked up
+			}
+			bundle := writeBundle(t, tc.spec)
+			e := &app.Env{Args: []string{"nvidia-container-runtime", "create", "-b", bundle, "id"},
+				Stdout: &h.stdout, Stderr: &h.stderr, Environ: []string{"PATH=/nonexistent"}}
+			if code := h.rt.Run(e); code != 0 {
+				t.Fatalf("exit %d: %s", code, h.stderr.String())
+			}
+			doc, err := ocispec.Load(filepath.Join(bundle, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cc []string
+			if hs := doc.Spec().Hooks; hs != nil {
+				for _, hk := range hs.CreateContainer {
+					cc = append(cc, strings.Join(hk.Args, " "))
+				}
+			}
+			switch {
+			case tc.want && (len(cc) != 1 || !strings.HasPrefix(cc[0], ocispec.HookBinary+" "+ocispec.HookMountProcDriver+" ") || strings.Contains(cc[0], ";")):
+				t.Errorf("createContainer hooks %q, want the proc view hook only", cc)
+			case !tc.want && len(cc) != 0:
+				t.Errorf("createContainer hooks %q, want none", cc)
+			}
+			checkRootfsDone(t, filepath.Join(bundle, "rootfs"))
+		})
+	}
+}
+
+// TestRootfsErrorsLeaveNothing: a failure in the rootfs step (the image
+// has a file where a symlink goes; /etc is not a directory) stops before the
+// runtime with config.json unchanged and the rootfs as it was (symlinks
+// made before the failure removed).
+func TestRootfsErrorsLeaveNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, rootfs string)
+		want  string
+	}{
+		{"file at symlink", func(t *testing.T, rootfs string) {
+			mustWrite(t, filepath.Join(rootfs, "usr/lib/x86_64-linux-gnu/libcuda.so.1"), "image file")
+		}, "libcuda.so.1"},
+		{"etc not a directory", func(t *testing.T, rootfs string) {
+			mustWrite(t, filepath.Join(rootfs, "etc"), "not a dir")
+		}, "/etc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			bundle := writeBundle(t, gpuSpec)
+			rootfs := filepath.Join(bundle, "rootfs")
+			tc.setup(t, rootfs)
+			var before []string
+			_ = filepath.WalkDir(rootfs, func(p string, _ os.DirEntry, _ error) error { before = append(before, p); return nil })
+			spec := readFile(t, filepath.Join(bundle, "config.json"))
+			if code := h.run("create", "-b", bundle, "id"); code != 1 {
+				t.Fatalf("exit %d, want 1", code)
+			}
+			if h.exec.called {
+				t.Error("runtime exec'd after an error")
+			}
+			if !strings.Contains(h.stderr.String(), tc.want) {
+				t.Errorf("stderr %q does not name %q", h.stderr.String(), tc.want)
+			}
+			if !bytes.Equal(spec, readFile(t, filepath.Join(bundle, "config.json"))) {
+				t.Error("config.json modified")
+			}
+			var after []string
+			_ = filepath.WalkDir(rootfs, func(p string, _ os.DirEntry, _ error) error { after = append(after, p); return nil })
+			if !slices.Equal(before, after) {
+				t.Errorf("rootfs changed:\n%q\nwant %q", after, before)
+			}
+		})
+	}
+}
+
+func mustWrite(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCreateTwice: applying the plan again (a restarted container) succeeds
+// and changes neither config.json nor the rootfs.
+func TestCreateTwice(t *testing.T) {
+	h := newHarness(t)
+	bundle := writeBundle(t, gpuSpec)
+	rootfs := filepath.Join(bundle, "rootfs")
+	if code := h.run("create", "-b", bundle, "id"); code != 0 {
+		t.Fatalf("exit %d: %s", code, h.stderr.String())
+	}
+	spec := readFile(t, filepath.Join(bundle, "config.json"))
+	cache := readFile(t, filepath.Join(rootfs, "etc/ld.so.cache"))
+	if code := h.run("create", "-b", bundle, "id"); code != 0 {
+		t.Fatalf("second create: exit %d: %s", code, h.stderr.String())
+	}
+	if !bytes.Equal(spec, readFile(t, filepath.Join(bundle, "config.json"))) {
+		t.Error("second create changed config.json")
+	}
+	if !bytes.Equal(cache, readFile(t, filepath.Join(rootfs, "etc/ld.so.cache"))) {
+		t.Error("second create changed ld.so.cache")
+	}
+	checkRootfsDone(t, rootfs)
 }
