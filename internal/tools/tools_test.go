@@ -1,0 +1,41 @@
+package tools
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/app"
+)
+
+func TestRun(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		code int
+		out  string
+		err  string
+	}{
+		{"by argv[0]", []string{"/usr/bin/nvidia-ctk", "--version"}, 0, "nvidia-ctk version nctk", ""},
+		{"as nctk TOOL", []string{"nctk", "nvidia-container-cli", "--version"}, 0, "cli-version:", ""},
+		{"hook link name", []string{"/x/nvidia-container-toolkit", "-version"}, 0, "nctk", ""},
+		{"unknown name", []string{"nctk"}, 2, "", "run as one of: nvidia-cdi-hook, nvidia-container-cli"},
+		{"unknown tool", []string{"nctk", "nvidia-smi"}, 2, "", "run as one of"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			e := &app.Env{Args: tc.args, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb}
+			code := Run(e)
+			if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.out) || !strings.Contains(errb.String(), tc.err) {
+				t.Errorf("Run(%q) = %d, stdout %q, stderr %q", tc.args, code, out.String(), errb.String())
+			}
+		})
+	}
+	for _, n := range []string{"nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-toolkit",
+		"nvidia-container-cli", "nvidia-ctk", "nvidia-cdi-hook", "nvidia-docker"} {
+		if All()[n] == nil {
+			t.Errorf("tool %s is not installed", n)
+		}
+	}
+}
