@@ -6,10 +6,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -21,24 +17,11 @@ import (
 	"github.com/nctk/nctk/internal/plan"
 )
 
-// LoadConfig finds and parses config.toml as NVIDIA's tools do (see
-// config.Path). Unlike config.Load it writes nothing to stderr: a runc
+// LoadConfig finds and parses config.toml as NVIDIA's tools do
+// (config.Load). config writes nothing to stderr, which matters here: a runc
 // wrapper's stderr is part of what engines parse (containerd reads `state`
 // output with stderr mixed in). Warnings stay in Config.Warnings.
-func LoadConfig(e *app.Env) (*config.Config, error) {
-	path, mustExist := config.Path(e.Environ)
-	data, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist) && !mustExist:
-		return config.Default(), nil
-	case err != nil:
-		if mustExist {
-			return nil, fmt.Errorf("config (%s=%s): %w", config.EnvFilePath, path, err)
-		}
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	return config.Parse(data, path)
-}
+func LoadConfig(e *app.Env) (*config.Config, error) { return config.Load(e.Environ) }
 
 // hostLdconfig returns the host ldconfig of nvidia-container-cli.ldconfig
 // ("@/sbin/ldconfig" -> "/sbin/ldconfig"); "" when it names a container path.
