@@ -96,19 +96,7 @@ func ParseCapAccess(data []byte) (uint32, error) {
 // DeviceFileMinor is required; unknown keys are ignored.
 func ParseCapAccessFile(data []byte) (CapAccess, error) {
 	c := CapAccess{Modify: true}
-	seen := map[string]bool{}
-	err := lines(data, func(n int, line string) error {
-		if isBlank(line) {
-			return nil
-		}
-		k, v, ok := keyValue(line)
-		if !ok {
-			return fmt.Errorf("line %d: %q is not a \"Key: value\" line", n, line)
-		}
-		if seen[k] {
-			return fmt.Errorf("line %d: duplicate %q", n, k)
-		}
-		seen[k] = true
+	seen, err := keyValueLines(data, func(n int, k, v string) error {
 		var max uint64
 		switch k {
 		case capMinor:

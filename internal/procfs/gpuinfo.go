@@ -45,19 +45,7 @@ const (
 // ignored.
 func ParseGPUInformation(data []byte) (GPUInfo, error) {
 	var g GPUInfo
-	seen := map[string]bool{}
-	err := lines(data, func(n int, line string) error {
-		if isBlank(line) {
-			return nil
-		}
-		k, v, ok := keyValue(line)
-		if !ok {
-			return fmt.Errorf("line %d: %q is not a \"Key: value\" line", n, line)
-		}
-		if seen[k] {
-			return fmt.Errorf("line %d: duplicate %q", n, k)
-		}
-		seen[k] = true
+	seen, err := keyValueLines(data, func(n int, k, v string) error {
 		var err error
 		switch k {
 		case fieldModel:

@@ -109,5 +109,27 @@ func keyValue(line string) (key, value string, ok bool) {
 	return strings.Trim(k, " \t"), strings.Trim(v, " \t"), true
 }
 
+// keyValueLines calls fn for each "Key: value" line of data, skipping blank
+// lines. A line without a colon or a key seen before is an error. It
+// returns the keys seen.
+func keyValueLines(data []byte, fn func(n int, key, value string) error) (map[string]bool, error) {
+	seen := map[string]bool{}
+	err := lines(data, func(n int, line string) error {
+		if isBlank(line) {
+			return nil
+		}
+		k, v, ok := keyValue(line)
+		if !ok {
+			return fmt.Errorf("line %d: %q is not a \"Key: value\" line", n, line)
+		}
+		if seen[k] {
+			return fmt.Errorf("line %d: duplicate %q", n, k)
+		}
+		seen[k] = true
+		return fn(n, k, v)
+	})
+	return seen, err
+}
+
 // isBlank reports whether line holds only spaces and tabs.
 func isBlank(line string) bool { return strings.Trim(line, " \t") == "" }
