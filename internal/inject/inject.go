@@ -10,7 +10,6 @@ package inject
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -124,7 +123,7 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	if err != nil {
 		return nil, &Error{Phase: PhaseDevice, Err: err}
 	}
-	if cudaOnly && needsDeviceFacts(j.Requirements, Facts(drv, selector.Selection{})) {
+	if cudaOnly && needsDeviceFacts(j.Requirements, selector.Selection{}.Facts(drv)) {
 		opts.ProbeCUDAOnly = false
 		if drv, err = discover.Discover(opts); err != nil {
 			return nil, &Error{Phase: PhaseDetection, Err: err}
@@ -134,7 +133,7 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 		}
 	}
 	if len(j.Requirements) > 0 {
-		if err := requirements.Check(j.Requirements, Facts(drv, sel)); err != nil {
+		if err := requirements.Check(j.Requirements, sel.Facts(drv)); err != nil {
 			return nil, &Error{Phase: PhaseRequirement, Err: err}
 		}
 	}
@@ -190,20 +189,4 @@ func needsDeviceFacts(reqs []string, f requirements.Facts) bool {
 		}
 	}
 	return false
-}
-
-// Facts are the host values requirements are checked against: the driver
-// and CUDA versions, and each selected device's architecture and brand (a
-// MIG device has its parent's).
-func Facts(d *discover.Driver, sel selector.Selection) requirements.Facts {
-	f := requirements.Facts{CUDA: d.CUDAVersion, Driver: d.Version}
-	for _, g := range sel.GPUs {
-		f.Devices = append(f.Devices, requirements.DeviceFacts{
-			Index: fmt.Sprint(g.Index), UUID: g.UUID, Arch: g.Arch, Brand: g.Brand})
-	}
-	for _, m := range sel.MIG {
-		f.Devices = append(f.Devices, requirements.DeviceFacts{
-			Index: m.Name(), UUID: m.MIG.UUID, Arch: m.Parent.Arch, Brand: m.Parent.Brand})
-	}
-	return f
 }

@@ -134,9 +134,3 @@ func Merge(a, b *Plan) *Plan {
 	}
 	return &m
 }
-
-// Empty reports whether the plan injects nothing.
-func (p *Plan) Empty() bool {
-	return p == nil || (len(p.Devices) == 0 && len(p.Mounts) == 0 && len(p.Symlinks) == 0 &&
-		len(p.LdconfigDirs) == 0 && p.Proc == nil && len(p.Env) == 0 && len(p.Hooks) == 0)
-}
