@@ -48,9 +48,9 @@ type discoverer struct {
 	proc    string  // host path of the proc root
 	log     *slog.Logger
 	d       *Driver
-	majors  map[string]uint32 // /proc/devices character majors by name
-	ldcache string            // host path of the ld.so.cache used
-	elfBuf  [4096]byte        // scratch for ELF header reads
+	devs    procfs.Devices // /proc/devices
+	ldcache string         // host path of the ld.so.cache used
+	elfBuf  [4096]byte     // scratch for ELF header reads
 }
 
 // Discover finds the NVIDIA driver, GPUs, device nodes and driver files
@@ -143,33 +143,22 @@ func (x *discoverer) version() error {
 	return nil
 }
 
-// devices reads the character majors of /proc/devices. A missing file is
-// not fatal: nodes are then accepted with whatever major they have.
+// devices reads /proc/devices. A missing file is not fatal: nodes are then
+// accepted with whatever major they have.
 func (x *discoverer) devices() error {
-	x.majors = map[string]uint32{}
 	p := x.procPath(procfs.DevicesPath)
 	devs, err := procfs.ReadDevices(p)
 	if err != nil {
 		x.log.Warn("cannot read device majors", "path", p, "err", err)
 		return nil
 	}
-	for _, d := range devs.Char {
-		if _, dup := x.majors[d.Name]; !dup {
-			x.majors[d.Name] = d.Major
-		}
-	}
+	x.devs = devs
 	return nil
 }
 
-// major returns the major of a /proc/devices name, and whether it is known.
-func (x *discoverer) major(names ...string) (uint32, bool) {
-	for _, n := range names {
-		if m, ok := x.majors[n]; ok {
-			return m, true
-		}
-	}
-	return 0, false
-}
+// major returns the character major of a /proc/devices name, and whether
+// it is known.
+func (x *discoverer) major(name string) (uint32, bool) { return x.devs.CharMajor(name) }
 
 // node stats p under the dev root. wantMajor/wantMinor < 0 accept any
 // number. It returns ok=false if the node does not exist, and a
