@@ -171,7 +171,7 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 	// a createContainer hook (it mounts inside the container), and only
 	// when the container's procfs will have that directory.
 	procView := p.Proc != nil && r.needsProcView(spec)
-	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: hostLdconfig(cfg), InProcessLdcache: true,
+	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: hostLdconfig(cfg),
 		RootfsDone: true, NoProcView: !procView}
 	if hc.Path == "" && procView {
 		if hc.Path, err = FindHelper(ocispec.HookBinary, e.Args[0], e.Getenv("PATH")); err != nil {
