@@ -203,32 +203,25 @@ func (d *Driver) LibrariesFor(s caps.Set) []File {
 	for _, g := range s.LibraryCapabilities() {
 		groups[g] = true
 	}
-	var out []File
-	for _, f := range d.Libraries {
-		if !groups[f.Capability] || (f.Compat32 && !s.Has(caps.Compat32)) {
-			continue
-		}
-		out = append(out, f)
-	}
-	return out
+	compat32 := s.Has(caps.Compat32)
+	return filterFiles(d.Libraries, func(f File) bool { return groups[f.Capability] && (!f.Compat32 || compat32) })
 }
 
 // BinariesFor returns the binaries a capability set selects.
 func (d *Driver) BinariesFor(s caps.Set) []File {
-	var out []File
-	for _, f := range d.Binaries {
-		if s.Has(f.Capability) {
-			out = append(out, f)
-		}
-	}
-	return out
+	return filterFiles(d.Binaries, func(f File) bool { return s.Has(f.Capability) })
 }
 
 // IPCsFor returns the IPC endpoints a capability set selects.
 func (d *Driver) IPCsFor(s caps.Set) []File {
+	return filterFiles(d.IPCs, func(f File) bool { return s.Has(f.Capability) })
+}
+
+// filterFiles returns the files keep accepts, in order.
+func filterFiles(files []File, keep func(File) bool) []File {
 	var out []File
-	for _, f := range d.IPCs {
-		if s.Has(f.Capability) {
+	for _, f := range files {
+		if keep(f) {
 			out = append(out, f)
 		}
 	}
