@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -190,13 +189,7 @@ func (c *Containerd) MustCtr(args ...string) string {
 // reference ctr knows it by (FullImageName(name)), which `ctr run` needs.
 func (c *Containerd) ImportImage(rootfs, name string) string {
 	c.t.Helper()
-	ref := FullImageName(name)
-	archive := filepath.Join(c.Dir, "import-"+strconv.FormatInt(time.Now().UnixNano(), 36)+".tar")
-	if err := WriteOCIArchive(rootfs, name, archive); err != nil {
-		c.t.Fatal(err)
-	}
-	defer os.Remove(archive)
-	c.ImportArchive(archive)
+	ref := loadOCIArchive(c.t, c.Dir, rootfs, name, c.ImportArchive)
 	out := c.MustCtr("image", "ls", "-q")
 	if !slices.Contains(strings.Fields(out), ref) {
 		c.t.Fatalf("e2e: image %s not in ctr image ls after import:\n%s", ref, out)
@@ -224,10 +217,7 @@ func (c *Containerd) Log() string {
 
 // stop removes tasks and containers and stops the daemon; a cleanup.
 func (c *Containerd) stop() {
-	t := c.t
-	if ok, err := c.d.exited(); ok {
-		t.Errorf("e2e: containerd died during the test: %v\n%s", err, tailFile(c.LogFile, 40))
-	} else {
+	c.d.shutdown(c.t, c.Dir, 15*time.Second, func() {
 		quiet := RunOpts{Quiet: true, Timeout: 30 * time.Second}
 		if r := c.CtrOpts(quiet, "task", "ls", "-q"); r.OK() {
 			for _, id := range strings.Fields(r.Stdout) {
@@ -238,18 +228,9 @@ func (c *Containerd) stop() {
 		if r := c.CtrOpts(quiet, "container", "ls", "-q"); r.OK() {
 			for _, id := range strings.Fields(r.Stdout) {
 				if r := c.CtrOpts(quiet, "container", "rm", id); !r.OK() {
-					t.Logf("e2e: containerd cleanup: %s", r)
+					c.t.Logf("e2e: containerd cleanup: %s", r)
 				}
 			}
 		}
-		if err := c.d.stop(15 * time.Second); err != nil {
-			t.Errorf("%v", err)
-		}
-	}
-	if pids := killProcsMentioning(c.Dir); len(pids) > 0 {
-		t.Logf("e2e: containerd cleanup: killed leftover processes %v", pids)
-	}
-	if t.Failed() {
-		t.Logf("e2e: containerd log tail (%s):\n%s", c.LogFile, tailFile(c.LogFile, 60))
-	}
+	})
 }

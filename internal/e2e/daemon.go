@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -94,5 +95,26 @@ func (d *daemon) waitReady(timeout time.Duration, ready func() error) error {
 			return fmt.Errorf("e2e: %s not ready after %v: %v\n%s", d.name, timeout, last, tailFile(d.logPath, 40))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// shutdown is an engine's test cleanup: it reports a daemon that died during
+// the test; otherwise it runs removeAll (which clears the engine's containers)
+// and stops the daemon within grace. Then it kills leftover processes whose
+// command line mentions dir, and logs the daemon's log tail if t failed.
+func (d *daemon) shutdown(t testing.TB, dir string, grace time.Duration, removeAll func()) {
+	if ok, err := d.exited(); ok {
+		t.Errorf("e2e: %s died during the test: %v\n%s", d.name, err, tailFile(d.logPath, 40))
+	} else {
+		removeAll()
+		if err := d.stop(grace); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+	if pids := killProcsMentioning(dir); len(pids) > 0 {
+		t.Logf("e2e: %s cleanup: killed leftover processes %v", d.name, pids)
+	}
+	if t.Failed() {
+		t.Logf("e2e: %s log tail (%s):\n%s", d.name, d.logPath, tailFile(d.logPath, 60))
 	}
 }

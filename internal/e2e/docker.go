@@ -273,26 +273,14 @@ func (d *Dockerd) Log() string {
 
 // stop removes the containers and stops the daemon; registered as cleanup.
 func (d *Dockerd) stop() {
-	t := d.t
-	if ok, err := d.d.exited(); ok {
-		t.Errorf("e2e: dockerd died during the test: %v\n%s", err, tailFile(d.LogFile, 40))
-	} else {
+	d.d.shutdown(d.t, d.Dir, 20*time.Second, func() {
 		quiet := RunOpts{Quiet: true, Timeout: 30 * time.Second}
 		if r := d.DockerOpts(quiet, "ps", "-aq"); r.OK() {
 			if ids := strings.Fields(r.Stdout); len(ids) > 0 {
 				if r := d.DockerOpts(quiet, append([]string{"rm", "-f"}, ids...)...); !r.OK() {
-					t.Logf("e2e: dockerd cleanup: %s", r)
+					d.t.Logf("e2e: dockerd cleanup: %s", r)
 				}
 			}
 		}
-		if err := d.d.stop(20 * time.Second); err != nil {
-			t.Errorf("%v", err)
-		}
-	}
-	if pids := killProcsMentioning(d.Dir); len(pids) > 0 {
-		t.Logf("e2e: dockerd cleanup: killed leftover processes %v", pids)
-	}
-	if t.Failed() {
-		t.Logf("e2e: dockerd log tail (%s):\n%s", d.LogFile, tailFile(d.LogFile, 60))
-	}
+	})
 }

@@ -12,8 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -116,6 +118,20 @@ func FullImageName(name string) string {
 	default:
 		return "docker.io/" + ref
 	}
+}
+
+// loadOCIArchive writes rootfs as image name to a temporary OCI archive in
+// dir (WriteOCIArchive), passes it to load, removes it, and returns the
+// image's full reference (FullImageName(name)). It fails t on error.
+func loadOCIArchive(t testing.TB, dir, rootfs, name string, load func(archive string)) string {
+	t.Helper()
+	archive := filepath.Join(dir, "import-"+strconv.FormatInt(time.Now().UnixNano(), 36)+".tar")
+	if err := WriteOCIArchive(rootfs, name, archive); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(archive)
+	load(archive)
+	return FullImageName(name)
 }
 
 // WriteOCIArchive writes rootfs as a single-layer image in OCI image-layout

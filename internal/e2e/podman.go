@@ -285,13 +285,7 @@ func (p *Podman) MustPodman(args ...string) string {
 // WriteOCIArchive, through `podman load`) and returns its full reference.
 func (p *Podman) ImportImage(rootfs, name string) string {
 	p.t.Helper()
-	ref := FullImageName(name)
-	archive := filepath.Join(p.Dir, "import-"+strconv.FormatInt(time.Now().UnixNano(), 36)+".tar")
-	if err := WriteOCIArchive(rootfs, name, archive); err != nil {
-		p.t.Fatal(err)
-	}
-	defer os.Remove(archive)
-	p.LoadImage(archive)
+	ref := loadOCIArchive(p.t, p.Dir, rootfs, name, p.LoadImage)
 	if r := p.Podman("image", "exists", ref); !r.OK() {
 		p.t.Fatalf("e2e: image %s missing after podman load", ref)
 	}
