@@ -114,16 +114,19 @@ updated=0
 
 # --- 1. Debian components ---------------------------------------------------------
 wanted_components="main contrib non-free non-free-firmware"
-add_components_deb822() { # file
+# add_components FILE LINE-REGEX FIRST-FIELD: append the missing
+# $wanted_components to every line matching LINE-REGEX, whose components
+# start at field FIRST-FIELD; returns 1 when FILE needed no change.
+add_components() {
 	local f="$1" tmp
 	tmp=$(mktemp "$f.XXXXXX")
-	awk -v want="$wanted_components" '
-		/^Components:/ {
+	awk -v want="$wanted_components" -v re="$2" -v first="$3" '
+		$0 ~ re {
 			line = $0
 			n = split(want, w, " ")
 			for (i = 1; i <= n; i++) {
 				found = 0
-				for (j = 2; j <= NF; j++) if ($j == w[i]) found = 1
+				for (j = first; j <= NF; j++) if ($j == w[i]) found = 1
 				if (!found) line = line " " w[i]
 			}
 			print line
@@ -138,29 +141,11 @@ add_components_deb822() { # file
 	mv "$tmp" "$f"
 	return 0
 }
+add_components_deb822() { # file
+	add_components "$1" '^Components:' 2
+}
 add_components_legacy() { # file: one-line "deb URI suite comp..." format
-	local f="$1" tmp
-	tmp=$(mktemp "$f.XXXXXX")
-	awk -v want="$wanted_components" '
-		/^[[:space:]]*deb(-src)?[[:space:]]/ && /debian/ {
-			line = $0
-			n = split(want, w, " ")
-			for (i = 1; i <= n; i++) {
-				found = 0
-				for (j = 4; j <= NF; j++) if ($j == w[i]) found = 1
-				if (!found) line = line " " w[i]
-			}
-			print line
-			next
-		}
-		{ print }' "$f" >"$tmp"
-	if cmp -s "$f" "$tmp"; then
-		rm -f "$tmp"
-		return 1
-	fi
-	chmod --reference="$f" "$tmp"
-	mv "$tmp" "$f"
-	return 0
+	add_components "$1" '^[[:space:]]*deb(-src)?[[:space:]].*debian' 4
 }
 sources=/etc/apt/sources.list.d/debian.sources
 if [ -f "$sources" ]; then
