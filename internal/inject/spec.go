@@ -9,7 +9,6 @@ import (
 
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/discover"
-	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/rootfs"
 )
@@ -38,9 +37,8 @@ func SpecJob(spec *specs.Spec, rootfsPath string, cfg *config.Config) (*Job, req
 	if err != nil {
 		return nil, req, &Error{Phase: PhaseInput, Err: fmt.Errorf("container rootfs: %w", err)}
 	}
-	t := root.Target()
+	j.Target = root.Target().Plan()
 	_ = root.Close()
-	j.Target = plan.Target{LibDir: t.LibDir, Lib32Dir: t.Lib32Dir, BinDir: t.BinDir}
 	return j, req, nil
 }
 
