@@ -24,7 +24,7 @@ import (
 const maxRequire = 32
 
 func configureOptions() []nvc.Option {
-	return []nvc.Option{
+	opts := []nvc.Option{
 		{Long: "pid", Short: 'p', Arg: nvc.RequiredArg, ArgName: "PID", Doc: "Container PID"},
 		{Long: "device", Short: 'd', Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Device UUID(s) or index(es) to isolate"},
 		{Long: "require", Short: 'r', Arg: nvc.RequiredArg, ArgName: "EXPR", Doc: "Check container requirements"},
@@ -35,52 +35,48 @@ func configureOptions() []nvc.Option {
 		{Long: "graphics", Short: 'g', Doc: "Enable graphics capability"},
 		{Long: "display", Short: 'D', Doc: "Enable display capability"},
 		{Long: "ngx", Short: 'n', Doc: "Enable ngx capability"},
-		{Long: "compat32", Doc: "Enable 32bits compatibility"},
-		{Long: "mig-config", Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Enable configuration of MIG devices"},
-		{Long: "mig-monitor", Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Enable monitoring of MIG devices"},
-		{Long: "imex-channel", Arg: nvc.RequiredArg, ArgName: "CHANNEL", Doc: "IMEX channel ID(s) to inject"},
-		{Long: "no-cgroups", Doc: "Don't use cgroup enforcement"},
-		{Long: "no-devbind", Doc: "Don't bind mount devices"},
-		{Long: "no-persistenced", Doc: "Don't include the NVIDIA persistence daemon socket"},
-		{Long: "no-fabricmanager", Doc: "Don't include the NVIDIA fabricmanager socket"},
-		{Long: "no-gsp-firmware", Doc: "Don't include GSP firmware"},
-		{Long: "cuda-compat-mode", Arg: nvc.RequiredArg, ArgName: "MODE", Doc: "CUDA forward compatibility: ldconfig, mount or disabled"},
-		{Long: "no-cntlibs", Doc: "Don't use CUDA compatibility libraries (same as --cuda-compat-mode=disabled)"},
 	}
+	opts = append(opts, migIMEXOptions("inject")...)
+	opts = append(opts,
+		nvc.Option{Long: "no-cgroups", Doc: "Don't use cgroup enforcement"},
+		nvc.Option{Long: "no-devbind", Doc: "Don't bind mount devices"},
+	)
+	opts = append(opts, componentOptions()...)
+	return append(opts,
+		nvc.Option{Long: "cuda-compat-mode", Arg: nvc.RequiredArg, ArgName: "MODE", Doc: "CUDA forward compatibility: ldconfig, mount or disabled"},
+		nvc.Option{Long: "no-cntlibs", Doc: "Don't use CUDA compatibility libraries (same as --cuda-compat-mode=disabled)"},
+	)
 }
 
 // configureRequest is a parsed configure command line.
 type configureRequest struct {
-	pid                   int // 0: standalone mode
-	rootfs                string
-	devices               []string
-	requires              []string
-	ldconfig              string // as given ("" = default)
-	caps                  caps.Set
-	migConfig, migMonitor bool
-	imex                  []int
-	noCgroups, noDevBind  bool
-	noPersistenced        bool
-	noFabricManager       bool
-	noGSPFirmware         bool
-	compatMode            string
+	pid      int // 0: standalone mode
+	rootfs   string
+	devices  []string
+	requires []string
+	ldconfig string // as given ("" = default)
+	caps     caps.Set
+	sharedFlags
+	noCgroups, noDevBind bool
+	compatMode           string
 }
-
-// configureError is a configure failure with NVIDIA's phase word.
-type configureError struct {
-	phase string
-	err   error
-}
-
-func (e *configureError) Error() string { return e.phase + " error: " + e.err.Error() }
 
 func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, error) {
 	r := &configureRequest{caps: caps.Set{}}
 	compat := map[string]bool{}
 	input := func(format string, args ...any) error {
-		return &configureError{"input", fmt.Errorf(format, args...)}
+		return &phaseError{"input", fmt.Errorf(format, args...)}
 	}
 	for _, p := range parsed {
+		if ok, err := r.set(p); ok {
+			if err != nil {
+				if pe := (*phaseError)(nil); !errors.As(err, &pe) {
+					err = &phaseError{"input", err}
+				}
+				return nil, err
+			}
+			continue
+		}
 		switch name := p.Name(); name {
 		case "pid":
 			n, err := strconv.ParseUint(p.Value, 10, 31)
@@ -103,33 +99,10 @@ func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, 
 			r.ldconfig = p.Value
 		case "compute", "utility", "video", "graphics", "display", "ngx", "compat32":
 			r.caps[caps.Capability(name)] = true
-		case "mig-config", "mig-monitor":
-			if !strings.EqualFold(p.Value, "all") {
-				return nil, &configureError{name, errOnlyAll}
-			}
-			if name == "mig-config" {
-				r.migConfig = true
-			} else {
-				r.migMonitor = true
-			}
-		case "imex-channel":
-			ids, err := parseIMEXChannels(p.Value)
-			if err != nil {
-				return nil, &configureError{"input", err}
-			}
-			for _, id := range ids {
-				r.imex = append(r.imex, int(id))
-			}
 		case "no-cgroups":
 			r.noCgroups = true
 		case "no-devbind":
 			r.noDevBind = true
-		case "no-persistenced":
-			r.noPersistenced = true
-		case "no-fabricmanager":
-			r.noFabricManager = true
-		case "no-gsp-firmware":
-			r.noGSPFirmware = true
 		case "cuda-compat-mode":
 			switch p.Value {
 			case configure.CompatLdconfig, configure.CompatMount, configure.CompatDisabled:
@@ -189,7 +162,7 @@ func configureWith(e *app.Env, g *nvc.Globals, args []string, steps configureSte
 	}
 	req, err := parseConfigure(parsed, operands)
 	if err != nil {
-		var ce *configureError
+		var ce *phaseError
 		if errors.As(err, &ce) {
 			return nvc.Fail(e, ce.phase, ce.err)
 		}
@@ -201,7 +174,7 @@ func configureWith(e *app.Env, g *nvc.Globals, args []string, steps configureSte
 	}
 	defer closeLog()
 	if err := runConfigure(context.Background(), e, g, req, log, steps); err != nil {
-		var ce *configureError
+		var ce *phaseError
 		if errors.As(err, &ce) {
 			log.Error(ce.phase+" error", "error", ce.err)
 			// Some errors (requirements) carry the phase prefix already.
@@ -223,11 +196,15 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	}
 	target, err := containerTarget(c)
 	if err != nil {
-		return &configureError{"container", err}
+		return &phaseError{"container", err}
 	}
 	log.Info("container", "pid", c.PID, "rootfs", c.Rootfs, "libdir", target.LibDir, "lib32dir", target.Lib32Dir, "bindir", target.BinDir)
 	if g.LoadKmods {
 		nvc.LoadKmods(g, log)
+	}
+	imex := make([]int, len(req.imex))
+	for i, id := range req.imex {
+		imex[i] = int(id)
 	}
 	job := inject.Job{
 		Driver:          g.DiscoverOptions(e, log),
@@ -236,7 +213,7 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 		Requirements:    req.requires,
 		MIGConfig:       req.migConfig,
 		MIGMonitor:      req.migMonitor,
-		IMEXChannels:    req.imex,
+		IMEXChannels:    imex,
 		NoPersistenced:  req.noPersistenced,
 		NoFabricManager: req.noFabricManager,
 		NoGSPFirmware:   req.noGSPFirmware,
@@ -245,14 +222,14 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	}
 	res, err := steps.plan(ctx, job)
 	if err != nil {
-		return &configureError{injectPhase(err), unwrapInject(err)}
+		return &phaseError{injectPhase(err), unwrapInject(err)}
 	}
 	if len(res.Selection.MIG) > 0 {
 		if req.migConfig {
-			return &configureError{"mig-config", errors.New("cannot enable mig-config with specific MIG devices selected")}
+			return &phaseError{"mig-config", errors.New("cannot enable mig-config with specific MIG devices selected")}
 		}
 		if req.migMonitor {
-			return &configureError{"mig-monitor", errors.New("cannot enable mig-monitor with specific MIG devices selected")}
+			return &phaseError{"mig-monitor", errors.New("cannot enable mig-monitor with specific MIG devices selected")}
 		}
 	}
 	ldconfig := req.ldconfig
@@ -276,9 +253,9 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	if err := steps.apply(ctx, res.Plan, c, opts); err != nil {
 		var ce *configure.Error
 		if errors.As(err, &ce) {
-			return &configureError{ce.Phase, ce.Err}
+			return &phaseError{ce.Phase, ce.Err}
 		}
-		return &configureError{"mount", err}
+		return &phaseError{"mount", err}
 	}
 	return nil
 }

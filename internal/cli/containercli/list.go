@@ -17,29 +17,26 @@ import (
 )
 
 func listOptions() []nvc.Option {
-	return []nvc.Option{
+	opts := []nvc.Option{
 		{Long: "device", Short: 'd', Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Device UUID(s) or index(es) to list"},
 		{Long: "libraries", Short: 'l', Doc: "List driver libraries"},
 		{Long: "binaries", Short: 'b', Doc: "List driver binaries"},
 		{Long: "ipcs", Short: 'i', Doc: "List driver ipcs"},
 		{Long: "firmwares", Short: 'f', Doc: "List driver firmwares"},
-		{Long: "compat32", Doc: "Enable 32bits compatibility"},
-		{Long: "mig-config", Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Enable configuration of MIG devices"},
-		{Long: "mig-monitor", Arg: nvc.RequiredArg, ArgName: "ID", Doc: "Enable monitoring of MIG devices"},
-		{Long: "imex-channel", Arg: nvc.RequiredArg, ArgName: "CHANNEL", Doc: "IMEX channel ID(s) to list"},
-		{Long: "no-persistenced", Doc: "Don't include the NVIDIA persistence daemon socket"},
-		{Long: "no-fabricmanager", Doc: "Don't include the NVIDIA fabricmanager socket"},
-		{Long: "no-gsp-firmware", Doc: "Don't include GSP firmware"},
+	}
+	opts = append(opts, migIMEXOptions("list")...)
+	opts = append(opts, componentOptions()...)
+	return append(opts,
 		// Capability filters (nctk's addition): restrict libraries,
 		// binaries, IPCs and driver-wide device nodes to what a
 		// container with these driver capabilities gets.
-		{Long: "compute", Doc: "Only what the compute capability selects"},
-		{Long: "utility", Doc: "Only what the utility capability selects"},
-		{Long: "video", Doc: "Only what the video capability selects"},
-		{Long: "graphics", Doc: "Only what the graphics capability selects"},
-		{Long: "display", Doc: "Only what the display capability selects"},
-		{Long: "ngx", Doc: "Only what the ngx capability selects"},
-	}
+		nvc.Option{Long: "compute", Doc: "Only what the compute capability selects"},
+		nvc.Option{Long: "utility", Doc: "Only what the utility capability selects"},
+		nvc.Option{Long: "video", Doc: "Only what the video capability selects"},
+		nvc.Option{Long: "graphics", Doc: "Only what the graphics capability selects"},
+		nvc.Option{Long: "display", Doc: "Only what the display capability selects"},
+		nvc.Option{Long: "ngx", Doc: "Only what the ngx capability selects"},
+	)
 }
 
 // listRequest is a parsed list command line.
@@ -47,11 +44,8 @@ type listRequest struct {
 	devices                              []string // --device values
 	libraries, binaries, ipcs, firmwares bool
 	compat32                             bool
-	migConfig, migMonitor                bool
-	imex                                 []uint32
-	noPersistenced, noFabricManager      bool
-	noGSPFirmware                        bool
-	caps                                 caps.Set // nil: no capability filter
+	sharedFlags
+	caps caps.Set // nil: no capability filter
 }
 
 // parseList interprets list's options. With no option other than
@@ -64,21 +58,23 @@ func parseList(parsed []nvc.Parsed) (*listRequest, error) {
 	for _, p := range parsed {
 		name := p.Name()
 		switch name {
-		case "imex-channel":
-			ids, err := parseIMEXChannels(p.Value)
-			if err != nil {
-				return nil, err
-			}
-			r.imex = append(r.imex, ids...)
-			continue
 		case "compute", "utility", "video", "graphics", "display", "ngx":
 			if r.caps == nil {
 				r.caps = caps.Set{}
 			}
 			r.caps[caps.Capability(name)] = true
 			continue
+		case "imex-channel":
+			// A filter, not a listing option.
+		default:
+			listing = true
 		}
-		listing = true
+		if ok, err := r.set(p); ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
 		switch name {
 		case "device":
 			r.devices = append(r.devices, p.Value)
@@ -92,21 +88,6 @@ func parseList(parsed []nvc.Parsed) (*listRequest, error) {
 			r.firmwares = true
 		case "compat32":
 			r.compat32 = true
-		case "mig-config", "mig-monitor":
-			if !strings.EqualFold(p.Value, "all") {
-				return nil, fmt.Errorf("%s: %w", name, errOnlyAll)
-			}
-			if name == "mig-config" {
-				r.migConfig = true
-			} else {
-				r.migMonitor = true
-			}
-		case "no-persistenced":
-			r.noPersistenced = true
-		case "no-fabricmanager":
-			r.noFabricManager = true
-		case "no-gsp-firmware":
-			r.noGSPFirmware = true
 		}
 	}
 	if !listing {
@@ -147,12 +128,9 @@ func runList(e *app.Env, g *nvc.Globals, args []string) int {
 	}
 	req, err := parseList(parsed)
 	if err != nil {
-		if errors.Is(err, errOnlyAll) {
-			phase := "mig-config"
-			if strings.HasPrefix(err.Error(), "mig-monitor") {
-				phase = "mig-monitor"
-			}
-			return nvc.Fail(e, phase, errOnlyAll)
+		var pe *phaseError
+		if errors.As(err, &pe) {
+			return nvc.Fail(e, pe.phase, pe.err)
 		}
 		return nvc.Fail(e, "input", err)
 	}
