@@ -222,11 +222,8 @@ func (r *Request) deviceTokens(spec *specs.Spec, e env, cfg *config.Config) ([]s
 		}
 	}
 	vars := []string{EnvVisibleDevices}
-	for _, v := range cfg.SwarmResourceVars() {
-		if _, ok := e.lookup(v); ok {
-			vars = cfg.SwarmResourceVars()
-			break
-		}
+	if swarm := cfg.SwarmResourceVars(); slices.ContainsFunc(swarm, func(v string) bool { _, ok := e.lookup(v); return ok }) {
+		vars = swarm
 	}
 	var tokens, setVars []string
 	for _, v := range vars {
@@ -235,11 +232,7 @@ func (r *Request) deviceTokens(spec *specs.Spec, e env, cfg *config.Config) ([]s
 			continue
 		}
 		setVars = append(setVars, v)
-		for item := range strings.SplitSeq(val, ",") {
-			if item = strings.TrimSpace(item); item != "" {
-				tokens = append(tokens, item)
-			}
-		}
+		tokens = append(tokens, splitList(val)...)
 	}
 	source := strings.Join(setVars, ",")
 	if len(setVars) == 0 && r.Legacy {
@@ -254,6 +247,18 @@ func (r *Request) deviceTokens(spec *specs.Spec, e env, cfg *config.Config) ([]s
 	}
 	r.DeviceSource = source
 	return tokens, nil
+}
+
+// splitList splits a comma-separated list, trimming blanks around items
+// and dropping empty ones.
+func splitList(list string) []string {
+	var out []string
+	for item := range strings.SplitSeq(list, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 func orVar(source string) string {
@@ -329,11 +334,7 @@ func annotationDevices(ann map[string]string, prefixes []string) ([]string, erro
 	sort.Strings(keys)
 	var out []string
 	for _, k := range keys {
-		for item := range strings.SplitSeq(ann[k], ",") {
-			item = strings.TrimSpace(item)
-			if item == "" {
-				continue
-			}
+		for _, item := range splitList(ann[k]) {
 			if _, _, _, err := parser.ParseQualifiedName(item); err != nil {
 				return nil, &Error{Var: "annotation " + k, Value: ann[k], Err: fmt.Errorf("invalid CDI device name %q: %w", item, err)}
 			}
@@ -403,12 +404,8 @@ func capabilities(e env, cfg *config.Config, legacy bool) (caps.Set, error) {
 		return caps.Default().Intersect(supported), nil
 	}
 	out := caps.Set{}
-	for item := range strings.SplitSeq(val, ",") {
-		item = strings.TrimSpace(item)
-		switch item {
-		case "":
-			continue
-		case "all":
+	for _, item := range splitList(val) {
+		if item == "all" {
 			for c := range supported {
 				out[c] = true
 			}
@@ -535,11 +532,7 @@ func (r *Request) imexChannels(spec *specs.Spec, e env, cfg *config.Config) ([]s
 			return nil, nil
 		}
 		source = EnvIMEXChannels
-		for item := range strings.SplitSeq(v, ",") {
-			if item = strings.TrimSpace(item); item != "" {
-				ids = append(ids, item)
-			}
-		}
+		ids = splitList(v)
 		switch {
 		case len(ids) == 0:
 			return nil, nil
