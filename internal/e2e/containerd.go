@@ -24,6 +24,12 @@ type ContainerdOptions struct {
 	// ExtraConfig is TOML appended to the generated config file (version 2),
 	// e.g. runtime sections.
 	ExtraConfig string
+	// ConfigFile, if set, is a configuration the test wrote, which
+	// containerd runs on as it is (ExtraConfig is then unused). Its
+	// directory (from TempDir) becomes Dir and must be where the file puts
+	// root, state and the grpc address: <dir>/root, <dir>/state and
+	// <dir>/containerd.sock.
+	ConfigFile string
 	// StartTimeout defaults to 30s.
 	StartTimeout time.Duration
 }
@@ -57,7 +63,7 @@ func StartContainerd(t testing.TB) *Containerd {
 }
 
 // StartContainerdWith starts a containerd with its own root, state, socket
-// and config file (CRI plugin disabled) and waits until ctr reaches it. At
+// and config file (CRI plugin disabled, unless opts.ConfigFile) and waits until ctr reaches it. At
 // cleanup it kills and removes all tasks and containers, stops the daemon,
 // kills any shim left over, and removes its directory and cgroups. It skips
 // the test if root, containerd, ctr, the runc shim or runc are missing.
@@ -69,7 +75,10 @@ func StartContainerdWith(t testing.TB, opts ContainerdOptions) *Containerd {
 	RequireTool(t, "containerd-shim-runc-v2")
 	RequireTool(t, "runc")
 
-	dir := TempDir(t, "containerd")
+	dir := filepath.Dir(opts.ConfigFile)
+	if opts.ConfigFile == "" {
+		dir = TempDir(t, "containerd")
+	}
 	c := &Containerd{
 		t:          t,
 		Dir:        dir,
@@ -86,31 +95,9 @@ func StartContainerdWith(t testing.TB, opts ContainerdOptions) *Containerd {
 			t.Errorf("e2e: containerd cleanup: %v", err)
 		}
 	})
-	config := fmt.Sprintf(`version = 2
-root = %q
-state = %q
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-
-[grpc]
-  address = %q
-
-[ttrpc]
-  address = %q
-
-[debug]
-  address = ""
-  level = "debug"
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-`, c.Root, c.State, c.Socket, c.Socket+".ttrpc", filepath.Join(dir, "opt"))
-	if opts.ExtraConfig != "" {
-		config += "\n" + opts.ExtraConfig + "\n"
-	}
-	if err := writeFile(c.ConfigFile, []byte(config), 0o644); err != nil {
+	if opts.ConfigFile != "" {
+		c.ConfigFile = opts.ConfigFile
+	} else if err := writeFile(c.ConfigFile, []byte(containerdConfig(c, opts.ExtraConfig)), 0o644); err != nil {
 		t.Fatalf("e2e: containerd config: %v", err)
 	}
 	path := opts.Path
@@ -152,6 +139,36 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	}
 	t.Logf("e2e: containerd ready in %v at %s (namespace %s)", time.Since(start).Round(time.Millisecond), c.Socket, c.Namespace)
 	return c
+}
+
+// containerdConfig is the configuration StartContainerdWith writes for c:
+// everything inside c.Dir, the CRI plugin disabled, extra appended.
+func containerdConfig(c *Containerd, extra string) string {
+	config := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[debug]
+  address = ""
+  level = "debug"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+`, c.Root, c.State, c.Socket, c.Socket+".ttrpc", filepath.Join(c.Dir, "opt"))
+	if extra != "" {
+		config += "\n" + extra + "\n"
+	}
+	return config
 }
 
 // Ctr runs `ctr --address <socket> --namespace <ns> args...` with the test's

@@ -3,15 +3,11 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -457,9 +453,9 @@ func TestEngineContainerd(t *testing.T) {
 	checkEntry(t, "containerd config dump", nv)
 	binary, _ := engLookup(nv, "options", "BinaryName").(string)
 
-	c := engStartContainerd(t, dir, cfg, host.Env)
+	c := e2e.StartContainerdWith(t, e2e.ContainerdOptions{ConfigFile: cfg, Env: host.Env})
 	t.Run("cri plugin loaded the entry", func(t *testing.T) {
-		line := c.waitLog(t, "Start cri plugin with config")
+		line := engWaitLog(t, c.LogFile, "Start cri plugin with config")
 		for _, s := range []string{"nvidia:{Type:io.containerd.runc.v2", "BinaryName:" + nvRuntime} {
 			if !strings.Contains(line, s) {
 				t.Errorf("the CRI plugin's configuration lacks %q:\n%s", s, line)
@@ -467,12 +463,7 @@ func TestEngineContainerd(t *testing.T) {
 		}
 	})
 
-	archive := filepath.Join(dir, "image.tar")
-	if err := e2e.WriteOCIArchive(image, engImage, archive); err != nil {
-		t.Fatal(err)
-	}
-	c.mustCtr(t, "image", "import", archive)
-	ref := e2e.FullImageName(engImage)
+	ref := c.ImportImage(image, engImage)
 	libDir := e2e.LayoutDebian.LibDir()
 	for _, tc := range []struct {
 		name, env string
@@ -483,7 +474,7 @@ func TestEngineContainerd(t *testing.T) {
 	} {
 		t.Run("ctr run/"+tc.name, func(t *testing.T) {
 			t.Parallel()
-			out := c.mustCtr(t, "run", "--rm",
+			out := engMustCtr(t, c, "run", "--rm",
 				"--runtime", "io.containerd.runc.v2", "--runc-binary", binary, "--env", tc.env,
 				"--mount", "type=bind,src="+hostLdconfig+",dst="+probeLdconfig+",options=rbind:ro",
 				"--mount", "type=cgroup,src=cgroup,dst=/sys/fs/cgroup,options=ro:nosuid:noexec:nodev",
@@ -506,115 +497,24 @@ func engLookup(m map[string]any, keys ...string) any {
 	return v
 }
 
-// engContainerd is a containerd started on a configuration file the test
-// wrote (the harness's StartContainerdWith writes its own): its grpc
-// socket is <dir>/containerd.sock, as the file says.
-type engContainerd struct {
-	dir, socket, namespace, logFile, ctr string
-}
-
-// engStartContainerd starts containerd --config cfg with env added to a
-// minimal environment and waits until ctr reaches it. At cleanup it removes
-// the namespace's tasks and containers, stops the daemon, kills anything
-// left that mentions dir (shims) and removes the namespace's cgroups; dir
-// (from e2e.TempDir) is unmounted and removed after that.
-func engStartContainerd(t *testing.T, dir, cfg string, env []string) *engContainerd {
+// engMustCtr runs ctr against c, logging to t (a parallel subtest), and
+// returns its stdout, failing t unless it exits 0.
+func engMustCtr(t testing.TB, c *e2e.Containerd, args ...string) string {
 	t.Helper()
-	c := &engContainerd{
-		dir:       dir,
-		socket:    filepath.Join(dir, "containerd.sock"),
-		namespace: "nctk-" + filepath.Base(dir),
-		logFile:   filepath.Join(dir, "containerd.log"),
-		ctr:       e2e.RequireTool(t, "ctr"),
-	}
-	tmp := filepath.Join(dir, "tmp")
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	lf, err := os.Create(c.logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(e2e.RequireTool(t, "containerd"), "--config", cfg)
-	cmd.Env = append([]string{"PATH=" + e2e.SystemPath, "HOME=" + dir, "TMPDIR=" + tmp, "LANG=C.UTF-8"}, env...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); lf.Close(); close(done) }()
-	t.Cleanup(func() {
-		quiet := e2e.RunOpts{Quiet: true, Timeout: 30 * time.Second}
-		if r := c.ctrOpts(t, quiet, "task", "ls", "-q"); r.OK() {
-			for _, id := range strings.Fields(r.Stdout) {
-				c.ctrOpts(t, quiet, "task", "kill", "-a", "-s", "SIGKILL", id)
-				c.ctrOpts(t, quiet, "task", "rm", "-f", id)
-			}
-		}
-		if r := c.ctrOpts(t, quiet, "container", "ls", "-q"); r.OK() {
-			for _, id := range strings.Fields(r.Stdout) {
-				c.ctrOpts(t, quiet, "container", "rm", id)
-			}
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		engKillMentioning(dir)
-		engRemoveCgroups(t, c.namespace)
-		if t.Failed() {
-			t.Logf("containerd log (%s):\n%s", c.logFile, engTail(readFile(t, c.logFile), 8000))
-		}
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		conn, err := net.DialTimeout("unix", c.socket, time.Second)
-		if err == nil {
-			conn.Close()
-			if r := c.ctrOpts(t, e2e.RunOpts{Quiet: true, Timeout: 10 * time.Second}, "version"); r.OK() {
-				return c
-			}
-		}
-		select {
-		case <-done:
-			t.Fatalf("containerd --config %s exited:\n%s", cfg, readFile(t, c.logFile))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("containerd --config %s did not answer in 30s:\n%s", cfg, readFile(t, c.logFile))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (c *engContainerd) ctrOpts(t testing.TB, o e2e.RunOpts, args ...string) e2e.Result {
-	t.Helper()
-	return e2e.Run(t, o, append([]string{c.ctr, "--address", c.socket, "--namespace", c.namespace}, args...)...)
-}
-
-// mustCtr runs ctr against this containerd and returns its stdout, failing
-// the test unless it exits 0.
-func (c *engContainerd) mustCtr(t testing.TB, args ...string) string {
-	t.Helper()
-	r := c.ctrOpts(t, e2e.RunOpts{}, args...)
+	r := e2e.Run(t, e2e.RunOpts{}, append([]string{c.CtrBin, "--address", c.Socket, "--namespace", c.Namespace}, args...)...)
 	if !r.OK() {
 		t.Fatalf("ctr %s: %s", args[0], r)
 	}
 	return r.Stdout
 }
 
-// waitLog waits (up to 30s) for a line of containerd's log containing s
+// engWaitLog waits (up to 30s) for a line of the log file containing s
 // and returns it.
-func (c *engContainerd) waitLog(t testing.TB, s string) string {
+func engWaitLog(t testing.TB, logFile, s string) string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		data := readFile(t, c.logFile)
+		data := readFile(t, logFile)
 		if i := bytes.Index(data, []byte(s)); i >= 0 {
 			line := data[i:]
 			if j := bytes.IndexByte(line, '\n'); j >= 0 {
@@ -627,61 +527,4 @@ func (c *engContainerd) waitLog(t testing.TB, s string) string {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// engKillMentioning SIGKILLs the processes (other than this one) whose
-// command line mentions marker: shims of a containerd that did not clean
-// up.
-func engKillMentioning(marker string) {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		var pid int
-		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid <= 1 || pid == os.Getpid() {
-			continue
-		}
-		if cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && bytes.Contains(cmdline, []byte(marker)) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-}
-
-// engRemoveCgroups removes the (empty) cgroup directory name, children
-// first, from every cgroup hierarchy: ctr puts its containers in
-// /<namespace>/<id>, and runc leaves the parent behind.
-func engRemoveCgroups(t testing.TB, name string) {
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	roots = append(roots, "/sys/fs/cgroup")
-	for _, root := range roots {
-		dir := filepath.Join(root, name)
-		if _, err := os.Stat(dir); err != nil {
-			continue
-		}
-		var dirs []string
-		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			var err error
-			for range 50 {
-				if err = syscall.Rmdir(dirs[i]); !errors.Is(err, syscall.EBUSY) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if err != nil && !errors.Is(err, syscall.ENOENT) {
-				t.Errorf("removing cgroup %s: %v", dirs[i], err)
-			}
-		}
-	}
-}
-
-// engTail returns the last n bytes of data.
-func engTail(data []byte, n int) string {
-	if len(data) > n {
-		return "…" + string(data[len(data)-n:])
-	}
-	return string(data)
 }
