@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 )
 
@@ -173,7 +174,14 @@ func findDeviceCgroup(cgroupData, mountinfoData []byte, procRoot string) (cgroup
 		if !path.IsAbs(m.MountPoint) || strings.Contains(m.MountPoint+"/", "/../") {
 			return cgroupDir{}, fmt.Errorf("cgroup mount point %q is not a clean absolute path", m.MountPoint)
 		}
-		dir := path.Join(procRoot, m.MountPoint, rel)
+		dir := path.Join(m.MountPoint, rel)
+		if procRoot != "" {
+			// Standalone mode: the mounts lie in the container's rootfs,
+			// which the image controls; resolve the directory inside it.
+			if dir, err = securejoin.SecureJoin(procRoot, dir); err != nil {
+				return cgroupDir{}, fmt.Errorf("cgroup directory %s in %s: %w", path.Join(m.MountPoint, rel), procRoot, err)
+			}
+		}
 		return cgroupDir{Version: version, Dir: dir}, nil
 	}
 	kind := "devices cgroup (v1)"

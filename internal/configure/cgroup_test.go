@@ -1,6 +1,8 @@
 package configure
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -86,6 +88,22 @@ func TestFindDeviceCgroup(t *testing.T) {
 				t.Errorf("got %+v, %v; want %+v", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// An image's symlink on the way to the cgroup directory (standalone mode)
+// resolves inside the rootfs, never to the host's cgroup tree.
+func TestFindDeviceCgroupStandaloneSymlink(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Symlink("/", filepath.Join(root, "sys")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := findDeviceCgroup([]byte("5:devices:/docker/abc\n"), []byte(mountinfoV1), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(root, "fs/cgroup/devices/docker/abc"); got.Dir != want {
+		t.Errorf("dir = %s, want %s (inside the rootfs)", got.Dir, want)
 	}
 }
 
