@@ -273,8 +273,7 @@ func containerTarget(c configure.Container) (plan.Target, error) {
 		return plan.Target{}, err
 	}
 	defer r.Close()
-	t := r.Target()
-	return plan.Target{LibDir: t.LibDir, Lib32Dir: t.Lib32Dir, BinDir: t.BinDir}, nil
+	return r.Target().Plan(), nil
 }
 
 // injectPhase maps a planning error to NVIDIA's phase word; a host with no
