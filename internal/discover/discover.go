@@ -115,6 +115,19 @@ func Discover(opts Options) (*Driver, error) {
 	return x.d, nil
 }
 
+// Probe asks the driver for the facts only it knows, as Options.Probe does
+// during Discover (with opts.ProbeCUDAOnly limiting it likewise), and fills
+// them into d, a result of Discover: for callers that learn only after
+// discovery that they need them, without discovering everything again.
+func Probe(d *Driver, opts Options) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	x := &discoverer{opts: opts, log: log, d: d}
+	x.probe(context.Background())
+}
+
 // join returns the host path of an absolute path below base.
 func join(base, p string) string {
 	if base == "/" {

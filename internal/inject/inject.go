@@ -125,9 +125,9 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	}
 	if cudaOnly && needsDeviceFacts(j.Requirements, selector.Selection{}.Facts(drv)) {
 		opts.ProbeCUDAOnly = false
-		if drv, err = discover.Discover(opts); err != nil {
-			return nil, &Error{Phase: PhaseDetection, Err: err}
-		}
+		discover.Probe(drv, opts)
+		// The probe fills the driver's GPUs in place; the selection holds
+		// copies, so select again (no I/O).
 		if sel, err = selector.Resolve(drv, j.Devices); err != nil {
 			return nil, &Error{Phase: PhaseDevice, Err: err}
 		}
