@@ -1,4 +1,6 @@
-# nctk: one multi-call binary (bin/nctk) installed under NVIDIA's tool names.
+# nctk: one multi-call binary (bin/nctk) installed under NVIDIA's tool names,
+# built static (no cgo: it starts faster on every container create), and its
+# driver probe helper (bin/nctk-driverprobe, cgo: it dlopens libcuda/NVML).
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BINDIR  := $(DESTDIR)$(PREFIX)/bin
@@ -12,16 +14,18 @@ GOTEST_FLAGS ?= -count=1 -timeout 40m
 all: build
 
 build:
-	$(GO) build -trimpath -o bin/nctk ./cmd/nctk
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nctk ./cmd/nctk
+	CGO_ENABLED=1 $(GO) build -trimpath -o bin/nctk-driverprobe ./cmd/nctk-driverprobe
 	@for t in $(TOOLS); do ln -sf nctk bin/$$t; done
 
 install: build
 	install -d $(BINDIR)
 	install -m 0755 bin/nctk $(BINDIR)/nctk
+	install -m 0755 bin/nctk-driverprobe $(BINDIR)/nctk-driverprobe
 	@for t in $(TOOLS); do ln -sf nctk $(BINDIR)/$$t; echo "$(BINDIR)/$$t -> nctk"; done
 
 uninstall:
-	rm -f $(BINDIR)/nctk $(addprefix $(BINDIR)/,$(TOOLS))
+	rm -f $(BINDIR)/nctk $(BINDIR)/nctk-driverprobe $(addprefix $(BINDIR)/,$(TOOLS))
 
 # What tests and the demo need on a Debian 12 machine: runc, docker.io,
 # containerd, podman, busybox-static, gcc, staticcheck (idempotent; root).

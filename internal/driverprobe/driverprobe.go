@@ -5,9 +5,11 @@
 //
 // Driver libraries are never loaded into the calling process: a crash, a
 // hang or a clash with the driver root's own libraries must not take the
-// caller down. Probe re-executes the current binary with the hidden first
-// argument ChildArg; the multi-call main must call MaybeRunChild first
-// thing, and so must the TestMain of any test binary that probes. The
+// caller down. Probe runs a child with the hidden first argument ChildArg:
+// the current binary when it is built with cgo (test binaries), else the
+// helper HelperName installed beside it (the static nctk). Every main that
+// can be that child calls MaybeRunChild first thing, and so must the
+// TestMain of any test binary that probes. The
 // child gets the request as JSON on stdin and an empty environment (so
 // CUDA_VISIBLE_DEVICES and friends cannot change what it sees), writes the
 // result as JSON to file descriptor 3, and is killed after Config.Timeout.
@@ -27,6 +29,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -240,13 +243,38 @@ func Probe(ctx context.Context, req Request, cfg Config) (*Result, error) {
 // maxChildOutput bounds what is read from the child.
 const maxChildOutput = 1 << 20
 
+// HelperName is the probe helper installed beside nctk: a small program
+// built with cgo that only runs the probe child. The nctk binary itself is
+// built without cgo (static, so every container create starts it faster)
+// and runs the helper; a binary built with cgo re-executes itself.
+const HelperName = "nctk-driverprobe"
+
+// childExecutable is the program Probe runs as the child: cfg.Executable,
+// else this binary when it was built with cgo, else HelperName in this
+// binary's directory (never one found through $PATH).
+func childExecutable(cfg Config) (string, error) {
+	if cfg.Executable != "" {
+		return cfg.Executable, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("driver probe: find own executable: %w", err)
+	}
+	if haveCgo {
+		return self, nil
+	}
+	helper := filepath.Join(filepath.Dir(self), HelperName)
+	if _, err := os.Stat(helper); err != nil {
+		return "", fmt.Errorf("driver probe: %s is built without cgo and loads driver libraries through %s, which is missing (install it beside %s): %w",
+			filepath.Base(self), HelperName, self, err)
+	}
+	return helper, nil
+}
+
 func runChild(ctx context.Context, req Request, cfg Config) (*Result, error) {
-	exe := cfg.Executable
-	if exe == "" {
-		var err error
-		if exe, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("driver probe: find own executable to re-run: %w", err)
-		}
+	exe, err := childExecutable(cfg)
+	if err != nil {
+		return nil, err
 	}
 	timeout := cfg.Timeout
 	if timeout <= 0 {

@@ -2,10 +2,13 @@ package tools
 
 import (
 	"bytes"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/e2e"
 )
 
 func TestRun(t *testing.T) {
@@ -37,5 +40,38 @@ func TestRun(t *testing.T) {
 		if All()[n] == nil {
 			t.Errorf("tool %s is not installed", n)
 		}
+	}
+}
+
+// TestInstalledNames checks that the names the Makefile installs and the
+// names the test harness links are exactly the tools Run dispatches to.
+func TestInstalledNames(t *testing.T) {
+	var names []string
+	for n := range All() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if got := e2e.ToolNames(); !slices.Equal(got, names) {
+		t.Errorf("e2e.ToolNames() = %q, want %q", got, names)
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tools []string
+	inTools := false
+	for _, l := range strings.Split(string(mk), "\n") {
+		if rest, ok := strings.CutPrefix(l, "TOOLS"); ok {
+			inTools, l = true, strings.TrimLeft(rest, " :=")
+		}
+		if !inTools {
+			continue
+		}
+		tools = append(tools, strings.Fields(strings.TrimSuffix(l, "\\"))...)
+		inTools = strings.HasSuffix(l, "\\")
+	}
+	slices.Sort(tools)
+	if !slices.Equal(tools, names) {
+		t.Errorf("Makefile TOOLS = %q, want %q", tools, names)
 	}
 }

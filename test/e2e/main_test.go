@@ -17,21 +17,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/nctk/nctk/internal/driverprobe"
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/rootfs"
 )
-
-// toolNames are the names nctk is installed under (see the Makefile).
-func toolNames() []string {
-	return []string{
-		"nvidia-container-cli", "nvidia-container-runtime", "nvidia-container-runtime-hook",
-		"nvidia-container-toolkit", "nvidia-ctk", "nvidia-cdi-hook", "nvidia-docker",
-	}
-}
 
 // binDir holds nctk built for this test run and its links; TestMain sets it
 // before any test runs ("" with -short, or when the build failed, see
@@ -65,31 +57,11 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "e2e:", err)
 			return 1
 		}
-		if buildErr = buildNctk(dir); buildErr == nil {
+		if buildErr = e2e.BuildNctk(dir); buildErr == nil {
 			binDir = dir
 		}
 	}
 	return m.Run()
-}
-
-// buildNctk builds cmd/nctk into dir and links every tool name to it, as
-// `make build` does in bin/.
-func buildNctk(dir string) error {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		// CI's root PATH may lack Go's usual place.
-		goBin = "/usr/local/go/bin/go"
-	}
-	cmd := exec.Command(goBin, "build", "-trimpath", "-o", filepath.Join(dir, "nctk"), "github.com/nctk/nctk/cmd/nctk")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/nctk: %w\n%s", err, out)
-	}
-	for _, n := range toolNames() {
-		if err := os.Symlink("nctk", filepath.Join(dir, n)); err != nil {
-			return fmt.Errorf("linking %s: %w", n, err)
-		}
-	}
-	return nil
 }
 
 // tool returns the absolute path of one of nctk's tools for this run.

@@ -2,6 +2,7 @@ package containercli
 
 import (
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 )
 
@@ -245,25 +247,6 @@ func TestFixtureLdcacheAndDebug(t *testing.T) {
 	}
 }
 
-// buildCLI builds nctk into dir and returns the nvidia-container-cli link.
-func buildCLI(tb testing.TB, dir string) string {
-	tb.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		tb.Skipf("go not found: %v", err)
-	}
-	exe := filepath.Join(dir, "nctk")
-	cmd := exec.Command(goBin, "build", "-o", exe, "github.com/nctk/nctk/cmd/nctk")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tb.Fatalf("go build: %v\n%s", err, out)
-	}
-	cli := filepath.Join(dir, "nvidia-container-cli")
-	if err := os.Symlink("nctk", cli); err != nil {
-		tb.Fatal(err)
-	}
-	return cli
-}
-
 // BenchmarkProcess runs the nvidia-container-cli binary as a separate
 // process, as the runtime hook and scripts do. Root: multiarch, 8 GPUs,
 // compat32 (real 535 packages). cpu-ns/op is the process's user+system
@@ -280,7 +263,7 @@ func buildCLI(tb testing.TB, dir string) string {
 //     and the hot path when its result comes from the cache.
 func BenchmarkProcess(b *testing.B) {
 	r := fixture.Build(b, fixture.Spec{Layout: fixture.Multiarch, GPUs: 8, Compat32: true, IPC: true, Firmware: true})
-	cli := buildCLI(b, b.TempDir())
+	cli := filepath.Join(e2e.MustBuildNctk(b), "nvidia-container-cli")
 	fake := fakeDriverRoot(b)
 	cache := b.TempDir()
 	for _, bc := range []struct {
@@ -383,5 +366,52 @@ func TestFixtureLoadKmods(t *testing.T) {
 	fi, err := os.Stat(r.HostPath(g.DevicePath))
 	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
 		t.Errorf("%s: %v %v", g.DevicePath, fi, err)
+	}
+}
+
+// TestStaticBinaryProbesThroughHelper: nctk as built (static, no cgo) asks
+// the driver through the nctk-driverprobe helper beside it: `info` on the
+// fake driver's root shows what only the driver knows (CUDA version,
+// architecture, brand), and without the helper it warns naming it and
+// prints those as unknown.
+func TestStaticBinaryProbesThroughHelper(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds nctk")
+	}
+	fake := fakeDriverRoot(t)
+	dir := e2e.MustBuildNctk(t)
+	f, err := elf.Open(filepath.Join(dir, "nctk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("nctk is dynamically linked (PT_INTERP): it must be built with CGO_ENABLED=0")
+		}
+	}
+	f.Close()
+	info := func() (string, string, error) {
+		cmd := exec.Command(filepath.Join(dir, "nvidia-container-cli"), "--root="+fake.Path, "info")
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "NCTK_PROBE_CACHE=off"}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+	out, errOut, err := info()
+	if err != nil {
+		t.Fatalf("info: %v\n%s", err, errOut)
+	}
+	for _, want := range []string{"CUDA version:   12.2", "Architecture:   8.9", "Brand:          GeForce"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("info output lacks %q:\n%s", want, out)
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, "nctk-driverprobe")); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err = info()
+	if err != nil || !strings.Contains(errOut, "nctk-driverprobe, which is missing") || !strings.Contains(out, "Architecture:   Unknown") {
+		t.Errorf("info without the helper: %v, stdout %q, stderr %q; want unknown facts and a warning naming nctk-driverprobe", err, out, errOut)
 	}
 }

@@ -2,13 +2,13 @@ package ctk
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 )
 
@@ -40,21 +40,9 @@ func BenchmarkGenerate(b *testing.B) {
 // cmd/nctk, run as nvidia-ctk cdi generate for the same root, once per
 // iteration (exec, Go runtime start, discovery, spec, validation, write).
 func BenchmarkGenerateProcess(b *testing.B) {
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		b.Skipf("go not on PATH: %v", err)
-	}
 	root := benchRoot(b)
-	dir := b.TempDir()
-	nctk := filepath.Join(dir, "nctk")
-	build := exec.Command(gobin, "build", "-trimpath", "-o", nctk, "../../../cmd/nctk")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	dir := e2e.MustBuildNctk(b)
 	ctk := filepath.Join(dir, "nvidia-ctk")
-	if err := os.Symlink("nctk", ctk); err != nil {
-		b.Fatal(err)
-	}
 	out := filepath.Join(dir, "nvidia.yaml")
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "XDG_CONFIG_HOME=" + dir}
 	b.ResetTimer()

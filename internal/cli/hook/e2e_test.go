@@ -2,8 +2,6 @@ package hook
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -15,31 +13,6 @@ import (
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 )
-
-// buildNctk builds cmd/nctk once per test into a directory with the
-// tool links and returns that directory.
-func buildNctk(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("go toolchain not in PATH: %v", err)
-	}
-	out, err := exec.Command(goBin, "env", "GOMOD").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" {
-		t.Skipf("module root not found: %v", err)
-	}
-	mod := filepath.Dir(strings.TrimSpace(string(out)))
-	dir := t.TempDir()
-	cmd := exec.Command(goBin, "build", "-o", filepath.Join(dir, "nctk"), "./cmd/nctk")
-	cmd.Dir = mod
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build nctk: %v\n%s", err, b)
-	}
-	for _, name := range []string{"nvidia-container-runtime-hook", "nvidia-container-cli"} {
-		must(t, os.Symlink("nctk", filepath.Join(dir, name)))
-	}
-	return dir
-}
 
 // TestE2ERuncLegacyHook is the legacy path end to end with real binaries:
 // runc runs nvidia-container-runtime-hook as a prestart hook, the hook
@@ -54,7 +27,7 @@ func TestE2ERuncLegacyHook(t *testing.T) {
 	if drv.CUDADriverVersion == 0 {
 		t.Skip("the fixture's libcuda version was not measured")
 	}
-	bin := buildNctk(t)
+	bin := e2e.MustBuildNctk(t)
 	cfg := writeConfig(t, fmt.Sprintf("[nvidia-container-cli]\nroot = %q\npath = %q\nload-kmods = false\n",
 		drv.Path, filepath.Join(bin, "nvidia-container-cli")))
 	image := e2e.BuildRootfs(t, e2e.RootfsOptions{})
@@ -121,7 +94,7 @@ func TestE2ERuncLegacyHookRequirement(t *testing.T) {
 	if drv.CUDAVersion == "" {
 		t.Skip("the fixture's CUDA version was not measured")
 	}
-	bin := buildNctk(t)
+	bin := e2e.MustBuildNctk(t)
 	cfg := writeConfig(t, fmt.Sprintf("[nvidia-container-cli]\nroot = %q\npath = %q\nload-kmods = false\n",
 		drv.Path, filepath.Join(bin, "nvidia-container-cli")))
 	image := e2e.BuildRootfs(t, e2e.RootfsOptions{NoCudaprobe: true})
