@@ -220,7 +220,7 @@ func Apply(doc *Doc, p *plan.Plan, hc HookConfig) error {
 	if err != nil {
 		return fmt.Errorf("apply injection plan to %s: edited spec does not decode: %w", doc.name, describe(data, err))
 	}
-	doc.tree, doc.spec = tree, spec
+	doc.tree, doc.spec, doc.data = tree, spec, data
 	return nil
 }
 

@@ -5,9 +5,11 @@
 // exact number literals) and edits that tree in place, so every field the
 // editor does not know — a newer runtime-spec field, a vendor extension deep
 // inside linux.resources, an annotation — is written back with the same
-// meaning. A typed *specs.Spec view, decoded from the same tree, is offered
-// for reading. Load is strict: malformed JSON and fields of the wrong type
-// are errors naming the file and the offset or field.
+// meaning. A typed *specs.Spec view of the fields nctk reads and edits is
+// offered for reading (see Doc.Spec). Load is strict about what nctk uses:
+// malformed JSON and a wrong type in a field nctk reads or edits are errors
+// naming the file and the offset or field; the types of fields nctk neither
+// reads nor edits are the low-level runtime's to check.
 //
 // Apply writes an injection plan into the spec (see apply.go); Save replaces
 // the file atomically, keeping its mode and owner.
@@ -38,6 +40,8 @@ type Doc struct {
 	name string
 	tree object
 	spec *specs.Spec
+	// data is tree's encoding when Apply made it (nil: encode on demand).
+	data []byte
 }
 
 // Load reads and decodes the config.json at path.
@@ -73,12 +77,19 @@ func Parse(name string, data []byte) (*Doc, error) {
 // Name is the path (or name) the Doc was loaded from.
 func (d *Doc) Name() string { return d.name }
 
-// Spec is the typed view of the configuration, for reading. It reflects
-// every Apply; changes made to it are not written back (edit through Apply).
+// Spec is the typed view of the configuration, for reading. It holds the
+// fields nctk reads and edits — ociVersion, process.env,
+// process.capabilities, root, mounts, annotations, hooks, linux.devices and
+// linux.resources.devices — and nothing else (decode Bytes into a
+// specs.Spec for the whole configuration). It reflects every Apply; changes
+// made to it are not written back (edit through Apply).
 func (d *Doc) Spec() *specs.Spec { return d.spec }
 
 // Bytes returns the JSON encoding of the document as Save writes it.
 func (d *Doc) Bytes() ([]byte, error) {
+	if d.data != nil {
+		return d.data, nil
+	}
 	return encode(d.tree)
 }
 
@@ -157,15 +168,52 @@ func decodeTree(data []byte) (object, error) {
 	return obj, nil
 }
 
-// decodeSpec decodes data into the typed spec, checking the types of every
-// field the runtime-spec defines. Unknown fields are allowed: they stay in
-// the generic tree.
+// specView is the part of the runtime-spec that nctk reads or edits, with
+// the runtime-spec's own types: decoding it checks those fields' types and
+// costs a fraction of decoding a whole specs.Spec (encoding/json builds its
+// per-type tables on first use, in every fresh process: ~0.5 ms for the
+// whole spec on the development VM, on every container create).
+type specView struct {
+	Version     string            `json:"ociVersion"`
+	Process     *processView      `json:"process,omitempty"`
+	Root        *specs.Root       `json:"root,omitempty"`
+	Mounts      []specs.Mount     `json:"mounts,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Hooks       *specs.Hooks      `json:"hooks,omitempty"`
+	Linux       *linuxView        `json:"linux,omitempty"`
+}
+
+type processView struct {
+	Env          []string                 `json:"env,omitempty"`
+	Capabilities *specs.LinuxCapabilities `json:"capabilities,omitempty"`
+}
+
+type linuxView struct {
+	Devices   []specs.LinuxDevice `json:"devices,omitempty"`
+	Resources *struct {
+		Devices []specs.LinuxDeviceCgroup `json:"devices,omitempty"`
+	} `json:"resources,omitempty"`
+}
+
+// decodeSpec decodes the fields of specView from data into a specs.Spec,
+// checking their types. Every other field is left zero (it stays in the
+// generic tree).
 func decodeSpec(data []byte) (*specs.Spec, error) {
-	var s specs.Spec
-	if err := json.Unmarshal(data, &s); err != nil {
+	var v specView
+	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, err
 	}
-	return &s, nil
+	s := &specs.Spec{Version: v.Version, Root: v.Root, Mounts: v.Mounts, Annotations: v.Annotations, Hooks: v.Hooks}
+	if v.Process != nil {
+		s.Process = &specs.Process{Env: v.Process.Env, Capabilities: v.Process.Capabilities}
+	}
+	if v.Linux != nil {
+		s.Linux = &specs.Linux{Devices: v.Linux.Devices}
+		if v.Linux.Resources != nil {
+			s.Linux.Resources = &specs.LinuxResources{Devices: v.Linux.Resources.Devices}
+		}
+	}
+	return s, nil
 }
 
 // encode renders the tree; HTML characters are left as they are.

@@ -366,6 +366,28 @@ func TestApplyErrorsLeaveDocUnchanged(t *testing.T) {
 	}
 }
 
+// TestParseLeavesOtherFieldsToRuntime: the type of a field nctk neither
+// reads nor edits is the low-level runtime's to check; Parse accepts it
+// and Apply and Bytes keep it exactly.
+func TestParseLeavesOtherFieldsToRuntime(t *testing.T) {
+	doc, err := Parse("cfg.json", []byte(`{"ociVersion":"1.2.0","root":{"path":"r"},"process":{"env":["A=B"],"user":{"uid":-1}},"linux":{"sysctl":7}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(doc, testPlan(), HookConfig{Path: hookPath}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := doc.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"user":{"uid":-1}`, `"sysctl":7`} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("Apply lost %s:\n%s", want, out)
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name, data string
@@ -378,7 +400,12 @@ func TestParseErrors(t *testing.T) {
 		{"trailing data", `{"ociVersion":"1"} {}`, []string{"cfg.json", "after the top-level value"}},
 		{"wrong type", `{"ociVersion":"1","process":{"env":"A=B"}}`, []string{"cfg.json", "field process.env", "string", "byte offset"}},
 		{"wrong nested type", `{"ociVersion":"1","linux":{"resources":{"devices":[{"major":"x"}]}}}`, []string{"linux.resources.devices.major"}},
-		{"negative uid", `{"ociVersion":"1","process":{"user":{"uid":-1}}}`, []string{"process.user.uid"}},
+		{"capabilities not a list", `{"ociVersion":"1","process":{"capabilities":{"bounding":"CAP_SYS_ADMIN"}}}`, []string{"process.capabilities.bounding"}},
+		{"mount destination", `{"ociVersion":"1","mounts":[{"destination":1}]}`, []string{"mounts.destination"}},
+		{"annotation value", `{"ociVersion":"1","annotations":{"a":1}}`, []string{"annotations"}},
+		{"root path", `{"ociVersion":"1","root":{"path":["r"]}}`, []string{"root.path"}},
+		{"hook args", `{"ociVersion":"1","hooks":{"prestart":[{"path":"/h","args":"x"}]}}`, []string{"hooks.prestart.args"}},
+		{"device major", `{"ociVersion":"1","linux":{"devices":[{"path":"/dev/x","type":"c","major":"1"}]}}`, []string{"linux.devices.major"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
