@@ -1,6 +1,7 @@
 package discover
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -107,7 +108,7 @@ func (x *discoverer) mig() error {
 	var minors map[string]uint32
 	if len(byMinor) > 0 {
 		p := x.procPath(procfs.MIGMinorsPath)
-		minors, err = readMIGMinorsOf(p, func(m uint32) bool { _, ok := byMinor[m]; return ok })
+		minors, err = readMIGMinorsOf(p, func(m uint32) bool { _, ok := byMinor[m]; return ok }, len(byMinor))
 		if err != nil && !isNotExist(err) {
 			x.warn("cannot read MIG capability minors: %v", err)
 		}
@@ -266,51 +267,41 @@ func (x *discoverer) imexChannels() error {
 	return nil
 }
 
-// maxMIGMinorsBytes bounds the mig-minors file (about 100 KiB on real hosts).
+// maxMIGMinorsBytes bounds how much of the mig-minors file is read (about
+// 100 KiB on real hosts).
 const maxMIGMinorsBytes = 4 << 20
 
 // readMIGMinorsOf reads /proc/driver/nvidia-caps/mig-minors and returns the
-// "<name> <minor>" entries whose minor keep accepts.
-func readMIGMinorsOf(p string, keep func(uint32) bool) (map[string]uint32, error) {
+// "<name> <minor>" entries whose minor keep accepts, stopping once want
+// distinct minors are found (see scanMIGMinors).
+func readMIGMinorsOf(p string, keep func(uint32) bool, want int) (map[string]uint32, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	buf := make([]byte, 0, 128<<10)
-	for {
-		if len(buf) == cap(buf) {
-			if len(buf) >= maxMIGMinorsBytes {
-				return nil, fmt.Errorf("%s: larger than %d bytes", p, maxMIGMinorsBytes)
-			}
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF || (err == nil && n == 0) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", p, err)
-		}
+	out, err := scanMIGMinors(io.LimitReader(f, maxMIGMinorsBytes), keep, want)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
 	}
-	return scanMIGMinors(buf, keep), nil
+	return out, nil
 }
 
 // scanMIGMinors picks the entries of a mig-minors table whose minor keep
-// accepts, allocating only for those. Lines that are not "<name> <minor>"
-// are skipped (procfs.ParseMIGMinors is the validating parser; for valid
-// input both agree, which FuzzScanMIGMinors checks).
-func scanMIGMinors(data []byte, keep func(uint32) bool) map[string]uint32 {
+// accepts, allocating only for those, and stops reading once it has found
+// want distinct minors (want <= 0: it reads to the end). The table lists
+// minors in increasing order from "config 1" and "monitor 2", so a host
+// with only the MIG config/monitor nodes reads its first line or two, not
+// all 4,322. Lines that are not "<name> <minor>" are skipped
+// (procfs.ParseMIGMinors is the validating parser; for valid input both
+// agree, which FuzzScanMIGMinors checks).
+func scanMIGMinors(r io.Reader, keep func(uint32) bool, want int) (map[string]uint32, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4<<10), 64<<10)
 	out := map[string]uint32{}
-	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
-		f1, f2, ok := twoFields(line)
+	found := map[uint32]bool{}
+	for (want <= 0 || len(found) < want) && sc.Scan() {
+		f1, f2, ok := twoFields(sc.Bytes())
 		if !ok || len(f2) == 0 {
 			continue
 		}
@@ -326,11 +317,15 @@ func scanMIGMinors(data []byte, keep func(uint32) bool) map[string]uint32 {
 		if !valid || m > 1<<20-1 || !keep(m) {
 			continue
 		}
+		found[m] = true
 		if _, dup := out[string(f1)]; !dup {
 			out[string(f1)] = m
 		}
 	}
-	return out
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // twoFields splits a line into exactly two blank-separated fields.

@@ -1,13 +1,16 @@
 package discover
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"testing/iotest"
 
 	"golang.org/x/sys/unix"
 
@@ -634,6 +637,23 @@ func FuzzResolve(f *testing.F) {
 	})
 }
 
+// TestScanMIGMinorsStops: the scan stops reading once it has found the
+// minors it was asked for (a reader that fails after the first lines shows
+// it), and reads to the end for minors it does not find.
+func TestScanMIGMinorsStops(t *testing.T) {
+	table := func() io.Reader {
+		return io.MultiReader(strings.NewReader("config 1\nmonitor 2\ngpu0/gi0/access 3\n"), iotest.ErrReader(errors.New("read past the answer")))
+	}
+	keep := func(m uint32) bool { return m == 1 || m == 2 }
+	got, err := scanMIGMinors(table(), keep, 2)
+	if err != nil || len(got) != 2 || got["config"] != 1 || got["monitor"] != 2 {
+		t.Errorf("scan for minors 1 and 2 = %v, %v; want config 1, monitor 2 and no read past them", got, err)
+	}
+	if _, err := scanMIGMinors(table(), func(m uint32) bool { return m == 9 }, 1); err == nil {
+		t.Error("scan for a minor the table lacks did not read to the end")
+	}
+}
+
 // FuzzScanMIGMinors checks the fast mig-minors scan against procfs's
 // validating parser: on every ASCII table the parser accepts, the scan
 // finds exactly the parser's entries for the minors it is asked about.
@@ -643,7 +663,10 @@ func FuzzScanMIGMinors(f *testing.F) {
 	f.Add([]byte("a 1 2\nb x\n c 99999999999\n"), uint32(1))
 	f.Fuzz(func(t *testing.T, data []byte, want uint32) {
 		keep := func(m uint32) bool { return m%7 == want%7 }
-		got := scanMIGMinors(data, keep)
+		got, err := scanMIGMinors(bytes.NewReader(data), keep, 0)
+		if err != nil {
+			return // a line longer than the scanner takes
+		}
 		for _, c := range data {
 			if c >= 0x80 {
 				return

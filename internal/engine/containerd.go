@@ -327,12 +327,15 @@ func addContainerdImport(main []byte, mainT tomlTable, version int, mainName, dr
 	return marshalTOML(want)
 }
 
-// importsLine matches a one-line top-level imports array.
-var importsLine = regexp.MustCompile(`^[ \t]*imports[ \t]*=[ \t]*\[[^\]#]*\][ \t]*(#.*)?$`)
+// importsLinePattern matches a one-line top-level imports array. It is
+// compiled where it is used, not at package init: every nctk tool (the
+// container-create path included) links this package.
+const importsLinePattern = `^[ \t]*imports[ \t]*=[ \t]*\[[^\]#]*\][ \t]*(#.*)?$`
 
 // replaceImportsLine replaces the one-line top-level imports assignment of
 // data with line, or returns nil when there is no such line.
 func replaceImportsLine(data, line []byte) []byte {
+	importsLine := regexp.MustCompile(importsLinePattern)
 	off := 0
 	for off < len(data) {
 		end := len(data)

@@ -161,10 +161,11 @@ func skipGlobalOptions(args []string) int {
 	return i
 }
 
-// deviceToken matches one NV_GPU entry: an index, a MIG index (gpu:mig), a
+// deviceTokenPattern matches one NV_GPU entry: an index, a MIG index (gpu:mig), a
 // GPU or MIG UUID (also the old MIG-GPU-<uuid>/<gi>/<ci> form), or a
-// fully-qualified CDI device name.
-var deviceToken = regexp.MustCompile(`^(?:[0-9]+|[0-9]+:[0-9]+|GPU-[0-9a-fA-F]+(?:-[0-9a-fA-F]+)*|MIG-[0-9a-fA-F]+(?:-[0-9a-fA-F]+)*|MIG-GPU-[0-9a-fA-F]+(?:-[0-9a-fA-F]+)*/[0-9]+/[0-9]+|[a-z0-9][a-z0-9.-]*/[a-zA-Z0-9][a-zA-Z0-9_.-]*=[a-zA-Z0-9_.:-]+)$`)
+// fully-qualified CDI device name. It is compiled where it is used, not at
+// package init, which every nctk tool would pay.
+const deviceTokenPattern = `^(?:[0-9]+|[0-9]+:[0-9]+|GPU-[0-9a-fA-F]+(?:-[0-9a-fA-F]+)*|MIG-[0-9a-fA-F]+(?:-[0-9a-fA-F]+)*|MIG-GPU-[0-9a-fA-F]+(?:-[0-9a-fA-F]+)*/[0-9]+/[0-9]+|[a-z0-9][a-z0-9.-]*/[a-zA-Z0-9][a-zA-Z0-9_.-]*=[a-zA-Z0-9_.:-]+)$`
 
 // ParseNVGPU validates NV_GPU (entries separated by blanks or commas) and
 // returns the NVIDIA_VISIBLE_DEVICES value: the entries joined by commas.
@@ -174,6 +175,7 @@ func ParseNVGPU(v string) (string, error) {
 	if len(tokens) == 0 {
 		return "", fmt.Errorf("%s=%q names no GPU", EnvGPU, v)
 	}
+	deviceToken := regexp.MustCompile(deviceTokenPattern)
 	for _, t := range tokens {
 		switch t {
 		case "all", "none", "void":
