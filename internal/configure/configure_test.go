@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/plan"
 )
 
@@ -126,7 +127,11 @@ func (d *driver) plan() *plan.Plan {
 			{Source: d.lib, Destination: libdir + "/" + filepath.Base(d.lib), Kind: plan.KindFile, Options: ro},
 			{Source: d.bin, Destination: "/usr/bin/nvidia-smi", Kind: plan.KindFile, Options: ro},
 		},
-		Symlinks:     []plan.Symlink{{Link: libdir + "/libz.so", Target: d.soname}},
+		// The SONAME link and the development link, as plan.Build makes them.
+		Symlinks: []plan.Symlink{
+			{Link: libdir + "/" + d.soname, Target: filepath.Base(d.lib)},
+			{Link: libdir + "/libz.so", Target: d.soname},
+		},
 		LdconfigDirs: []string{libdir},
 		Proc:         &plan.ProcView{HostDir: d.proc, Files: []string{"params", "version"}, GPUDirs: []string{"00000000:02:00.0"}},
 	}
@@ -163,15 +168,23 @@ func TestApply(t *testing.T) {
 	if b, _ := os.ReadFile(c.inside("/proc/driver/nvidia/params")); string(b) != "ModifyDeviceFiles: 0\n" {
 		t.Errorf("params in the container: %q", b)
 	}
-	// Symlink from the plan, SONAME link and cache from ldconfig.
+	// Symlinks from the plan; the library in the image's ld.so.cache (written
+	// in process: the host ldconfig runs only for CUDA compat libraries),
+	// as the image's own loader reads it.
 	if got, _ := os.Readlink(c.inside(libdir + "/libz.so")); got != d.soname {
 		t.Errorf("libz.so -> %q", got)
 	}
 	if got, _ := os.Readlink(c.inside(libdir + "/" + d.soname)); got != filepath.Base(d.lib) {
-		t.Errorf("%s -> %q (ldconfig link)", d.soname, got)
+		t.Errorf("%s -> %q (SONAME link)", d.soname, got)
 	}
-	if cache, _ := os.ReadFile(c.inside("/etc/ld.so.cache")); !strings.Contains(string(cache), d.soname) {
-		t.Error("container ld.so.cache lacks the driver library")
+	entries, err := ldcache.Load(c.inside("/etc/ld.so.cache"))
+	must(t, err)
+	found := false
+	for _, e := range entries.Entries {
+		found = found || e.Key == d.soname && e.Value == libdir+"/"+d.soname
+	}
+	if !found {
+		t.Errorf("container ld.so.cache lacks %s -> %s/%s: %+v", d.soname, libdir, d.soname, entries.Entries)
 	}
 	// On the host the mounts are invisible: only the empty placeholder.
 	if st, err := os.Stat(c.rootfs + lib); err != nil || st.Size() != 0 {
@@ -240,10 +253,15 @@ func TestApplyFailuresRollBack(t *testing.T) {
 		{"wrong device number", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
 			p.Devices[0].Minor = 9
 		}, PhaseMount, "invalid device node"},
-		{"ldconfig fails", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
+		{"ld.so.cache not replaceable", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
+			must(t, os.MkdirAll(c.rootfs+"/etc/ld.so.cache/x", 0o755))
+		}, PhaseLdcache, "ld.so.cache"},
+		{"compat ldconfig fails", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
+			withCompat(t, c, d, p, o)
 			o.LdconfigExe = "/bin/false"
 		}, PhaseLdcache, "exit status 1"},
 		{"container ldconfig refused", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
+			withCompat(t, c, d, p, o)
 			o.Ldconfig = "/sbin/ldconfig"
 		}, PhaseLdcache, "container path"},
 		{"bad compat mode", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
@@ -318,17 +336,27 @@ func TestApplyInputErrors(t *testing.T) {
 	}
 }
 
+// withCompat puts a compat libcuda of a newer branch (580) than the host's
+// (535) in the image, makes the plan inject a libcuda and turns compat
+// handling on: Apply then runs the host ldconfig over the compat directory.
+func withCompat(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
+	t.Helper()
+	must(t, os.MkdirAll(c.rootfs+CompatDir, 0o755))
+	b, err := os.ReadFile(d.lib)
+	must(t, err)
+	must(t, os.WriteFile(c.rootfs+CompatDir+"/libcuda.so.580.65.06", b, 0o755))
+	p.Mounts[0].Destination = "/usr/lib/x86_64-linux-gnu/libcuda.so.535.1"
+	o.CUDACompatMode, o.DriverVersion = CompatLdconfig, "535.261.03"
+}
+
 func TestCompatDir(t *testing.T) {
 	c := startContainer(t, false)
 	d := newDriver(t)
-	must(t, os.MkdirAll(c.rootfs+CompatDir, 0o755))
-	b, _ := os.ReadFile(d.lib)
-	// A compat libcuda of a newer branch than the host's 535: its
-	// directory joins ldconfig's command line (nothing is mounted).
-	must(t, os.WriteFile(c.rootfs+CompatDir+"/libcuda.so.580.65.06", b, 0o755))
 	p := d.plan()
-	p.Mounts[0].Destination = "/usr/lib/x86_64-linux-gnu/libcuda.so.535.1"
-	must(t, Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, Options{CUDACompatMode: CompatLdconfig, DriverVersion: "535.261.03"}))
+	var o Options
+	// Its directory joins ldconfig's command line (nothing is mounted).
+	withCompat(t, c, d, p, &o)
+	must(t, Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, o))
 	cache, _ := os.ReadFile(c.inside("/etc/ld.so.cache"))
 	if !strings.Contains(string(cache), CompatDir) {
 		t.Error("compat directory not in the container's ld.so.cache")

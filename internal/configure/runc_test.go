@@ -85,7 +85,11 @@ func TestRuncPrestart(t *testing.T) {
 			{Source: d.lib, Destination: libdir + "/" + filepath.Base(d.lib), Kind: plan.KindFile, Options: ro},
 			{Source: d.bin, Destination: "/usr/bin/nvidia-smi", Kind: plan.KindFile, Options: ro},
 		},
-		Symlinks:     []plan.Symlink{{Link: libdir + "/libz.so", Target: d.soname}},
+		// The SONAME link and the development link, as plan.Build makes them.
+		Symlinks: []plan.Symlink{
+			{Link: libdir + "/" + d.soname, Target: filepath.Base(d.lib)},
+			{Link: libdir + "/libz.so", Target: d.soname},
+		},
 		LdconfigDirs: []string{libdir},
 	}
 	script := "if (exec 3<>/dev/nvidia0) 2>&-; then echo DEVICE-OPEN; else echo DEVICE-DENIED; fi; " +

@@ -114,7 +114,7 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 			args = append(args, "--folder", d)
 		}
 		if hc.InProcessLdcache {
-			for _, l := range LdcacheLibs(p) {
+			for _, l := range p.LdcacheLibs() {
 				args = append(args, "--lib", l)
 			}
 		}
@@ -134,29 +134,6 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 		add(args...)
 	}
 	return hooks
-}
-
-// LdcacheLibs returns the container paths of p's libraries that the
-// in-process ld.so.cache update gets (update-ldcache --lib, or
-// rootfs.PlanLibraryEntries): the library files mounted into
-// p.LdconfigDirs, then the links created there (SONAME and development
-// links), each once.
-func LdcacheLibs(p *plan.Plan) []string {
-	var out []string
-	add := func(dst string) {
-		if slices.Contains(p.LdconfigDirs, path.Dir(dst)) && !slices.Contains(out, dst) {
-			out = append(out, dst)
-		}
-	}
-	for _, m := range p.Mounts {
-		if m.Kind == plan.KindFile {
-			add(m.Destination)
-		}
-	}
-	for _, s := range p.Symlinks {
-		add(s.Link)
-	}
-	return out
 }
 
 // ChainSeparator separates hooks chained in one nvidia-cdi-hook call.

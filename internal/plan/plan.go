@@ -10,6 +10,11 @@
 // spec (internal/cdispec). No applier decides what to inject.
 package plan
 
+import (
+	"path"
+	"slices"
+)
+
 // Mount options every driver-file bind mount carries.
 const (
 	OptRO       = "ro"
@@ -133,4 +138,27 @@ func Merge(a, b *Plan) *Plan {
 		m.Proc = b.Proc
 	}
 	return &m
+}
+
+// LdcacheLibs returns the container paths of p's libraries that go into the
+// container's ld.so.cache (rootfs.UpdateLdCache, PlanLibraryEntries, the
+// update-ldcache hook's --lib): the library files mounted into
+// p.LdconfigDirs, then the links created there (SONAME and development
+// links), each once.
+func (p *Plan) LdcacheLibs() []string {
+	var out []string
+	add := func(dst string) {
+		if slices.Contains(p.LdconfigDirs, path.Dir(dst)) && !slices.Contains(out, dst) {
+			out = append(out, dst)
+		}
+	}
+	for _, m := range p.Mounts {
+		if m.Kind == KindFile {
+			add(m.Destination)
+		}
+	}
+	for _, s := range p.Symlinks {
+		add(s.Link)
+	}
+	return out
 }

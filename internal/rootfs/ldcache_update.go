@@ -199,7 +199,7 @@ const maxLinkHops = 40
 
 // PlanLibraryEntries returns the library directory entries that
 // UpdateLdCache would find for libs (container paths of the plan's library
-// mounts and links, as ocispec.LdcacheLibs lists them) once p is applied,
+// mounts and links, as plan.Plan.LdcacheLibs lists them) once p is applied,
 // without its mounts: for a path where p mounts a file, that HOST file
 // (Mount.Source, opened on the host) is inspected; for a path where p
 // creates a symlink, the link's target is followed through p's links and

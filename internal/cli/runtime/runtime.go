@@ -218,7 +218,7 @@ func prepareRootfs(path string, p *plan.Plan, log *slog.Logger) (*rootfs.Root, e
 		if len(p.LdconfigDirs) == 0 {
 			return nil
 		}
-		names, err := root.PlanLibraryEntries(p, ocispec.LdcacheLibs(p))
+		names, err := root.PlanLibraryEntries(p, p.LdcacheLibs())
 		if err != nil {
 			return fmt.Errorf("update ld.so.cache: %w", err)
 		}
