@@ -38,12 +38,17 @@ import (
 //	              the hooks cost, without the wrapper;
 //	edited-nohook the same spec without its createContainer hooks: what the
 //	              device nodes and bind mounts cost runc;
-//	edited-no-<h> the same spec without hook <h>: the cost of that hook.
+//	edited-no-<h> the same spec without hook <h>: the cost of that hook;
+//	hook          `runc create` of the original config.json with the
+//	              prestart hook `docker run --gpus` adds
+//	              (nvidia-container-runtime-hook, which runs
+//	              nvidia-container-cli configure): the legacy path.
 //
 // Metrics (ms, medians over iterations; extra-* are per-iteration paired
 // differences nvidia − runc):
 //
 //	runc-ms, nvidia-ms, extra-ms, extra-p90-ms
+//	hook-extra-ms  median of the paired differences hook − runc
 //	wrapper-ms     nvidia − edited: exec of nctk, config, discovery, plan,
 //	               spec write
 //	hooks-ms       edited − edited-nohook
@@ -82,8 +87,8 @@ func BenchmarkCreate(b *testing.B) {
 	// config.toml as installed (info level, no debug log), pointing at the
 	// fixture driver.
 	cfgPath := filepath.Join(host.Dir, "bench.toml")
-	cfg := fmt.Sprintf("[nvidia-container-cli]\nroot = %q\nldconfig = \"@/sbin/ldconfig\"\nload-kmods = false\n\n"+
-		"[nvidia-container-runtime]\nruntimes = [%q]\n", host.Root.Path, runc)
+	cfg := fmt.Sprintf("[nvidia-container-cli]\nroot = %q\npath = %q\nldconfig = \"@/sbin/ldconfig\"\nload-kmods = false\n\n"+
+		"[nvidia-container-runtime]\nruntimes = [%q]\n", host.Root.Path, tool(b, "nvidia-container-cli"), runc)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		b.Fatal(err)
 	}
@@ -123,7 +128,8 @@ func BenchmarkCreate(b *testing.B) {
 		b.Fatalf("delete: %v\n%s", err, out)
 	}
 	edited := readFile(b, specPath)
-	variants := map[string][]byte{"edited": edited, "edited-nohook": withoutHooks(b, edited, nil)}
+	variants := map[string][]byte{"edited": edited, "edited-nohook": withoutHooks(b, edited, nil),
+		"hook": withPrestartHook(b, orig, tool(b, "nvidia-container-runtime-hook"), cfgPath)}
 	hookNames := hookSubcommands(b, edited)
 	for _, h := range hookNames {
 		variants["edited-no-"+h] = withoutHooks(b, edited, &h)
@@ -152,7 +158,7 @@ func BenchmarkCreate(b *testing.B) {
 	}
 	slices.Sort(names[2:])
 	times := map[string][]time.Duration{}
-	var extra []time.Duration
+	var extra, hookExtra []time.Duration
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		order := slices.Clone(names)
@@ -173,6 +179,7 @@ func BenchmarkCreate(b *testing.B) {
 			times[n] = append(times[n], got[n])
 		}
 		extra = append(extra, got["nvidia"]-got["runc"])
+		hookExtra = append(hookExtra, got["hook"]-got["runc"])
 	}
 	b.StopTimer()
 	if err := os.WriteFile(specPath, orig, 0o644); err != nil {
@@ -183,6 +190,7 @@ func BenchmarkCreate(b *testing.B) {
 	b.ReportMetric(ms(med("nvidia")), "nvidia-ms")
 	b.ReportMetric(ms(percentile(extra, 50)), "extra-ms")
 	b.ReportMetric(ms(percentile(extra, 90)), "extra-p90-ms")
+	b.ReportMetric(ms(percentile(hookExtra, 50)), "hook-extra-ms")
 	b.ReportMetric(ms(med("nvidia")-med("edited")), "wrapper-ms")
 	b.ReportMetric(ms(med("edited")-med("edited-nohook")), "hooks-ms")
 	b.ReportMetric(ms(med("edited-nohook")-med("runc")), "mounts-ms")
@@ -273,6 +281,29 @@ func wrapperSteps(b *testing.B, cfgPath string, env []string, spec []byte, rootf
 		"write":    percentile(write, 50),
 		"inproc":   percentile(whole, 50),
 	}
+}
+
+// withPrestartHook returns spec with the prestart hook dockerd adds for
+// `docker run --gpus`: nvidia-container-runtime-hook prestart (here with
+// -config naming the benchmark's config.toml).
+func withPrestartHook(b *testing.B, spec []byte, hook, cfg string) []byte {
+	var s specs.Spec
+	if err := json.Unmarshal(spec, &s); err != nil {
+		b.Fatal(err)
+	}
+	if s.Hooks == nil {
+		s.Hooks = &specs.Hooks{}
+	}
+	//lint:ignore SA1019 prestart is where dockerd puts this hook
+	s.Hooks.Prestart = append(s.Hooks.Prestart, specs.Hook{
+		Path: hook, Args: []string{"nvidia-container-runtime-hook", "-config", cfg, "prestart"},
+		Env: []string{"PATH=" + e2e.SystemPath},
+	})
+	out, err := json.Marshal(&s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
 }
 
 // hookSubcommands lists the nvidia-cdi-hook subcommands of the spec's
