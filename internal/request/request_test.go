@@ -262,6 +262,67 @@ func TestParseState(t *testing.T) {
 	}
 }
 
+// TestParseStateRoot: ParseState keeps a string "root" and ignores one of
+// another type (the runtime hook does not use it).
+func TestParseStateRoot(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`{"pid":1,"bundle":"/b","root":"/r"}`, "/r"},
+		{`{"pid":1,"bundle":"/b","root":{"path":"rootfs"}}`, ""},
+		{`{"pid":1,"bundle":"/b","root":null}`, ""},
+	}
+	for _, tt := range tests {
+		got, err := ParseState([]byte(tt.in))
+		if err != nil || got.Root != tt.want || got.Pid != 1 || got.Bundle != "/b" {
+			t.Errorf("ParseState(%s) = %+v, %v; want root %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestDecodeState(t *testing.T) {
+	tests := []struct {
+		in   string
+		want State
+	}{
+		{`{"ociVersion":"1.0.2","id":"c1","status":"created","pid":4242,"bundle":"/run/containerd/b","annotations":{"a":"b"}}`,
+			State{Version: "1.0.2", ID: "c1", Status: "created", Pid: 4242, Bundle: "/run/containerd/b", Annotations: map[string]string{"a": "b"}}},
+		{`{"pid":3,"bundlePath":"/b"}`, State{Pid: 3, Bundle: "/b"}},
+		{`{"pid":7,"bundle":"/new","bundlePath":"/old","unknown":[1,2]}` + "\n", State{Pid: 7, Bundle: "/new"}},
+		{`{"root":"/r"}`, State{Root: "/r"}},
+		{`{"root":"rootfs","bundle":"/b"}`, State{Root: "rootfs", Bundle: "/b"}},
+		{`{"root":null,"bundle":"rel"}`, State{Bundle: "rel"}},
+		{`{"pid":-3}`, State{Pid: -3}},
+		{`{}`, State{}},
+		{`null`, State{}},
+	}
+	for _, tt := range tests {
+		got, err := DecodeState([]byte(tt.in))
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("DecodeState(%s) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+		}
+	}
+	errs := []struct{ in, want string }{
+		{"", "OCI state: empty input"},
+		{" \t\n", "OCI state: empty input"},
+		{"{", "OCI state: invalid JSON"},
+		{`{"bundle":"/b"} x`, "OCI state: invalid JSON at byte"},
+		{`[]`, "OCI state: want a JSON object, not a JSON array"},
+		{`"s"`, "OCI state: want a JSON object, not a JSON string"},
+		{`{"pid":"x","bundle":"/b"}`, `OCI state: field "pid": want int, not a JSON string`},
+		{`{"pid":1e99}`, `OCI state: field "pid"`},
+		{`{"bundle":3}`, `OCI state: field "bundle": want string, not a JSON number`},
+		{`{"bundlePath":true}`, `OCI state: field "bundlePath": want string, not a JSON bool`},
+		{`{"annotations":{"a":1}}`, `OCI state: field "annotations": want string, not a JSON number`},
+		{`{"root":{"path":"rootfs"},"bundle":"/b"}`, `OCI state: field "root": want string, not a JSON object`},
+		{`{"root":1}`, `OCI state: field "root": want string, not a JSON number`},
+	}
+	for _, tt := range errs {
+		got, err := DecodeState([]byte(tt.in))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("DecodeState(%q) = %+v, %v; want error %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
 func BenchmarkFromSpec(b *testing.B) {
 	s := spec(false, "PATH=/usr/bin", "NVIDIA_VISIBLE_DEVICES=0,1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility,graphics",
 		"NVIDIA_REQUIRE_CUDA="+require130, "CUDA_VERSION=13.0.0")
