@@ -215,21 +215,21 @@ func underPath(p, root string) (string, bool) {
 }
 
 // lookupDeviceCgroup reads the files findDeviceCgroup needs: the
-// container's /proc/PID/cgroup and our own mountinfo, both under procRoot.
-func lookupDeviceCgroup(procRoot string, pid int) (cgroupDir, error) {
-	cg := path.Join(procRoot, "/proc", strconv.Itoa(pid), "cgroup")
-	cgData, err := os.ReadFile(cg)
+// container's PID/cgroup and our own self/mountinfo, both in proc (the
+// /proc of procRoot, "" for the host's).
+func lookupDeviceCgroup(proc *procDir, procRoot string, pid int) (cgroupDir, error) {
+	cgRel := path.Join(strconv.Itoa(pid), "cgroup")
+	cgData, err := proc.readFile(cgRel)
 	if err != nil {
-		return cgroupDir{}, fmt.Errorf("read %s: %w", cg, err)
+		return cgroupDir{}, err
 	}
-	mi := path.Join(procRoot, "/proc/self/mountinfo")
-	miData, err := os.ReadFile(mi)
+	miData, err := proc.readFile("self/mountinfo")
 	if err != nil {
-		return cgroupDir{}, fmt.Errorf("read %s: %w", mi, err)
+		return cgroupDir{}, err
 	}
 	d, err := findDeviceCgroup(cgData, miData, procRoot)
 	if err != nil {
-		return cgroupDir{}, fmt.Errorf("%s: %w", cg, err)
+		return cgroupDir{}, fmt.Errorf("%s: %w", proc.name(cgRel), err)
 	}
 	return d, nil
 }

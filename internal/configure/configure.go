@@ -84,7 +84,8 @@ type Container struct {
 	Rootfs string
 	// ProcRoot is where the /proc holding PID is visible: "" for the
 	// host's /proc (supervised mode, --pid given), the rootfs in
-	// standalone mode.
+	// standalone mode, where ProcRoot/proc must be a procfs mount (opened
+	// inside ProcRoot, no symlink followed; see ErrNotProcfs).
 	ProcRoot string
 }
 
@@ -134,16 +135,25 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 	if err := validate(p, c, opts); err != nil {
 		return &Error{PhaseInput, err}
 	}
-	nsPath := path.Join(c.ProcRoot, "/proc", strconv.Itoa(c.PID), "ns/mnt")
-	nsfd, err := unix.Open(nsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	// In standalone mode /proc lies in the image's rootfs: it is opened
+	// inside the root, must be a procfs, and every file below is opened
+	// relative to it (procDir), never by a path through the rootfs.
+	proc, err := openProcDir(c.ProcRoot)
 	if err != nil {
-		return &Error{PhaseContainer, fmt.Errorf("open mount namespace %s: %w", nsPath, err)}
+		return &Error{PhaseContainer, err}
+	}
+	defer proc.Close()
+	nsRel := path.Join(strconv.Itoa(c.PID), "ns/mnt")
+	nsPath := proc.name(nsRel)
+	nsfd, err := proc.open(nsRel, unix.O_RDONLY)
+	if err != nil {
+		return &Error{PhaseContainer, fmt.Errorf("mount namespace: %w", err)}
 	}
 	defer unix.Close(nsfd)
 	var cg cgroupDir
 	useCgroup := !opts.NoCgroups && len(p.Devices) > 0
 	if useCgroup {
-		if cg, err = lookupDeviceCgroup(c.ProcRoot, c.PID); err != nil {
+		if cg, err = lookupDeviceCgroup(proc, c.ProcRoot, c.PID); err != nil {
 			return &Error{PhaseContainer, err}
 		}
 		log.Debug("device cgroup", "version", cg.Version, "dir", cg.Dir)

@@ -1,0 +1,137 @@
+package configure
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotProcfs is returned (wrapped) in standalone mode when ROOTFS/proc is
+// not a procfs mount: missing, a symlink, or a directory of the image's own
+// files.
+var ErrNotProcfs = errors.New("not a procfs mount: standalone mode needs /proc mounted in the container rootfs")
+
+// maxProcFile bounds what is read from a proc file (mountinfo of a host with
+// many mounts is the largest).
+const maxProcFile = 16 << 20
+
+// procDir is an open /proc: the host's (supervised mode) or, in standalone
+// mode, the procfs mounted at ROOTFS/proc, opened inside the rootfs without
+// following any symlink and checked to be a procfs. The container's files
+// (PID/ns/mnt, PID/cgroup, self/mountinfo) are opened relative to it, never
+// by a path through the rootfs, which the image controls.
+type procDir struct {
+	fd   int
+	path string // for messages: /proc or ROOTFS/proc
+	// standalone is set when the directory lies in a container rootfs;
+	// files read from it are then checked to be procfs files too.
+	standalone bool
+}
+
+// openProcDir opens procRoot's /proc ("" for the host's).
+func openProcDir(procRoot string) (*procDir, error) {
+	if procRoot == "" {
+		fd, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open /proc: %w", err)
+		}
+		return &procDir{fd: fd, path: "/proc"}, nil
+	}
+	p := path.Join(procRoot, "proc")
+	root, err := unix.Open(procRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open container root %s: %w", procRoot, err)
+	}
+	defer unix.Close(root)
+	fd, err := openNoSymlinks(root, "proc")
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			err = errors.New("is a symlink in the container image (not followed)")
+		}
+		return nil, fmt.Errorf("%s is %w: %w", p, ErrNotProcfs, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("statfs %s: %w", p, err)
+	}
+	if st.Type != unix.PROC_SUPER_MAGIC {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s is %w (file system type %#x)", p, ErrNotProcfs, st.Type)
+	}
+	return &procDir{fd: fd, path: p, standalone: true}, nil
+}
+
+// openNoSymlinks opens the directory name in dirfd, resolved inside dirfd
+// with no symlink (or magic link) followed.
+func openNoSymlinks(dirfd int, name string) (int, error) {
+	how := unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	for range 16 {
+		fd, err := unix.Openat2(dirfd, name, &how)
+		switch err {
+		case unix.EAGAIN, unix.EINTR:
+			continue // a concurrent rename or mount; retry
+		case unix.ENOSYS:
+			// No openat2 (before Linux 5.6): name is one component, so
+			// O_NOFOLLOW refuses every symlink just the same.
+			return unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		}
+		return fd, err
+	}
+	return -1, unix.EAGAIN
+}
+
+// Close releases the directory.
+func (d *procDir) Close() {
+	if d != nil && d.fd >= 0 {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+}
+
+// name is rel's path for messages.
+func (d *procDir) name(rel string) string { return path.Join(d.path, rel) }
+
+// open opens rel (PID/ns/mnt, self/mountinfo …) relative to the directory.
+func (d *procDir) open(rel string, flags int) (int, error) {
+	fd, err := unix.Openat(d.fd, rel, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", d.name(rel), err)
+	}
+	return fd, nil
+}
+
+// readFile reads the proc file rel. In standalone mode the file must be a
+// procfs file (not something mounted over it).
+func (d *procDir) readFile(rel string) ([]byte, error) {
+	fd, err := d.open(rel, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), d.name(rel))
+	defer f.Close()
+	if d.standalone {
+		var st unix.Statfs_t
+		if err := unix.Fstatfs(fd, &st); err != nil {
+			return nil, fmt.Errorf("statfs %s: %w", d.name(rel), err)
+		}
+		if st.Type != unix.PROC_SUPER_MAGIC {
+			return nil, fmt.Errorf("%s is not a procfs file (file system type %#x)", d.name(rel), st.Type)
+		}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxProcFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", d.name(rel), err)
+	}
+	if len(data) > maxProcFile {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", d.name(rel), maxProcFile)
+	}
+	return data, nil
+}

@@ -1,0 +1,122 @@
+package configure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountInTest mounts (or binds) src at dst in the test's own mount
+// namespace until the test ends.
+func mountInTest(t *testing.T, src, dst, fstype string, flags uintptr) {
+	t.Helper()
+	must(t, os.MkdirAll(dst, 0o755))
+	if err := unix.Mount(src, dst, fstype, flags, ""); err != nil {
+		t.Fatalf("mount %s on %s: %v", src, dst, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dst, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dst, err)
+		}
+	})
+}
+
+// TestApplyStandalone: with a real procfs at ROOTFS/proc (and the devices
+// cgroup hierarchy visible in the rootfs, as a standalone caller sets it
+// up), Apply reaches the container through ROOTFS/proc.
+func TestApplyStandalone(t *testing.T) {
+	c := startContainer(t, true)
+	d := newDriver(t)
+	mountInTest(t, "proc", c.rootfs+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
+	mountInTest(t, "/sys/fs/cgroup/devices", c.rootfs+"/sys/fs/cgroup/devices", "", unix.MS_BIND)
+	p := d.plan()
+	must(t, Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs, ProcRoot: c.rootfs}, Options{}))
+	if b, err := os.ReadFile(c.inside("/usr/bin/nvidia-smi")); err != nil || !strings.Contains(string(b), "fake nvidia-smi") {
+		t.Errorf("nvidia-smi in the container: %q, %v", b, err)
+	}
+	if list := c.devicesList(t); !strings.Contains(list, "c 1:3 rw") {
+		t.Errorf("devices.list = %q, want c 1:3 rw added", list)
+	}
+}
+
+// TestApplyStandaloneNotProcfs: a ROOTFS/proc that is not a procfs mount is
+// refused before anything changes, and nothing in it is read or followed.
+func TestApplyStandaloneNotProcfs(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(t *testing.T, c *container)
+		msg  string
+	}{
+		{"fake files", func(t *testing.T, c *container) {
+			// Files that would steer Apply to a cgroup and a "namespace"
+			// of the image's choosing.
+			pid := c.rootfs + "/proc/" + strconv.Itoa(c.pid)
+			must(t, os.MkdirAll(pid+"/ns", 0o755))
+			must(t, os.MkdirAll(c.rootfs+"/proc/self", 0o755))
+			must(t, os.WriteFile(pid+"/ns/mnt", []byte("fake"), 0o644))
+			must(t, os.WriteFile(pid+"/cgroup", []byte("4:devices:/\n"), 0o644))
+			must(t, os.WriteFile(c.rootfs+"/proc/self/mountinfo",
+				[]byte("30 25 0:26 / /sys/fs/cgroup/devices rw - cgroup cgroup rw,devices\n"), 0o644))
+		}, "file system type"},
+		{"symlink to the host's /proc", func(t *testing.T, c *container) {
+			must(t, os.Remove(c.rootfs+"/proc"))
+			must(t, os.Symlink("/proc", c.rootfs+"/proc"))
+		}, "symlink"},
+		{"relative symlink", func(t *testing.T, c *container) {
+			must(t, os.Remove(c.rootfs+"/proc"))
+			must(t, os.Symlink("../../../../../../../../proc", c.rootfs+"/proc"))
+		}, "symlink"},
+		{"missing", func(t *testing.T, c *container) {
+			must(t, os.Remove(c.rootfs+"/proc"))
+		}, "no such file"},
+		{"a file", func(t *testing.T, c *container) {
+			must(t, os.Remove(c.rootfs+"/proc"))
+			must(t, os.WriteFile(c.rootfs+"/proc", nil, 0o644))
+		}, "not a directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := startContainer(t, true)
+			d := newDriver(t)
+			tt.edit(t, c)
+			var keep []string
+			filepath.Walk(c.rootfs, func(p string, info os.FileInfo, err error) error {
+				if err == nil && !info.IsDir() {
+					keep = append(keep, p)
+				}
+				return nil
+			})
+			before := c.devicesList(t)
+			err := Apply(context.Background(), d.plan(), Container{PID: c.pid, Rootfs: c.rootfs, ProcRoot: c.rootfs}, Options{})
+			var ce *Error
+			want := c.rootfs + "/proc is not a procfs mount"
+			if !errors.As(err, &ce) || ce.Phase != PhaseContainer || !errors.Is(err, ErrNotProcfs) ||
+				!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("Apply = %v, want a container error containing %q and %q", err, want, tt.msg)
+			}
+			for _, k := range keep {
+				os.Remove(k) // the test's own hostile files
+			}
+			checkUntouched(t, c, before)
+		})
+	}
+}
+
+// TestOpenProcDirHost: the host's /proc is used as it is.
+func TestOpenProcDirHost(t *testing.T) {
+	d, err := openProcDir("")
+	must(t, err)
+	defer d.Close()
+	data, err := d.readFile("self/status")
+	must(t, err)
+	if want := fmt.Sprintf("Pid:\t%d\n", os.Getpid()); !strings.Contains(string(data), want) {
+		t.Errorf("self/status lacks %q", want)
+	}
+}
