@@ -23,7 +23,6 @@ package cdihook
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +37,7 @@ import (
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/procfs"
+	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/rootfs"
 	"github.com/nctk/nctk/internal/version"
 )
@@ -226,34 +226,18 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// state is the part of the OCI state the hooks use.
-type state struct {
-	Pid        int    `json:"pid"`
-	Bundle     string `json:"bundle"`
-	BundlePath string `json:"bundlePath"`
-	// Root is a non-standard field some runtimes (crun) add.
-	Root string `json:"root"`
-}
-
-// parseState decodes the OCI state a runtime writes to a hook's stdin.
-func parseState(data []byte) (state, error) {
-	var s state
-	if len(strings.TrimSpace(string(data))) == 0 {
-		return s, errors.New("OCI state: empty input (a hook expects the container's state JSON on stdin)")
-	}
-	if err := json.Unmarshal(data, &s); err != nil {
-		return s, fmt.Errorf("OCI state: %w", err)
-	}
-	if s.Bundle == "" {
-		s.Bundle = s.BundlePath
-	}
+// checkState checks that an OCI state tells the hooks where the container
+// root is: a "root" (crun adds it; absolute, or relative to the bundle) or
+// a bundle, which must be absolute. Unlike the runtime hook, these hooks
+// need no pid.
+func checkState(s request.State) error {
 	if s.Root == "" && s.Bundle == "" {
-		return s, errors.New("OCI state: neither bundle nor root is set")
+		return errors.New("OCI state: neither bundle nor root is set")
 	}
 	if s.Bundle != "" && !filepath.IsAbs(s.Bundle) {
-		return s, fmt.Errorf("OCI state: bundle %q is not an absolute path", s.Bundle)
+		return fmt.Errorf("OCI state: bundle %q is not an absolute path", s.Bundle)
 	}
-	return s, nil
+	return nil
 }
 
 // containerRoot finds the container's root directory: from the spec file
@@ -271,8 +255,11 @@ func (h *hookEnv) containerRoot(specFile string) (string, error) {
 		if len(data) > maxState {
 			return "", fmt.Errorf("OCI state: larger than %d bytes", maxState)
 		}
-		st, err := parseState(data)
+		st, err := request.DecodeState(data)
 		if err != nil {
+			return "", err
+		}
+		if err := checkState(st); err != nil {
 			return "", err
 		}
 		if st.Root != "" {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/rootfs"
 )
 
@@ -88,44 +90,61 @@ func unmountUnder(t *testing.T, dir string) {
 	})
 }
 
-func TestParseState(t *testing.T) {
+// decodeChecked is what containerRoot does with the state on stdin: the
+// shared decoding, then the hooks' own check.
+func decodeChecked(data []byte) (request.State, error) {
+	s, err := request.DecodeState(data)
+	if err != nil {
+		return request.State{}, err
+	}
+	return s, checkState(s)
+}
+
+func TestCheckState(t *testing.T) {
 	tests := []struct {
 		in   string
-		want state
+		want request.State
 		err  string
 	}{
-		{`{"pid":3,"bundle":"/b"}`, state{Pid: 3, Bundle: "/b"}, ""},
-		{`{"pid":3,"bundlePath":"/b"}`, state{Pid: 3, Bundle: "/b", BundlePath: "/b"}, ""},
-		{`{"root":"/r"}`, state{Root: "/r"}, ""},
-		{``, state{}, "empty input"},
-		{`{`, state{}, "OCI state"},
-		{`[]`, state{}, "OCI state"},
-		{`{"pid":"x","bundle":"/b"}`, state{}, "OCI state"},
-		{`{"pid":1}`, state{}, "neither bundle nor root"},
-		{`{"bundle":"relative"}`, state{}, "not an absolute path"},
+		{`{"pid":3,"bundle":"/b"}`, request.State{Pid: 3, Bundle: "/b"}, ""},
+		{`{"pid":3,"bundlePath":"/b"}`, request.State{Pid: 3, Bundle: "/b"}, ""},
+		{`{"root":"/r"}`, request.State{Root: "/r"}, ""},
+		{`{"root":"rel","bundle":"/b"}`, request.State{Root: "rel", Bundle: "/b"}, ""},
+		{``, request.State{}, "empty input"},
+		{`{`, request.State{}, "OCI state"},
+		{`[]`, request.State{}, "OCI state"},
+		{`{"pid":"x","bundle":"/b"}`, request.State{}, "OCI state"},
+		{`{"pid":1}`, request.State{}, "neither bundle nor root"},
+		{`null`, request.State{}, "neither bundle nor root"},
+		{`{"bundle":"relative"}`, request.State{}, "not an absolute path"},
+		{`{"bundlePath":"relative","root":"/r"}`, request.State{}, "not an absolute path"},
+		{`{"root":{"path":"rootfs"},"bundle":"/b"}`, request.State{}, `field "root"`},
 	}
 	for _, tt := range tests {
-		got, err := parseState([]byte(tt.in))
+		got, err := decodeChecked([]byte(tt.in))
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("parseState(%q) = %+v, %v; want error %q", tt.in, got, err, tt.err)
+				t.Errorf("decodeChecked(%q) = %+v, %v; want error %q", tt.in, got, err, tt.err)
 			}
 			continue
 		}
-		if err != nil || got != tt.want {
-			t.Errorf("parseState(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("decodeChecked(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
 		}
 	}
 }
 
-func FuzzParseState(f *testing.F) {
+func FuzzCheckState(f *testing.F) {
 	f.Add([]byte(`{"pid":3,"bundle":"/b"}`))
 	f.Add([]byte(`{"root":"rootfs","bundle":"/b"}`))
 	f.Add([]byte(`{"bundlePath":"x"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := parseState(data)
+		s, err := decodeChecked(data)
 		if err == nil && s.Bundle != "" && !filepath.IsAbs(s.Bundle) {
 			t.Fatalf("relative bundle %q accepted", s.Bundle)
+		}
+		if err == nil && s.Bundle == "" && s.Root == "" {
+			t.Fatalf("state %+v without bundle or root accepted", s)
 		}
 	})
 }
