@@ -231,7 +231,36 @@ func lookupDeviceCgroup(proc *procDir, procRoot string, pid int) (cgroupDir, err
 	if err != nil {
 		return cgroupDir{}, fmt.Errorf("%s: %w", proc.name(cgRel), err)
 	}
+	if procRoot != "" {
+		// Standalone mode: the directory lies in the image's rootfs; it
+		// must be a cgroup file system, not the image's own files.
+		if err := checkCgroupFS(d); err != nil {
+			return cgroupDir{}, err
+		}
+	}
 	return d, nil
+}
+
+// checkCgroupFS checks that d's directory is on a cgroup file system of
+// its version (v1 cgroup or cgroup2), without following a last symlink.
+func checkCgroupFS(d cgroupDir) error {
+	fd, err := unix.Open(d.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open cgroup %s: %w", d.Dir, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return fmt.Errorf("statfs cgroup %s: %w", d.Dir, err)
+	}
+	want, kind := int64(unix.CGROUP_SUPER_MAGIC), "cgroup (v1)"
+	if d.Version == 2 {
+		want, kind = unix.CGROUP2_SUPER_MAGIC, "cgroup2"
+	}
+	if st.Type != want {
+		return fmt.Errorf("cgroup %s is not on a %s file system (type %#x): standalone mode needs the cgroup hierarchy mounted in the container rootfs", d.Dir, kind, st.Type)
+	}
+	return nil
 }
 
 // deviceRule is one "allow c MAJ:MIN rw" rule.

@@ -46,6 +46,36 @@ func TestApplyStandalone(t *testing.T) {
 	}
 }
 
+// TestApplyStandaloneFakeCgroup: with a real procfs at ROOTFS/proc but the
+// container's devices cgroup only as image files under ROOTFS/sys/fs/cgroup
+// (the caller did not mount the hierarchy), Apply refuses before writing
+// rules to the image's files or mounting anything.
+func TestApplyStandaloneFakeCgroup(t *testing.T) {
+	c := startContainer(t, true)
+	d := newDriver(t)
+	mountInTest(t, "proc", c.rootfs+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
+	fake := c.rootfs + c.cgroup
+	must(t, os.MkdirAll(fake, 0o755))
+	for _, f := range []string{"devices.list", "devices.allow", "devices.deny"} {
+		must(t, os.WriteFile(fake+"/"+f, nil, 0o644))
+	}
+	before := c.devicesList(t)
+	err := Apply(context.Background(), d.plan(), Container{PID: c.pid, Rootfs: c.rootfs, ProcRoot: c.rootfs}, Options{})
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Phase != PhaseContainer || !strings.Contains(err.Error(), fake+" is not on a cgroup (v1) file system") {
+		t.Fatalf("Apply = %v, want a container error naming %s", err, fake)
+	}
+	if b, _ := os.ReadFile(fake + "/devices.allow"); len(b) != 0 {
+		t.Errorf("rules written to the image's fake devices.allow: %q", b)
+	}
+	if got := c.devicesList(t); got != before {
+		t.Errorf("devices.list = %q, want it unchanged (%q)", got, before)
+	}
+	if m := c.mounts(t); len(m) != 0 {
+		t.Errorf("mounts left in the container: %v", m)
+	}
+}
+
 // TestApplyStandaloneNotProcfs: a ROOTFS/proc that is not a procfs mount is
 // refused before anything changes, and nothing in it is read or followed.
 func TestApplyStandaloneNotProcfs(t *testing.T) {
