@@ -34,6 +34,9 @@ func (x *discoverer) binaries() error {
 		resolved = append(resolved, r)
 	}
 	for _, c := range []caps.Capability{caps.Utility, caps.Compute} {
+		if x.opts.Caps != nil && !x.opts.Caps.Has(c) {
+			continue // not asked for (Options.Caps)
+		}
 		for _, name := range caps.Binaries(c) {
 			var script string
 			found := ""

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -338,6 +339,30 @@ func TestFixtureCapabilitySets(t *testing.T) {
 		}
 		if !slices.Equal(got, want) || len(got) == 0 {
 			t.Errorf("%s: %q, want %q", tt.caps, got, want)
+		}
+
+		// Discovery limited to the set (Options.Caps, the container-create
+		// path) selects the same files and reads no other library than
+		// libnvidia-ml and libcuda.
+		lim, err := Discover(Options{Root: r.Path, Caps: set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(lim.LibrariesFor(set), d.LibrariesFor(set)) || !reflect.DeepEqual(lim.BinariesFor(set), d.BinariesFor(set)) ||
+			!reflect.DeepEqual(lim.IPCsFor(set), d.IPCsFor(set)) || lim.LibraryVersion != d.LibraryVersion {
+			t.Errorf("%s: limited discovery selects %+v, full discovery %+v", tt.caps, lim.LibrariesFor(set), d.LibrariesFor(set))
+		}
+		for _, f := range lim.Libraries {
+			inSet := slices.Contains(tt.groups, f.Capability) && (!f.Compat32 || tt.c32)
+			core := !f.Compat32 && (f.Name == "libnvidia-ml.so" || f.Name == "libcuda.so")
+			if !inSet && !core {
+				t.Errorf("%s: limited discovery looked up %s (%s)", tt.caps, f.Path, f.Capability)
+			}
+		}
+		for _, f := range lim.Binaries {
+			if !set.Has(f.Capability) {
+				t.Errorf("%s: limited discovery looked up binary %s", tt.caps, f.Path)
+			}
 		}
 	}
 }

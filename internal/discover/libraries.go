@@ -22,6 +22,7 @@ type libSlot struct {
 	group  caps.Capability
 	prefix string
 	real   string // the selected file (in-root path), "" if none
+	flags  int32  // the selecting cache entry's flags (ldconfig's for real)
 	other  string // a file of another driver version, for the mismatch error
 }
 
@@ -67,6 +68,18 @@ func (x *discoverer) libraries() error {
 	// Slots in NVIDIA's order: 64-bit groups, then 32-bit groups. Entries
 	// are selected by the exact architecture flag of this machine's 64-bit
 	// and 32-bit ABIs (x86-64/i386, AArch64/armhf, ppc64le), as NVIDIA does.
+	// With Options.Caps, only the groups it selects (and the core
+	// libraries, 64-bit) get slots: nothing else is resolved or read.
+	wanted := func(ldcache.Class, caps.Capability, string) bool { return true }
+	if sel := x.opts.Caps; sel != nil {
+		groups := sel.LibraryCapabilities()
+		wanted = func(class ldcache.Class, g caps.Capability, p string) bool {
+			if class == ldcache.Class64 && (p == "libnvidia-ml.so" || p == "libcuda.so") {
+				return true
+			}
+			return slices.Contains(groups, g) && (class == ldcache.Class64 || sel.Has(caps.Compat32))
+		}
+	}
 	var slots []*libSlot
 	index := map[uint32]map[string]*libSlot{}
 	byClass := map[ldcache.Class]map[string]*libSlot{}
@@ -77,9 +90,14 @@ func (x *discoverer) libraries() error {
 		}
 		index[arch] = map[string]*libSlot{}
 		byClass[class] = index[arch]
+		seen := map[string]bool{} // a name belongs to its first group
 		for _, g := range caps.LibraryGroupOrder() {
 			for _, p := range caps.Libraries(g) {
-				if _, dup := index[arch][p]; dup {
+				if seen[p] {
+					continue
+				}
+				seen[p] = true
+				if !wanted(class, g, p) {
 					continue
 				}
 				s := &libSlot{class: class, group: g, prefix: p}
@@ -131,7 +149,7 @@ func (x *discoverer) libraries() error {
 			continue
 		}
 		taken[real] = true
-		s.real = real
+		s.real, s.flags = real, e.Flags
 		x.log.Debug("selecting library", "path", real, "name", s.prefix, "class", e.Class().String())
 	}
 
@@ -159,6 +177,7 @@ func (x *discoverer) libraries() error {
 			Path:       s.real,
 			HostPath:   host,
 			SONAME:     soname,
+			CacheFlags: s.flags,
 			Compat32:   s.class == ldcache.Class32,
 		})
 		if dir := path.Dir(s.real); !slices.Contains(x.d.LibDirs, dir) {

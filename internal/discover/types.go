@@ -39,6 +39,15 @@ type Options struct {
 	// cannot succeed.
 	ProbeCUDAOnly bool
 
+	// Caps, when not nil, limits the libraries and binaries looked up
+	// (resolved inside the root, ELF headers read) to those this
+	// capability set selects: Driver.LibrariesFor and BinariesFor return
+	// for it what a full discovery returns. libnvidia-ml and libcuda are
+	// looked up whatever Caps says (they decide LibraryVersion and the
+	// version mismatch error, and the driver probe loads them). nil finds
+	// every file (list, info, CDI generation).
+	Caps caps.Set
+
 	// ProcRoot is where /proc/driver/nvidia and /proc/devices are read;
 	// "" means Root.
 	ProcRoot string
@@ -79,6 +88,10 @@ type File struct {
 	HostPath string
 	// SONAME is the ELF DT_SONAME for libraries (e.g. libcuda.so.1).
 	SONAME string
+	// CacheFlags are a library's ld.so.cache flags (ELF class, ABI,
+	// architecture) as the root's cache records them: ldconfig's own
+	// classification of this file. 0 when unknown.
+	CacheFlags int32
 	// Compat32 marks a 32-bit library.
 	Compat32 bool
 	// Dir marks a directory (the MPS pipe directory).

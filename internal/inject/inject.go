@@ -112,6 +112,11 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	if cudaOnly {
 		opts.Probe, opts.ProbeCUDAOnly = true, true
 	}
+	// Look up only the files the requested capabilities select: the
+	// default utility,compute needs a third of the driver's libraries.
+	if opts.Caps == nil && j.Caps != nil {
+		opts.Caps = j.Caps
+	}
 	drv, err := discover.Discover(opts)
 	if err != nil {
 		return nil, &Error{Phase: PhaseDetection, Err: err}
