@@ -9,6 +9,7 @@ import (
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/ldcache"
 )
 
 // Target says where driver files land in the container. Libraries go to
@@ -131,7 +132,11 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 			continue
 		}
 		injected[dst] = path.Base(f.Path)
-		p.Mounts = append(p.Mounts, Mount{Source: f.HostPath, Destination: dst, Kind: KindFile, Options: ro})
+		m := Mount{Source: f.HostPath, Destination: dst, Kind: KindFile, Options: ro}
+		if f.CacheFlags != 0 {
+			m.Library = &ldcache.Library{SONAME: f.SONAME, Flags: f.CacheFlags}
+		}
+		p.Mounts = append(p.Mounts, m)
 		if !slices.Contains(libDirs, dir) {
 			libDirs = append(libDirs, dir)
 		}

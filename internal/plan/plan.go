@@ -13,6 +13,8 @@ package plan
 import (
 	"path"
 	"slices"
+
+	"github.com/nctk/nctk/internal/ldcache"
 )
 
 // Mount options every driver-file bind mount carries.
@@ -60,6 +62,11 @@ type Mount struct {
 	// Options are OCI mount options: ro,nosuid,nodev,rbind,rprivate for
 	// files; sockets and the MPS dir are writable and noexec.
 	Options []string
+	// Library, for a driver library, is what the container's ld.so.cache
+	// needs to know about the file (SONAME and cache flags, from
+	// discovery), so that the cache update does not read it again; nil:
+	// the update reads the file.
+	Library *ldcache.Library `json:"library,omitempty"`
 }
 
 // Symlink is a link created inside the container root: Link (a container

@@ -201,7 +201,8 @@ const maxLinkHops = 40
 // UpdateLdCache would find for libs (container paths of the plan's library
 // mounts and links, as plan.Plan.LdcacheLibs lists them) once p is applied,
 // without its mounts: for a path where p mounts a file, that HOST file
-// (Mount.Source, opened on the host) is inspected; for a path where p
+// (Mount.Source, opened on the host) is inspected, unless the mount carries
+// what discovery already knows about it (Mount.Library); for a path where p
 // creates a symlink, the link's target is followed through p's links and
 // mounts (relative targets against the link's directory), and a target that
 // p does not provide is resolved inside the root, as the loader would.
@@ -215,10 +216,10 @@ func (r *Root) PlanLibraryEntries(p *plan.Plan, libs []string) ([]ldcache.DirEnt
 	if p == nil {
 		return nil, nil
 	}
-	mounts := map[string]string{}
+	mounts := map[string]plan.Mount{}
 	for _, m := range p.Mounts {
 		if m.Kind == plan.KindFile {
-			mounts[path.Clean(m.Destination)] = m.Source
+			mounts[path.Clean(m.Destination)] = m
 		}
 	}
 	links := map[string]string{}
@@ -265,9 +266,13 @@ func (r *Root) PlanLibraryEntries(p *plan.Plan, libs []string) ([]ldcache.DirEnt
 
 // planLibrary inspects the file the container path cp will resolve to once
 // the plan's mounts and links (by container path) exist.
-func (r *Root) planLibrary(sc *libScan, cp string, mounts, links map[string]string) (ldcache.Library, bool, error) {
+func (r *Root) planLibrary(sc *libScan, cp string, mounts map[string]plan.Mount, links map[string]string) (ldcache.Library, bool, error) {
 	for range maxLinkHops {
-		if src, ok := mounts[cp]; ok {
+		if m, ok := mounts[cp]; ok {
+			if m.Library != nil {
+				return *m.Library, true, nil // known from discovery
+			}
+			src := m.Source
 			f, err := os.Open(src)
 			if errors.Is(err, os.ErrNotExist) {
 				return ldcache.Library{}, false, nil

@@ -5,10 +5,13 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/ldcache"
@@ -332,5 +335,65 @@ func TestPlanLibraryEntries(t *testing.T) {
 	}
 	if l := c.Lookup(ldcache.Class64, "libcuda.so"); len(l) != 2 || l[0].Key != "libcuda.so.1" || l[1].Key != "libcuda.so" {
 		t.Errorf("libcuda entries = %+v", l)
+	}
+}
+
+// TestPlanLibraryEntriesFromDiscovery: a plan built from discovery carries
+// each library's SONAME and cache flags (Mount.Library, from the driver
+// root's ld.so.cache), and PlanLibraryEntries uses them without opening
+// the host files: the entries equal those read from the files, for every
+// layout and with 32-bit libraries, also when the sources cannot be read.
+func TestPlanLibraryEntriesFromDiscovery(t *testing.T) {
+	for _, layout := range fixture.Layouts() {
+		t.Run(string(layout), func(t *testing.T) {
+			fx := fixture.Build(t, fixture.Spec{Layout: layout, GPUs: 1, Compat32: layout == fixture.Multiarch})
+			drv, err := discover.Discover(discover.Options{Root: fx.Path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := plan.Build(drv, plan.Options{Caps: caps.Full(), Target: plan.DebianTarget()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			read := *p
+			read.Mounts = nil
+			unreadable := *p
+			unreadable.Mounts = nil
+			known := 0
+			for _, m := range p.Mounts {
+				if m.Library != nil {
+					known++
+				}
+				r := m
+				r.Library = nil
+				read.Mounts = append(read.Mounts, r)
+				u := m
+				u.Source = "/nonexistent" + m.Source
+				unreadable.Mounts = append(unreadable.Mounts, u)
+			}
+			if known == 0 {
+				t.Fatal("no mount carries library facts from discovery")
+			}
+			root := t.TempDir()
+			r, err := Open(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			libs := p.LdcacheLibs()
+			want, err := r.PlanLibraryEntries(&read, libs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, q := range map[string]*plan.Plan{"from discovery": p, "sources unreadable": &unreadable} {
+				got, err := r.PlanLibraryEntries(q, libs)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: entries %+v,\nread from the files %+v", name, got, want)
+				}
+			}
+		})
 	}
 }
