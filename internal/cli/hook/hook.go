@@ -6,8 +6,9 @@
 //
 // prestart reads the container's OCI state on stdin, the bundle's
 // config.json, works out the container's request (internal/request) and,
-// for a GPU container, executes nvidia-container-cli (same PID) with
-// NVIDIA's command line:
+// for a GPU container, runs nvidia-container-cli with NVIDIA's command line
+// (in this process when the CLI is this nctk binary, else by exec, same
+// PID):
 //
 //	nvidia-container-cli [--root=R] [--load-kmods] [--no-create-imex-channels] [--no-pivot]
 //	  [--debug=F] [--ldcache=F] [--user=U] configure --cuda-compat-mode=M [--ldconfig=@P]
@@ -37,6 +38,7 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/cli/containercli"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/request"
@@ -70,7 +72,47 @@ func capOrder() []caps.Capability {
 type execFunc func(path string, argv, env []string) error
 
 // Main runs the hook.
-func Main(e *app.Env) int { return mainWith(e, syscall.Exec) }
+func Main(e *app.Env) int { return mainWith(e, runCLI(e, syscall.Exec, containercli.Main)) }
+
+// runCLI is how the hook runs nvidia-container-cli. When the CLI found is
+// this very binary (nctk's nvidia-container-cli link, the default), its
+// Main runs in this process — one process start less on every `docker run
+// --gpus` — with exactly the arguments and the explicit environment an exec
+// would give it (the CLI reads its environment only through app.Env); any
+// other binary (a configured nvidia-container-cli.path) replaces the
+// process through exec. A non-zero status of the in-process CLI, which has
+// printed its error already, comes back as a cliExit.
+func runCLI(e *app.Env, exec execFunc, cliMain app.Tool) execFunc {
+	return func(path string, argv, env []string) error {
+		if !isSelf(path) {
+			return exec(path, argv, env)
+		}
+		code := cliMain(&app.Env{Args: argv, Stdin: strings.NewReader(""), Stdout: e.Stdout, Stderr: e.Stderr, Environ: env})
+		if code != 0 {
+			return cliExit(code)
+		}
+		return nil
+	}
+}
+
+// isSelf reports whether path is the running executable.
+func isSelf(path string) bool {
+	self, err := os.Executable()
+	if err != nil {
+		return false
+	}
+	a, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	b, err := os.Stat(self)
+	return err == nil && os.SameFile(a, b)
+}
+
+// cliExit is the exit status of nvidia-container-cli run in process.
+type cliExit int
+
+func (c cliExit) Error() string { return fmt.Sprintf("%s exited with status %d", CLIName, int(c)) }
 
 func mainWith(e *app.Env, exec execFunc) int {
 	name := filepath.Base(e.Args[0])
@@ -107,6 +149,10 @@ func mainWith(e *app.Env, exec execFunc) int {
 	switch args[0] {
 	case "prestart":
 		if err := prestart(e, *configPath, *debug, log, exec); err != nil {
+			var status cliExit
+			if errors.As(err, &status) {
+				return int(status) // the CLI printed why, as an exec'd one would
+			}
 			fmt.Fprintf(e.Stderr, "%s: prestart: %v\n", name, err)
 			return 1
 		}

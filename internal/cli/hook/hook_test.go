@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -332,4 +333,50 @@ func FuzzPrestartState(f *testing.F) {
 			t.Fatalf("exit %d", code)
 		}
 	})
+}
+
+// TestRunCLI: nvidia-container-cli that is this binary runs in process with
+// exactly the argv and environment an exec would get, and its status comes
+// back as the hook's own; any other binary is exec'd.
+func TestRunCLI(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "nvidia-container-cli")
+	must(t, os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755))
+	for _, tt := range []struct {
+		name       string
+		path       string
+		status     int
+		wantInProc bool
+		wantErr    bool
+	}{
+		{"self, success", self, 0, true, false},
+		{"self, failure", self, 3, true, true},
+		{"other binary", other, 0, false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			e := &app.Env{Args: []string{"nvidia-container-runtime-hook"}, Stdout: &stdout, Stderr: &stderr,
+				Environ: []string{"LD_PRELOAD=/evil.so", "PATH=/hook"}}
+			var inProc, execd bool
+			argv, env := []string{"nvidia-container-cli", "configure", "--pid=1", "/r"}, []string{"PATH=/usr/bin"}
+			run := runCLI(e, func(p string, a, en []string) error {
+				execd = p == tt.path && slices.Equal(a, argv) && slices.Equal(en, env)
+				return nil
+			}, func(ce *app.Env) int {
+				inProc = slices.Equal(ce.Args, argv) && slices.Equal(ce.Environ, env) && ce.Stderr == e.Stderr
+				return tt.status
+			})
+			err := run(tt.path, argv, env)
+			if inProc != tt.wantInProc || execd == tt.wantInProc || (err != nil) != tt.wantErr {
+				t.Fatalf("in process %v, exec'd %v, err %v", inProc, execd, err)
+			}
+			var status cliExit
+			if tt.wantErr && (!errors.As(err, &status) || int(status) != tt.status) {
+				t.Errorf("error %v, want status %d", err, tt.status)
+			}
+		})
+	}
 }
