@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 
+	"github.com/nctk/nctk/internal/rootfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,7 +48,12 @@ func openProcDir(procRoot string) (*procDir, error) {
 		return nil, fmt.Errorf("open container root %s: %w", procRoot, err)
 	}
 	defer unix.Close(root)
-	fd, err := openNoSymlinks(root, "proc")
+	// One component, resolved beneath root with no symlink or magic link
+	// followed (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, O_NOFOLLOW
+	// without openat2): rootfs's primitive. For the single name "proc",
+	// beneath and in-root resolution are the same (no "..", no symlink
+	// to clamp), and a scoped lookup only returns EAGAIN for "..".
+	fd, err := rootfs.OpenNoFollow(root, "proc", unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
 			err = errors.New("is a symlink in the container image (not followed)")
@@ -64,28 +70,6 @@ func openProcDir(procRoot string) (*procDir, error) {
 		return nil, fmt.Errorf("%s is %w (file system type %#x)", p, ErrNotProcfs, st.Type)
 	}
 	return &procDir{fd: fd, path: p, standalone: true}, nil
-}
-
-// openNoSymlinks opens the directory name in dirfd, resolved inside dirfd
-// with no symlink (or magic link) followed.
-func openNoSymlinks(dirfd int, name string) (int, error) {
-	how := unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	}
-	for range 16 {
-		fd, err := unix.Openat2(dirfd, name, &how)
-		switch err {
-		case unix.EAGAIN, unix.EINTR:
-			continue // a concurrent rename or mount; retry
-		case unix.ENOSYS:
-			// No openat2 (before Linux 5.6): name is one component, so
-			// O_NOFOLLOW refuses every symlink just the same.
-			return unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		}
-		return fd, err
-	}
-	return -1, unix.EAGAIN
 }
 
 // Close releases the directory.

@@ -243,6 +243,16 @@ func (r *Root) mkdirError(p string, err error) error {
 	return r.errorf(p, fmt.Errorf("create directory: %w", err))
 }
 
+// OpenNoFollow opens name relative to dirfd with open flags flags (plus
+// O_NOFOLLOW|O_CLOEXEC) without following any symlink or magic link, name
+// resolved beneath dirfd. Without openat2 (before Linux 5.6) name must be a
+// single component (EINVAL otherwise), which O_NOFOLLOW then guards alone.
+// It is openNoFollow, for callers outside this package that walk a rootfs
+// themselves.
+func OpenNoFollow(dirfd int, name string, flags int) (int, error) {
+	return openNoFollow(dirfd, name, flags)
+}
+
 // openNoFollow opens name relative to dirfd without following any symlink,
 // with name restricted to a single component below dirfd.
 func openNoFollow(dirfd int, name string, flags int) (int, error) {
