@@ -74,10 +74,13 @@ type bpfChange struct {
 // attached first (ALLOW_MULTI, as runc and systemd attach theirs), then the
 // old ones detached; the container is not running yet. When no program is
 // attached, the cgroup allows every device and nothing is changed.
-func allowDevicesV2(dir string, rules []deviceRule) (cgroupChange, error) {
-	fd, err := openCgroupDir(dir)
+// The programs are queried, attached and detached through cgroupfd, the
+// cgroup's opened directory (dir names it in messages), duplicated for
+// the change.
+func allowDevicesV2(cgroupfd int, dir string, rules []deviceRule) (cgroupChange, error) {
+	fd, err := unix.FcntlInt(uintptr(cgroupfd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("duplicate cgroup %s: %w", dir, err)
 	}
 	ch := &bpfChange{cgroup: fd}
 	ok := false

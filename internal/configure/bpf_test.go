@@ -100,7 +100,7 @@ func canOpen(t *testing.T, dir string, devs ...string) map[string]bool {
 func TestAllowDevicesV2(t *testing.T) {
 	dir := cgroup2(t)
 	// Without any program, every device is allowed: nothing to change.
-	ch, err := allowDevicesV2(dir, []deviceRule{{1, 3}})
+	ch, err := allowDevicesV2Path(dir, []deviceRule{{1, 3}})
 	must(t, err)
 	if _, ok := ch.(noChange); !ok {
 		t.Errorf("a cgroup without device programs was changed: %T", ch)
@@ -110,7 +110,7 @@ func TestAllowDevicesV2(t *testing.T) {
 	if before["/dev/null"] || !before["/dev/zero"] || before["/dev/full"] {
 		t.Fatalf("test filter not effective: %v", before)
 	}
-	ch, err = allowDevicesV2(dir, []deviceRule{{1, 3}})
+	ch, err = allowDevicesV2Path(dir, []deviceRule{{1, 3}})
 	must(t, err)
 	after := canOpen(t, dir, "/dev/null", "/dev/zero", "/dev/full")
 	if !after["/dev/null"] || !after["/dev/zero"] || after["/dev/full"] {
@@ -135,7 +135,7 @@ func TestAllowDevicesV2Multi(t *testing.T) {
 	dir := cgroup2(t)
 	loadFilter(t, dir, []deviceRule{{1, 5}, {1, 7}})
 	loadFilter(t, dir, []deviceRule{{1, 5}})
-	ch, err := allowDevicesV2(dir, []deviceRule{{1, 3}})
+	ch, err := allowDevicesV2Path(dir, []deviceRule{{1, 3}})
 	must(t, err)
 	defer ch.Release()
 	got := canOpen(t, dir, "/dev/null", "/dev/zero", "/dev/full")
@@ -149,4 +149,14 @@ func attachedCount(t *testing.T, fd int) int {
 	res, err := link.QueryPrograms(link.QueryOptions{Target: fd, Attach: ebpf.AttachCGroupDevice})
 	must(t, err)
 	return len(res.Programs)
+}
+
+// allowDevicesV2Path opens the cgroup at dir and runs allowDevicesV2 on it.
+func allowDevicesV2Path(dir string, rules []deviceRule) (cgroupChange, error) {
+	fd, err := openCgroupDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return allowDevicesV2(fd, dir, rules)
 }

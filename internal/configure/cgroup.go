@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"strconv"
 	"strings"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
+	"github.com/nctk/nctk/internal/rootfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -214,41 +216,107 @@ func underPath(p, root string) (string, bool) {
 	return "", false
 }
 
+// deviceCgroup is the container's device cgroup directory, opened once:
+// the standalone mode's file system check and every later write (v1
+// devices.allow/devices.deny, v2 BPF attach) go through fd, never through
+// the path again, so a rename in the image's rootfs between the check and
+// the writes cannot swap in another directory.
+type deviceCgroup struct {
+	cgroupDir
+	fd int // O_RDONLY|O_DIRECTORY
+}
+
+// Close releases the directory.
+func (d *deviceCgroup) Close() {
+	if d != nil && d.fd >= 0 {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+}
+
 // lookupDeviceCgroup reads the files findDeviceCgroup needs: the
 // container's PID/cgroup and our own self/mountinfo, both in proc (the
-// /proc of procRoot, "" for the host's).
-func lookupDeviceCgroup(proc *procDir, procRoot string, pid int) (cgroupDir, error) {
+// /proc of procRoot, "" for the host's), and opens the directory found.
+func lookupDeviceCgroup(proc *procDir, procRoot string, pid int) (*deviceCgroup, error) {
 	cgRel := path.Join(strconv.Itoa(pid), "cgroup")
 	cgData, err := proc.readFile(cgRel)
 	if err != nil {
-		return cgroupDir{}, err
+		return nil, err
 	}
 	miData, err := proc.readFile("self/mountinfo")
 	if err != nil {
-		return cgroupDir{}, err
+		return nil, err
 	}
 	d, err := findDeviceCgroup(cgData, miData, procRoot)
 	if err != nil {
-		return cgroupDir{}, fmt.Errorf("%s: %w", proc.name(cgRel), err)
+		return nil, fmt.Errorf("%s: %w", proc.name(cgRel), err)
 	}
-	if procRoot != "" {
-		// Standalone mode: the directory lies in the image's rootfs; it
-		// must be a cgroup file system, not the image's own files.
-		if err := checkCgroupFS(d); err != nil {
-			return cgroupDir{}, err
+	if procRoot == "" {
+		fd, err := openCgroupDir(d.Dir)
+		if err != nil {
+			return nil, err
 		}
+		return &deviceCgroup{cgroupDir: d, fd: fd}, nil
 	}
-	return d, nil
+	// Standalone mode: the directory lies in the image's rootfs; it is
+	// opened inside the root with no symlink followed (securejoin already
+	// resolved the image's symlinks; one now is a concurrent swap) and
+	// must be a cgroup file system, not the image's own files.
+	fd, err := openInRootNoSymlinks(procRoot, d.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("open cgroup %s: %w", d.Dir, err)
+	}
+	if err := checkCgroupFS(fd, d); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &deviceCgroup{cgroupDir: d, fd: fd}, nil
 }
 
-// checkCgroupFS checks that d's directory is on a cgroup file system of
-// its version (v1 cgroup or cgroup2), without following a last symlink.
-func checkCgroupFS(d cgroupDir) error {
-	fd, err := unix.Open(d.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open cgroup %s: %w", d.Dir, err)
+// openInRootNoSymlinks opens the directory p, a path below root (as
+// securejoin returns it), one component at a time beneath the previous one
+// with no symlink followed (rootfs.OpenNoFollow, which needs single
+// components without openat2).
+func openInRootNoSymlinks(root, p string) (int, error) {
+	root = path.Clean(root)
+	rel, ok := underPath(path.Clean(p), root)
+	if !ok || !path.IsAbs(p) {
+		return -1, fmt.Errorf("%s is not below the container root %s", p, root)
 	}
-	defer unix.Close(fd)
+	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open container root %s: %w", root, err)
+	}
+	comps := strings.Split(strings.Trim(rel, "/"), "/")
+	if rel == "/" {
+		comps = []string{"."}
+	}
+	for i, c := range comps {
+		flags := unix.O_PATH | unix.O_DIRECTORY
+		if i == len(comps)-1 {
+			flags = unix.O_RDONLY | unix.O_DIRECTORY
+		}
+		next, err := rootfs.OpenNoFollow(fd, c, flags)
+		if err != nil {
+			// O_PATH|O_NOFOLLOW reaches a symlink itself, which
+			// O_DIRECTORY then refuses (ENOTDIR); name it.
+			var st unix.Stat_t
+			if errors.Is(err, unix.ELOOP) || unix.Fstatat(fd, c, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				err = fmt.Errorf("%w: %w", rootfs.ErrSymlink, err)
+			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			return -1, fmt.Errorf("%s: %w", path.Join(root, path.Join(comps[:i+1]...)), err)
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// checkCgroupFS checks that fd, d's opened directory, is on a cgroup file
+// system of its version (v1 cgroup or cgroup2).
+func checkCgroupFS(fd int, d cgroupDir) error {
 	var st unix.Statfs_t
 	if err := unix.Fstatfs(fd, &st); err != nil {
 		return fmt.Errorf("statfs cgroup %s: %w", d.Dir, err)
@@ -277,56 +345,95 @@ type cgroupChange interface {
 }
 
 // allowDevicesV1 appends an allow rule per device to the v1 devices
-// cgroup at dir, skipping rules the cgroup already grants (so that
-// reverting never takes away access the container had before).
-func allowDevicesV1(dir string, rules []deviceRule) (cgroupChange, error) {
-	list, err := os.ReadFile(path.Join(dir, "devices.list"))
+// cgroup opened at dirfd (dir names it in messages), skipping rules the
+// cgroup already grants (so that reverting never takes away access the
+// container had before). Its files are opened relative to dirfd.
+func allowDevicesV1(dirfd int, dir string, rules []deviceRule) (cgroupChange, error) {
+	list, err := readCgroupFile(dirfd, dir, "devices.list")
 	if err != nil {
-		return nil, fmt.Errorf("read device cgroup %s: %w", dir, err)
+		return nil, fmt.Errorf("read device cgroup: %w", err)
 	}
 	granted := parseDevicesList(list)
-	allowPath := path.Join(dir, "devices.allow")
-	f, err := os.OpenFile(allowPath, os.O_WRONLY, 0)
+	allow, err := openCgroupFile(dirfd, dir, "devices.allow")
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", allowPath, err)
+		return nil, err
 	}
-	defer f.Close()
-	ch := &v1Change{dir: dir}
+	defer allow.Close()
+	// devices.deny is opened now, through the same directory, for Revert.
+	deny, err := openCgroupFile(dirfd, dir, "devices.deny")
+	if err != nil {
+		return nil, err
+	}
+	ch := &v1Change{deny: deny}
 	for _, r := range rules {
 		if granted.allows(r) {
 			continue
 		}
 		// One rule per write: the kernel parses a single rule per call.
-		if _, err := f.Write([]byte(r.String())); err != nil {
+		if _, err := allow.Write([]byte(r.String())); err != nil {
 			ch.Revert()
-			return nil, fmt.Errorf("write %q to %s: %w", r.String(), allowPath, err)
+			return nil, fmt.Errorf("write %q to %s: %w", r.String(), allow.Name(), err)
 		}
 		ch.added = append(ch.added, r)
 	}
 	return ch, nil
 }
 
+// openCgroupFile opens the cgroup file name in dirfd for writing.
+func openCgroupFile(dirfd int, dir, name string) (*os.File, error) {
+	p := path.Join(dir, name)
+	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}
+
+// readCgroupFile reads the cgroup file name in dirfd.
+func readCgroupFile(dirfd int, dir, name string) ([]byte, error) {
+	p := path.Join(dir, name)
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxProcFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	if len(data) > maxProcFile {
+		return nil, fmt.Errorf("read %s: larger than %d bytes", p, maxProcFile)
+	}
+	return data, nil
+}
+
 type v1Change struct {
-	dir   string
+	deny  *os.File // the cgroup's devices.deny
 	added []deviceRule
 }
 
-func (c *v1Change) Release() { c.added = nil }
+func (c *v1Change) Release() {
+	c.added = nil
+	c.close()
+}
+
+func (c *v1Change) close() {
+	if c.deny != nil {
+		c.deny.Close()
+		c.deny = nil
+	}
+}
 
 func (c *v1Change) Revert() error {
-	if len(c.added) == 0 {
+	defer c.close()
+	if len(c.added) == 0 || c.deny == nil {
 		return nil
 	}
-	p := path.Join(c.dir, "devices.deny")
-	f, err := os.OpenFile(p, os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", p, err)
-	}
-	defer f.Close()
 	var errs []error
 	for _, r := range c.added {
-		if _, err := f.Write([]byte(r.String())); err != nil {
-			errs = append(errs, fmt.Errorf("write %q to %s: %w", r.String(), p, err))
+		if _, err := c.deny.Write([]byte(r.String())); err != nil {
+			errs = append(errs, fmt.Errorf("write %q to %s: %w", r.String(), c.deny.Name(), err))
 		}
 	}
 	c.added = nil

@@ -124,6 +124,18 @@ type Options struct {
 	// LdconfigExe overrides the binary re-executed as the ldconfig sandbox
 	// (tests); "" is this binary.
 	LdconfigExe string
+
+	// hooks are test seams (nil outside this package's tests; a pointer
+	// keeps Options comparable).
+	hooks *applyHooks
+}
+
+// applyHooks are points inside Apply where a test can act.
+type applyHooks struct {
+	// afterCgroupOpen runs right after the device cgroup directory is
+	// opened (and, in standalone mode, checked), before anything is
+	// written.
+	afterCgroupOpen func()
 }
 
 // Apply applies p to the container c. On error nothing it did remains.
@@ -150,13 +162,19 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		return &Error{PhaseContainer, fmt.Errorf("mount namespace: %w", err)}
 	}
 	defer unix.Close(nsfd)
-	var cg cgroupDir
+	var cg *deviceCgroup
 	useCgroup := !opts.NoCgroups && len(p.Devices) > 0
 	if useCgroup {
+		// The directory is opened (and in standalone mode checked) once;
+		// the rules are written through that descriptor.
 		if cg, err = lookupDeviceCgroup(proc, c.ProcRoot, c.PID); err != nil {
 			return &Error{PhaseContainer, err}
 		}
+		defer cg.Close()
 		log.Debug("device cgroup", "version", cg.Version, "dir", cg.Dir)
+		if opts.hooks != nil && opts.hooks.afterCgroupOpen != nil {
+			opts.hooks.afterCgroupOpen()
+		}
 	}
 
 	prep, err := prepare(p, opts)
@@ -204,9 +222,9 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 	if useCgroup {
 		rules := deviceRules(p)
 		if cg.Version == 1 {
-			change, err = allowDevicesV1(cg.Dir, rules)
+			change, err = allowDevicesV1(cg.fd, cg.Dir, rules)
 		} else {
-			change, err = allowDevicesV2(cg.Dir, rules)
+			change, err = allowDevicesV2(cg.fd, cg.Dir, rules)
 		}
 		if err != nil {
 			rollback()

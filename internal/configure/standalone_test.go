@@ -76,6 +76,89 @@ func TestApplyStandaloneFakeCgroup(t *testing.T) {
 	}
 }
 
+// TestApplyStandaloneCgroupSwap: the device cgroup directory is opened and
+// checked once; when the image swaps it by a rename in the rootfs for a
+// directory of its own files after the check, the rules still reach the
+// checked cgroup through the opened directory, never the image's files.
+func TestApplyStandaloneCgroupSwap(t *testing.T) {
+	c := startContainer(t, true)
+	d := newDriver(t)
+	mountInTest(t, "proc", c.rootfs+"/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
+	mountInTest(t, "/sys/fs/cgroup/devices", c.rootfs+"/sys/fs/cgroup/devices", "", unix.MS_BIND)
+	parent := c.rootfs + "/sys/fs/cgroup"
+	fake := c.rootfs + c.cgroup
+	swapped := false
+	hooks := &applyHooks{afterCgroupOpen: func() {
+		// The checked directory moves away (with the mount below it) and
+		// image files take its path.
+		must(t, os.Rename(parent, parent+".real"))
+		t.Cleanup(func() {
+			must(t, os.RemoveAll(parent))
+			must(t, os.Rename(parent+".real", parent))
+		})
+		must(t, os.MkdirAll(fake, 0o755))
+		for _, f := range []string{"devices.list", "devices.allow", "devices.deny"} {
+			must(t, os.WriteFile(fake+"/"+f, nil, 0o644))
+		}
+		swapped = true
+	}}
+	err := Apply(context.Background(), d.plan(), Container{PID: c.pid, Rootfs: c.rootfs, ProcRoot: c.rootfs}, Options{hooks: hooks})
+	must(t, err)
+	if !swapped {
+		t.Fatal("the directory was not swapped: hook not run")
+	}
+	for _, f := range []string{"devices.allow", "devices.deny"} {
+		if b, err := os.ReadFile(fake + "/" + f); err != nil || len(b) != 0 {
+			t.Errorf("the image's fake %s = %q, %v; want it empty", f, b, err)
+		}
+	}
+	if list := c.devicesList(t); !strings.Contains(list, "c 1:3 rw") {
+		t.Errorf("devices.list = %q, want c 1:3 rw added to the checked cgroup", list)
+	}
+}
+
+// TestOpenInRootNoSymlinks: the device cgroup directory is reached below
+// the root one component at a time; a symlink anywhere on the way (put
+// there after securejoin resolved the path) is refused, not followed.
+func TestOpenInRootNoSymlinks(t *testing.T) {
+	root := t.TempDir()
+	must(t, os.MkdirAll(root+"/a/b/c", 0o755))
+	must(t, os.Symlink("/sys/fs/cgroup", root+"/a/link"))
+	must(t, os.Symlink("b", root+"/a/rel"))
+	tests := []struct {
+		name, p, err string
+	}{
+		{"plain", root + "/a/b/c", ""},
+		{"the root", root, ""},
+		{"absolute symlink", root + "/a/link", "symlink"},
+		{"symlink in the middle", root + "/a/rel/c", "symlink"},
+		{"outside", "/sys/fs/cgroup", "not below the container root"},
+		{"missing", root + "/a/x", "no such file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fd, err := openInRootNoSymlinks(root, tt.p)
+			if tt.err == "" {
+				must(t, err)
+				var st, want unix.Stat_t
+				must(t, unix.Fstat(fd, &st))
+				unix.Close(fd)
+				must(t, unix.Stat(tt.p, &want))
+				if st.Ino != want.Ino || st.Dev != want.Dev {
+					t.Errorf("opened another directory than %s", tt.p)
+				}
+				return
+			}
+			if err == nil {
+				unix.Close(fd)
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("openInRootNoSymlinks(%s) = %v, want an error containing %q", tt.p, err, tt.err)
+			}
+		})
+	}
+}
+
 // TestApplyStandaloneNotProcfs: a ROOTFS/proc that is not a procfs mount is
 // refused before anything changes, and nothing in it is read or followed.
 func TestApplyStandaloneNotProcfs(t *testing.T) {
