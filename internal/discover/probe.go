@@ -26,7 +26,8 @@ func (x *discoverer) probe(ctx context.Context) {
 		}
 	}
 	if libcuda == "" {
-		x.warn("CUDA version unknown: no libcuda.so of driver %s found", d.Version)
+		d.CUDAUnknown = fmt.Sprintf("no libcuda.so of driver %s found", d.Version)
+		x.warn("CUDA version unknown: %s", d.CUDAUnknown)
 		return
 	}
 	req := driverprobe.Request{Libcuda: libcuda, NVML: nvml, ModuleVersion: d.Version}
@@ -44,6 +45,7 @@ func (x *discoverer) probe(ctx context.Context) {
 	}
 	res, err := driverprobe.Probe(ctx, req, x.opts.ProbeConfig)
 	if err != nil {
+		d.CUDAUnknown = err.Error()
 		x.warn("CUDA version, architectures and brands unknown: %v", err)
 		return
 	}
@@ -59,6 +61,7 @@ func (x *discoverer) probe(ctx context.Context) {
 		d.CUDAVersion = res.CUDAVersion()
 		d.CUDAVersionSource = src
 	} else {
+		d.CUDAUnknown = res.CUDAError
 		x.warn("CUDA version unknown: %s", res.CUDAError)
 	}
 	if x.opts.ProbeCUDAOnly {

@@ -174,6 +174,9 @@ type Driver struct {
 	// CUDAVersionSource saying where it came from; "" if unknown.
 	CUDAVersion       string
 	CUDAVersionSource Source
+	// CUDAUnknown says why CUDAVersion is unknown after a probe ("" when
+	// it is known or no probe ran).
+	CUDAUnknown string
 	// CUDADriverVersion is the raw cuDriverGetVersion value (12020), 0 if unknown.
 	CUDADriverVersion int
 

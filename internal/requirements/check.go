@@ -41,8 +41,14 @@ func (d DeviceFacts) name() string {
 // Facts are the host values requirements are checked against.
 type Facts struct {
 	// CUDA is the CUDA version the host driver supports, major.minor ("" if
-	// unknown).
+	// unknown). A cuda condition never holds with an unknown CUDA version:
+	// the check fails closed, since the version is what keeps an image
+	// built for a newer CUDA from starting (and failing later with "CUDA
+	// error 35"), and the driver's libcuda answers it even without a GPU.
 	CUDA string
+	// CUDAUnknown says why CUDA is unknown, for messages ("" if known or
+	// not said).
+	CUDAUnknown string
 	// Driver is the driver version, e.g. 580.159.04 ("" if unknown).
 	Driver string
 	// Devices are the selected devices; every requirement must hold for
@@ -117,6 +123,8 @@ func (e *UnsatisfiedError) Advice() string {
 	}
 	c := e.Failures[0].Condition
 	switch {
+	case c.Key == KeyCUDA && e.Failures[0].Host == "":
+		return "make the driver's CUDA version known (nvidia-container-cli info shows why it is not: a missing libcuda, or nctk-driverprobe missing beside nctk), or " + skip
 	case c.Key == KeyCUDA && (c.Op == OpGreater || c.Op == OpGreaterEqual || c.Op == OpEqual):
 		return "update the host driver, use an image built for an older CUDA, or " + skip
 	case c.Key == KeyDriver && (c.Op == OpGreater || c.Op == OpGreaterEqual || c.Op == OpEqual):
@@ -177,7 +185,7 @@ func summarize(fs []Failure) string {
 			g = &group{key: k, seen: map[string]bool{}}
 			switch f.Condition.Key {
 			case KeyCUDA:
-				g.host = "the host driver supports CUDA " + f.Host
+				g.host = "the host driver supports CUDA " + orUnknown(f.Host)
 			case KeyDriver:
 				g.host = "the host driver is " + f.Host
 			default:
@@ -245,6 +253,14 @@ func explain(f Failure, facts Facts) string {
 	c := f.Condition
 	switch c.Key {
 	case KeyCUDA:
+		if f.Host == "" {
+			why := ""
+			if facts.CUDAUnknown != "" {
+				why = ": " + facts.CUDAUnknown
+			}
+			return fmt.Sprintf("the image needs CUDA %s %s, but the CUDA version of the host driver %s could not be determined%s",
+				opWords(c.Op), c.Value, orUnknown(facts.Driver), why)
+		}
 		return fmt.Sprintf("the image needs CUDA %s %s, but the host driver %s supports CUDA %s",
 			opWords(c.Op), c.Value, orUnknown(facts.Driver), f.Host)
 	case KeyDriver:
@@ -283,7 +299,8 @@ func Check(reqs []string, facts Facts) error {
 // requirement must hold for every device in facts.Devices (or once with no
 // device, in which case arch and brand conditions hold). A condition on a
 // host value that is unknown ("" in facts) is taken as true and noted in
-// the result.
+// the result, except a cuda condition, which an unknown CUDA version never
+// satisfies (see Facts.CUDA).
 //
 // The first requirement that does not parse yields a *SyntaxError; the
 // first one that does not hold yields an *UnsatisfiedError. Requirements are
@@ -360,8 +377,7 @@ func evalCondition(c Condition, facts Facts, dev *DeviceFacts, note func(string)
 	case KeyCUDA:
 		host = facts.CUDA
 		if host == "" {
-			note(fmt.Sprintf("the CUDA version of the host driver is unknown: %s taken as true", c))
-			return host, true
+			return host, false // fails closed (see Facts.CUDA)
 		}
 	case KeyDriver:
 		host = facts.Driver

@@ -176,7 +176,10 @@ func TestEvaluate(t *testing.T) {
 		{"brand every device", []string{"brand!=geforce"}, twoGPUs, false, 0},
 		{"no device: arch and brand true", []string{"arch>=99,brand=quadro"}, noDev, true, 0},
 		{"no device: driver still checked", []string{"arch>=99,driver>=600"}, noDev, false, 0},
-		{"unknown values true with notes", []string{"cuda>=99", "driver>=999", "arch>=9", "brand=tesla"}, unknown, true, 4},
+		{"unknown values true with notes", []string{"driver>=999", "arch>=9", "brand=tesla"}, unknown, true, 3},
+		{"unknown CUDA fails closed", []string{"cuda>=12.0"}, unknown, false, 0},
+		{"unknown CUDA fails closed for <", []string{"cuda<99"}, Facts{Driver: "535.261.03"}, false, 0},
+		{"unknown CUDA, another alternative holds", []string{"cuda>=12.0 driver>=500"}, Facts{Driver: "535.261.03"}, true, 0},
 		{"driver with suffix compared on numbers", []string{"driver>=580"}, Facts{Driver: "580.65.06-open"}, true, 0},
 		{"driver lt", []string{"driver<536"}, Facts{Driver: "535.261.03"}, true, 0},
 		{"driver eq trailing zero", []string{"driver=535.0"}, Facts{Driver: "535"}, true, 0},
@@ -318,6 +321,26 @@ func BenchmarkCheckUnsatisfied(b *testing.B) {
 			b.Fatal("want error")
 		} else {
 			_ = err.Error()
+		}
+	}
+}
+
+// TestUnknownCUDAMessage: a cuda requirement on a host whose CUDA version is
+// unknown fails with an error that says so, why, and what to do.
+func TestUnknownCUDAMessage(t *testing.T) {
+	facts := Facts{Driver: "535.261.03", CUDAUnknown: "driver probe: nctk-driverprobe is missing"}
+	err := Check([]string{"cuda>=13.0"}, facts)
+	if !IsUnsatisfied(err) {
+		t.Fatalf("Check = %v, want an unsatisfied requirement", err)
+	}
+	for _, want := range []string{
+		"the image needs CUDA >= 13.0, but the CUDA version of the host driver 535.261.03 could not be determined: driver probe: nctk-driverprobe is missing",
+		"CUDA unknown",
+		"make the driver's CUDA version known",
+		"NVIDIA_DISABLE_REQUIRE=true",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
 }

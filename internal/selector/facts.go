@@ -14,7 +14,7 @@ import (
 func (s Selection) Facts(d *discover.Driver) requirements.Facts {
 	var f requirements.Facts
 	if d != nil {
-		f.CUDA, f.Driver = d.CUDAVersion, d.Version
+		f.CUDA, f.Driver, f.CUDAUnknown = d.CUDAVersion, d.Version, d.CUDAUnknown
 	}
 	for _, g := range s.GPUs {
 		f.Devices = append(f.Devices, requirements.DeviceFacts{Index: strconv.Itoa(g.Index), UUID: g.UUID, Arch: g.Arch, Brand: g.Brand})

@@ -407,11 +407,54 @@ func TestStaticBinaryProbesThroughHelper(t *testing.T) {
 			t.Errorf("info output lacks %q:\n%s", want, out)
 		}
 	}
-	if err := os.Remove(filepath.Join(dir, "nctk-driverprobe")); err != nil {
+	helper := filepath.Join(dir, "nctk-driverprobe")
+	saved := filepath.Join(t.TempDir(), "nctk-driverprobe")
+	if err := os.Rename(helper, saved); err != nil {
 		t.Fatal(err)
 	}
 	out, errOut, err = info()
 	if err != nil || !strings.Contains(errOut, "nctk-driverprobe, which is missing") || !strings.Contains(out, "Architecture:   Unknown") {
 		t.Errorf("info without the helper: %v, stdout %q, stderr %q; want unknown facts and a warning naming nctk-driverprobe", err, out, errOut)
+	}
+
+	// A container that requires a CUDA version is refused when the CUDA
+	// version cannot be learnt (the check fails closed, bundle untouched),
+	// and created once the helper is back.
+	bundle := t.TempDir()
+	for _, d := range []string{"rootfs/usr/lib/x86_64-linux-gnu", "rootfs/usr/bin", "rootfs/etc"} {
+		if err := os.MkdirAll(filepath.Join(bundle, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := []byte(`{"ociVersion":"1.2.0","root":{"path":"rootfs"},"process":{"args":["/bin/true"],"cwd":"/",` +
+		`"env":["NVIDIA_VISIBLE_DEVICES=all","NVIDIA_REQUIRE_CUDA=cuda>=11.0"]}}`)
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "[nvidia-container-cli]\nroot = %q\n[nvidia-container-runtime]\nruntimes = [\"/bin/true\"]\n", fake.Path), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	create := func() (string, error) {
+		cmd := exec.Command(filepath.Join(dir, "nvidia-container-runtime"), "create", "--bundle", bundle, "c")
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_CTK_CONFIG_FILE_PATH=" + cfg}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err = create()
+	if err == nil || !strings.Contains(out, "CUDA version of the host driver") || !strings.Contains(out, "nctk-driverprobe") {
+		t.Errorf("create with cuda>=11.0 and no way to learn the CUDA version: %v\n%s\nwant a requirement error naming nctk-driverprobe", err, out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(bundle, "config.json")); !bytes.Equal(got, spec) {
+		t.Errorf("failed create changed config.json:\n%s", got)
+	}
+	if err := os.Rename(saved, helper); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := create(); err != nil {
+		t.Errorf("create with cuda>=11.0 and the helper back: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(bundle, "config.json")); bytes.Equal(got, spec) {
+		t.Error("create did not inject the GPUs")
 	}
 }
