@@ -4,7 +4,9 @@
 # Usage (as root, from anywhere):  scripts/demo.sh     (or: make demo)
 #
 # What it does:
-#   1. builds bin/nctk and its tool links unless they are there (make build);
+#   1. builds bin/nctk, its tool links and bin/nctk-driverprobe (the cgo
+#      helper nctk runs beside itself to ask libcuda for the CUDA version)
+#      unless they are there (make build);
 #   2. picks the driver: the host's own when /proc/driver/nvidia/version
 #      exists; otherwise a fixture driver root built from the cached Debian
 #      NVIDIA 535 packages (make fixtures) with 2 simulated GPUs and no
@@ -44,7 +46,7 @@ need gcc "apt-get install gcc libc6-dev"
 need ldconfig "part of libc-bin"
 runc_bin=$(command -v runc)
 
-if [ ! -x "$bin/nctk" ] || [ ! -e "$bin/nvidia-container-runtime" ]; then
+if [ ! -x "$bin/nctk" ] || [ ! -x "$bin/nctk-driverprobe" ] || [ ! -e "$bin/nvidia-container-runtime" ]; then
 	say "building nctk"
 	make -C "$repo" build
 fi
