@@ -7,7 +7,6 @@ import (
 	"os"
 	"path"
 
-	"github.com/nctk/nctk/internal/rootfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,21 +42,10 @@ func openProcDir(procRoot string) (*procDir, error) {
 		return &procDir{fd: fd, path: "/proc"}, nil
 	}
 	p := path.Join(procRoot, "proc")
-	root, err := unix.Open(procRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	// Opened inside the root with no symlink or magic link followed, as
+	// the cgroup directory is (openInRootNoSymlinks).
+	fd, err := openInRootNoSymlinks(procRoot, p)
 	if err != nil {
-		return nil, fmt.Errorf("open container root %s: %w", procRoot, err)
-	}
-	defer unix.Close(root)
-	// One component, resolved beneath root with no symlink or magic link
-	// followed (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, O_NOFOLLOW
-	// without openat2): rootfs's primitive. For the single name "proc",
-	// beneath and in-root resolution are the same (no "..", no symlink
-	// to clamp), and a scoped lookup only returns EAGAIN for "..".
-	fd, err := rootfs.OpenNoFollow(root, "proc", unix.O_RDONLY|unix.O_DIRECTORY)
-	if err != nil {
-		if errors.Is(err, unix.ELOOP) {
-			err = errors.New("is a symlink in the container image (not followed)")
-		}
 		return nil, fmt.Errorf("%s is %w: %w", p, ErrNotProcfs, err)
 	}
 	var st unix.Statfs_t
