@@ -48,39 +48,31 @@ func ParseMountOptions(opts []string) (MountFlags, error) {
 	return f, nil
 }
 
-func (f MountFlags) attrs() uint64 {
-	var a uint64
-	if f.ReadOnly {
-		a |= unix.MOUNT_ATTR_RDONLY
+// bits returns f both as mount_setattr attributes and as mount(2) flags.
+func (f MountFlags) bits() (attr uint64, ms uintptr) {
+	for _, b := range []struct {
+		set  bool
+		attr uint64
+		ms   uintptr
+	}{
+		{f.ReadOnly, unix.MOUNT_ATTR_RDONLY, unix.MS_RDONLY},
+		{f.NoSuid, unix.MOUNT_ATTR_NOSUID, unix.MS_NOSUID},
+		{f.NoDev, unix.MOUNT_ATTR_NODEV, unix.MS_NODEV},
+		{f.NoExec, unix.MOUNT_ATTR_NOEXEC, unix.MS_NOEXEC},
+	} {
+		if b.set {
+			attr |= b.attr
+			ms |= b.ms
+		}
 	}
-	if f.NoSuid {
-		a |= unix.MOUNT_ATTR_NOSUID
-	}
-	if f.NoDev {
-		a |= unix.MOUNT_ATTR_NODEV
-	}
-	if f.NoExec {
-		a |= unix.MOUNT_ATTR_NOEXEC
-	}
-	return a
+	return attr, ms
 }
 
-func (f MountFlags) msFlags() uintptr {
-	var m uintptr
-	if f.ReadOnly {
-		m |= unix.MS_RDONLY
-	}
-	if f.NoSuid {
-		m |= unix.MS_NOSUID
-	}
-	if f.NoDev {
-		m |= unix.MS_NODEV
-	}
-	if f.NoExec {
-		m |= unix.MS_NOEXEC
-	}
-	return m
-}
+// attrs returns f as mount_setattr attributes.
+func (f MountFlags) attrs() uint64 { a, _ := f.bits(); return a }
+
+// msFlags returns f as mount(2) flags.
+func (f MountFlags) msFlags() uintptr { _, m := f.bits(); return m }
 
 // Source is a host object checked and ready to be bind-mounted into a
 // container root: its O_PATH descriptor and, where the kernel has the new
