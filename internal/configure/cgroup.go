@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"strconv"
@@ -398,14 +397,7 @@ func readCgroupFile(dirfd int, dir, name string) ([]byte, error) {
 	}
 	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxProcFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	if len(data) > maxProcFile {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", p, maxProcFile)
-	}
-	return data, nil
+	return readAllLimited(f)
 }
 
 type v1Change struct {

@@ -98,12 +98,19 @@ func (d *procDir) readFile(rel string) ([]byte, error) {
 			return nil, fmt.Errorf("%s is not a procfs file (file system type %#x)", d.name(rel), st.Type)
 		}
 	}
+	return readAllLimited(f)
+}
+
+// readAllLimited reads f (a proc or cgroup file, whose size is not
+// reported) to the end, failing for more than maxProcFile bytes. Errors
+// name f.
+func readAllLimited(f *os.File) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(f, maxProcFile+1))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", d.name(rel), err)
+		return nil, fmt.Errorf("read %s: %w", f.Name(), err)
 	}
 	if len(data) > maxProcFile {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", d.name(rel), maxProcFile)
+		return nil, fmt.Errorf("read %s: larger than %d bytes", f.Name(), maxProcFile)
 	}
 	return data, nil
 }
