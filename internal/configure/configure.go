@@ -330,8 +330,7 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 	}
 	// The host ldconfig runs only for CUDA compat libraries (see Apply);
 	// it is copied now, before the container's mount namespace is entered.
-	needLdconfig := (opts.CUDACompatMode == CompatLdconfig || opts.CUDACompatMode == CompatMount) && injectsLibcuda(p)
-	if needLdconfig {
+	if compatEnabled(p, opts) {
 		hp, err := rootfs.HostLdconfigPath(opts.Ldconfig)
 		if err != nil {
 			return fail(PhaseLdcache, err)
@@ -392,8 +391,13 @@ func deviceRules(p *plan.Plan) []deviceRule {
 	return out
 }
 
-// injectsLibcuda reports whether the plan mounts libcuda (compute).
-func injectsLibcuda(p *plan.Plan) bool {
+// compatEnabled reports whether CUDA compat handling is on and the plan
+// mounts libcuda (compute): only then can compatDir find a directory, so
+// only then does prepare copy the host ldconfig.
+func compatEnabled(p *plan.Plan, opts Options) bool {
+	if opts.CUDACompatMode != CompatLdconfig && opts.CUDACompatMode != CompatMount {
+		return false
+	}
 	for _, m := range p.Mounts {
 		if strings.HasPrefix(path.Base(m.Destination), "libcuda.so.") {
 			return true
@@ -409,10 +413,7 @@ func injectsLibcuda(p *plan.Plan) bool {
 // command line, which lists the compat libcuda.so.1 in the cache; nothing
 // is mounted from the image.
 func compatDir(r *rootfs.Root, p *plan.Plan, opts Options, log *slog.Logger) string {
-	if opts.CUDACompatMode != CompatLdconfig && opts.CUDACompatMode != CompatMount {
-		return ""
-	}
-	if !injectsLibcuda(p) {
+	if !compatEnabled(p, opts) {
 		return ""
 	}
 	host, ok := majorOf(opts.DriverVersion)
