@@ -133,10 +133,8 @@ func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
 		if err := registerContainerdRuntime(mainT, criPluginPath(version), srcCRI, o); err != nil {
 			return nil, fmt.Errorf("%s: %w", mainName, err)
 		}
-		if !reflect.DeepEqual(before, any(mainT)) || len(bytes.TrimSpace(in.Main)) == 0 {
-			if out.Main, err = marshalTOML(mainT); err != nil {
-				return nil, err
-			}
+		if out.Main, err = encodeChanged(in.Main, before, mainT); err != nil {
+			return nil, err
 		}
 		return out, nil
 	}
@@ -169,11 +167,8 @@ func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
 	if err := registerContainerdRuntime(dropT, path, cri, o); err != nil {
 		return nil, fmt.Errorf("%s: %w", in.DropInPath, err)
 	}
-	out.DropIn = in.DropIn
-	if !reflect.DeepEqual(before, any(dropT)) || len(bytes.TrimSpace(in.DropIn)) == 0 {
-		if out.DropIn, err = marshalTOML(dropT); err != nil {
-			return nil, err
-		}
+	if out.DropIn, err = encodeChanged(in.DropIn, before, dropT); err != nil {
+		return nil, err
 	}
 	if out.Main, err = addContainerdImport(in.Main, mainT, version, mainName, in.DropInPath); err != nil {
 		return nil, err

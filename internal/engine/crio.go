@@ -1,9 +1,7 @@
 package engine
 
 import (
-	"bytes"
 	"fmt"
-	"reflect"
 )
 
 // crioRuntimesPath is where CRI-O keeps its runtime handlers.
@@ -55,10 +53,7 @@ func EditCRIO(data, base []byte, o Options) ([]byte, error) {
 		}
 		rtTable["default_runtime"] = o.RuntimeName
 	}
-	if reflect.DeepEqual(before, any(t)) && len(bytes.TrimSpace(data)) > 0 {
-		return data, nil
-	}
-	return marshalTOML(t)
+	return encodeChanged(data, before, t)
 }
 
 // crioBaseRuntime picks the table a new CRI-O runtime is copied from.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	toml "github.com/pelletier/go-toml/v2"
@@ -41,6 +42,16 @@ func marshalTOML(t tomlTable) ([]byte, error) {
 		return nil, fmt.Errorf("encoding TOML: %w", err)
 	}
 	return b.Bytes(), nil
+}
+
+// encodeChanged returns t encoded, or data itself when data is not empty and
+// t still equals before, the table data decoded to: a file that already says
+// what was asked keeps its bytes.
+func encodeChanged(data []byte, before any, t tomlTable) ([]byte, error) {
+	if len(bytes.TrimSpace(data)) > 0 && reflect.DeepEqual(before, any(t)) {
+		return data, nil
+	}
+	return marshalTOML(t)
 }
 
 // subTable returns t[key] as a table. With create, a missing key is added
