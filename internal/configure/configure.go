@@ -263,7 +263,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 	if change != nil {
 		change.Release()
 	}
-	t.Do(func() error { r.Commit(); return r.Close() })
+	t.Do(r.Close) // keeps the journaled changes (Close commits)
 	log.Debug("container configured", "rootfs", c.Rootfs, "pid", c.PID, "devices", len(p.Devices),
 		"mounts", len(p.Mounts), "symlinks", len(p.Symlinks), "ldconfig", dirs)
 	return nil
