@@ -102,8 +102,6 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	opts := j.Driver
-	// Only requirements need facts the driver alone knows (the CUDA
-	// version, compute capabilities): ask it only then.
 	// Requirements need the CUDA version, which only the driver knows: ask
 	// it for that alone first (cached per driver). Arch and brand need the
 	// driver to reach the GPUs; they are asked for only when a requirement

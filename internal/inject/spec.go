@@ -59,7 +59,7 @@ func RequestJob(req request.Request, cfg *config.Config) (*Job, error) {
 		j.Devices = req.Devices
 	}
 	for _, v := range []struct{ name, val string }{
-		{"NVIDIA_MIG_CONFIG_DEVICES", req.MIGConfig}, {"NVIDIA_MIG_MONITOR_DEVICES", req.MIGMonitor},
+		{request.EnvMIGConfigDevices, req.MIGConfig}, {request.EnvMIGMonitorDevices, req.MIGMonitor},
 	} {
 		if v.val != "" && v.val != "all" {
 			return nil, &Error{Phase: PhaseInput, Err: fmt.Errorf("%s=%q: only \"all\" is supported", v.name, v.val)}
@@ -68,7 +68,7 @@ func RequestJob(req request.Request, cfg *config.Config) (*Job, error) {
 	for _, c := range req.IMEXChannels {
 		n, err := strconv.ParseUint(c, 10, 32)
 		if err != nil || n >= 1<<20 {
-			return nil, &Error{Phase: PhaseInput, Err: fmt.Errorf("NVIDIA_IMEX_CHANNELS: invalid channel %q (want a decimal number below 1048576)", c)}
+			return nil, &Error{Phase: PhaseInput, Err: fmt.Errorf("%s: invalid channel %q (want a decimal number below 1048576)", request.EnvIMEXChannels, c)}
 		}
 		j.IMEXChannels = append(j.IMEXChannels, int(n))
 	}
