@@ -18,6 +18,16 @@ func crioRuntimesPath() []string { return []string{"crio", "runtime", "runtimes"
 // runtime_root and the like carry over. base (may be nil) is the main
 // configuration in drop-in mode. Unchanged content is returned as is.
 func EditCRIO(data, base []byte, o Options) ([]byte, error) {
+	b, err := parseTOML(base)
+	if err != nil {
+		return nil, fmt.Errorf("base configuration: %w", err)
+	}
+	return editCRIO(data, b, o)
+}
+
+// editCRIO is EditCRIO with the base configuration decoded (an empty table
+// for none).
+func editCRIO(data []byte, b tomlTable, o Options) ([]byte, error) {
 	o = o.withDefaults()
 	if err := o.validate(CRIO); err != nil {
 		return nil, err
@@ -25,10 +35,6 @@ func EditCRIO(data, base []byte, o Options) ([]byte, error) {
 	t, err := parseTOML(data)
 	if err != nil {
 		return nil, err
-	}
-	b, err := parseTOML(base)
-	if err != nil {
-		return nil, fmt.Errorf("base configuration: %w", err)
 	}
 	before := deepCopy(t)
 	runtimes, err := subTable(t, crioRuntimesPath(), true)

@@ -218,7 +218,7 @@ func Plan(req Request) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", req.ConfigPath, err)
 		}
-		res.Files = []File{{Path: req.ConfigPath, Data: out, Existed: mainExisted, Changed: !mainExisted || !bytes.Equal(out, main)}}
+		res.Files = []File{newFile(req.ConfigPath, out, main, mainExisted)}
 		return res, nil
 	}
 
@@ -243,11 +243,9 @@ func Plan(req Request) (*Result, error) {
 		}
 		res.Notes = append(res.Notes, out.Notes...)
 		if out.DropIn != nil {
-			res.Files = append(res.Files, File{Path: req.DropInPath, Data: out.DropIn, Existed: dropInExisted,
-				Changed: !dropInExisted || !bytes.Equal(out.DropIn, dropIn)})
+			res.Files = append(res.Files, newFile(req.DropInPath, out.DropIn, dropIn, dropInExisted))
 		}
-		res.Files = append(res.Files, File{Path: req.ConfigPath, Data: out.Main, Existed: mainExisted,
-			Changed: !mainExisted || !bytes.Equal(out.Main, main)})
+		res.Files = append(res.Files, newFile(req.ConfigPath, out.Main, main, mainExisted))
 		if out.DropIn == nil {
 			return res, nil
 		}
@@ -269,21 +267,25 @@ func Plan(req Request) (*Result, error) {
 		if req.Source != nil {
 			base = req.Source
 		}
-		if base != nil {
-			if _, err := parseTOML(base); err != nil {
-				if req.Source != nil {
-					return nil, fmt.Errorf("configuration source: %w", err)
-				}
-				return nil, fmt.Errorf("%s: %w", req.ConfigPath, err)
+		baseT, err := parseTOML(base)
+		if err != nil {
+			if req.Source != nil {
+				return nil, fmt.Errorf("configuration source: %w", err)
 			}
+			return nil, fmt.Errorf("%s: %w", req.ConfigPath, err)
 		}
-		out, err := EditCRIO(targetData, base, req.Options)
+		out, err := editCRIO(targetData, baseT, req.Options)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", target, err)
 		}
-		res.Files = []File{{Path: target, Data: out, Existed: targetExisted, Changed: !targetExisted || !bytes.Equal(out, targetData)}}
+		res.Files = []File{newFile(target, out, targetData, targetExisted)}
 		return res, nil
 	}
+}
+
+// newFile is the File for path's new content data; old is its content now.
+func newFile(path string, data, old []byte, existed bool) File {
+	return File{Path: path, Data: data, Existed: existed, Changed: !existed || !bytes.Equal(data, old)}
 }
 
 // Apply writes every changed file of r atomically.
