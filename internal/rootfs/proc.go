@@ -3,7 +3,6 @@ package rootfs
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -46,9 +45,6 @@ func (pd *ProcDriver) Close() error {
 	return nil
 }
 
-// maxProcFile bounds each copied proc file.
-const maxProcFile = 1 << 20
-
 // PrepareProcDriver reads view.HostDir's files, opens the gpus/<bus id>
 // directory of each selected GPU (trying the 4-hex-digit PCI domain form
 // when the 8-digit one is absent, as drivers on some VMs name them) and the
@@ -68,7 +64,7 @@ func PrepareProcDriver(view *plan.ProcView) (*ProcDriver, error) {
 			return nil, fmt.Errorf("proc view: invalid file name %q", name)
 		}
 		p := path.Join(view.HostDir, name)
-		data, err := readSmall(p)
+		data, err := procfs.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -116,22 +112,6 @@ func PrepareProcDriver(view *plan.ProcView) (*ProcDriver, error) {
 		pd.binds = append(pd.binds, procBind{rel: rel, src: src})
 	}
 	return pd, nil
-}
-
-func readSmall(p string) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxProcFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	if len(data) > maxProcFile {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", p, maxProcFile)
-	}
-	return data, nil
 }
 
 // MountProcDriver masks the container's /proc/driver/nvidia with a
