@@ -59,7 +59,7 @@ type Facts struct {
 // Result is the outcome of a successful evaluation.
 type Result struct {
 	// Notes lists conditions that were taken as true because the host value
-	// is unknown.
+	// is unknown or not a version (never cuda conditions).
 	Notes []string
 }
 
@@ -185,7 +185,10 @@ func summarize(fs []Failure) string {
 			g = &group{key: k, seen: map[string]bool{}}
 			switch f.Condition.Key {
 			case KeyCUDA:
-				g.host = "the host driver supports CUDA " + orUnknown(f.Host)
+				g.host = "the host driver supports CUDA " + f.Host
+				if f.Host == "" {
+					g.host = "the host driver's CUDA version is unknown"
+				}
 			case KeyDriver:
 				g.host = "the host driver is " + f.Host
 			default:
@@ -261,6 +264,10 @@ func explain(f Failure, facts Facts) string {
 			return fmt.Sprintf("the image needs CUDA %s %s, but the CUDA version of the host driver %s could not be determined%s",
 				opWords(c.Op), c.Value, orUnknown(facts.Driver), why)
 		}
+		if !validVersion(numericPrefix(f.Host)) {
+			return fmt.Sprintf("the image needs CUDA %s %s, but the host driver %s reports CUDA version %q, which is not a version",
+				opWords(c.Op), c.Value, orUnknown(facts.Driver), f.Host)
+		}
 		return fmt.Sprintf("the image needs CUDA %s %s, but the host driver %s supports CUDA %s",
 			opWords(c.Op), c.Value, orUnknown(facts.Driver), f.Host)
 	case KeyDriver:
@@ -298,9 +305,9 @@ func Check(reqs []string, facts Facts) error {
 // Evaluate checks every requirement against the host facts. Each
 // requirement must hold for every device in facts.Devices (or once with no
 // device, in which case arch and brand conditions hold). A condition on a
-// host value that is unknown ("" in facts) is taken as true and noted in
-// the result, except a cuda condition, which an unknown CUDA version never
-// satisfies (see Facts.CUDA).
+// host value that is unknown ("" in facts) or not a version is taken as
+// true and noted in the result, except a cuda condition, which an unknown
+// or unparsable CUDA version never satisfies (see Facts.CUDA).
 //
 // The first requirement that does not parse yields a *SyntaxError; the
 // first one that does not hold yields an *UnsatisfiedError. Requirements are
@@ -410,6 +417,9 @@ func evalCondition(c Condition, facts Facts, dev *DeviceFacts, note func(string)
 		// "580.65.06-open"?) is compared on its numeric prefix.
 		cmp, ok = CompareVersions(numericPrefix(host), c.Value)
 		if !ok {
+			if c.Key == KeyCUDA {
+				return host, false // fails closed (see Facts.CUDA)
+			}
 			note(fmt.Sprintf("the host %s value %q is not a version: %s taken as true", c.Key, host, c))
 			return host, true
 		}

@@ -179,6 +179,7 @@ func TestEvaluate(t *testing.T) {
 		{"unknown values true with notes", []string{"driver>=999", "arch>=9", "brand=tesla"}, unknown, true, 3},
 		{"unknown CUDA fails closed", []string{"cuda>=12.0"}, unknown, false, 0},
 		{"unknown CUDA fails closed for <", []string{"cuda<99"}, Facts{Driver: "535.261.03"}, false, 0},
+		{"CUDA not a version fails closed", []string{"cuda>=12.0"}, Facts{CUDA: "n/a", Driver: "535.261.03"}, false, 0},
 		{"unknown CUDA, another alternative holds", []string{"cuda>=12.0 driver>=500"}, Facts{Driver: "535.261.03"}, true, 0},
 		{"driver with suffix compared on numbers", []string{"driver>=580"}, Facts{Driver: "580.65.06-open"}, true, 0},
 		{"driver lt", []string{"driver<536"}, Facts{Driver: "535.261.03"}, true, 0},
@@ -322,6 +323,20 @@ func BenchmarkCheckUnsatisfied(b *testing.B) {
 		} else {
 			_ = err.Error()
 		}
+	}
+}
+
+// TestUnparsableCUDAMessages: a host CUDA value that is not a version is
+// named as such, and an unknown one reads as unknown in the summary of the
+// other alternatives.
+func TestUnparsableCUDAMessages(t *testing.T) {
+	err := Check([]string{"cuda>=13.0"}, Facts{CUDA: "n/a", Driver: "535.261.03"})
+	if want := `the host driver 535.261.03 reports CUDA version "n/a", which is not a version`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v lacks %q", err, want)
+	}
+	err = Check([]string{"driver>=999 cuda>=13.0 cuda>=12.0"}, Facts{Driver: "535.261.03"})
+	if want := "2 fail on cuda>= (13.0, 12.0; the host driver's CUDA version is unknown)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v lacks %q", err, want)
 	}
 }
 
