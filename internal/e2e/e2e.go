@@ -336,28 +336,47 @@ func TempDir(t testing.TB, prefix string) string {
 	return dir
 }
 
-// mountsUnder lists the mount points at or below dir, deepest first.
-func mountsUnder(dir string) ([]string, error) {
+// mountEntry is one line of /proc/self/mountinfo: the mount point and the
+// file system type.
+type mountEntry struct{ point, fstype string }
+
+// readMountinfo reads the test's mount table.
+func readMountinfo() ([]mountEntry, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("reading mount table: %w", err)
 	}
 	defer f.Close()
-	var out []string
+	var out []mountEntry
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
+		line := sc.Text()
+		fields := strings.Fields(line)
+		_, post, ok := strings.Cut(line, " - ")
+		pf := strings.Fields(post)
+		if len(fields) < 5 || !ok || len(pf) == 0 {
 			continue
 		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
+		out = append(out, mountEntry{point: unescapeMountinfo(fields[4]), fstype: pf[0]})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading mount table: %w", err)
+	}
+	return out, nil
+}
+
+// mountsUnder lists the mount points at or below dir, deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	mounts, err := readMountinfo()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, m := range mounts {
+		if m.point == dir || strings.HasPrefix(m.point, dir+"/") {
+			out = append(out, m.point)
+		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out, nil
@@ -530,29 +549,17 @@ func removeCgroupDir(dir string) error {
 
 // cgroupRoots lists the mount points of the cgroup hierarchies (v1 and v2).
 func cgroupRoots() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	mounts, err := readMountinfo()
 	if err != nil {
-		return nil, fmt.Errorf("reading mount table: %w", err)
+		return nil, err
 	}
-	defer f.Close()
 	var roots []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		_, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		pf := strings.Fields(post)
-		if len(pf) == 0 || (pf[0] != "cgroup" && pf[0] != "cgroup2") {
-			continue
-		}
-		if fields := strings.Fields(line); len(fields) > 4 {
-			roots = append(roots, unescapeMountinfo(fields[4]))
+	for _, m := range mounts {
+		if m.fstype == "cgroup" || m.fstype == "cgroup2" {
+			roots = append(roots, m.point)
 		}
 	}
-	return roots, sc.Err()
+	return roots, nil
 }
 
 // uniqueName is a short, unique name derived from a harness temp dir.
