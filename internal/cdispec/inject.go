@@ -76,6 +76,21 @@ func InjectCDI(spec *specs.Spec, names []string, specDirs []string) error {
 	if len(names) == 0 {
 		return nil
 	}
+	// Edit a copy so that a failure leaves spec as it was.
+	work, err := cloneSpec(spec)
+	if err != nil {
+		return fmt.Errorf("inject CDI devices: %w", err)
+	}
+	if err := applyDevices(work, names, specDirs); err != nil {
+		return err
+	}
+	*spec = *work
+	return nil
+}
+
+// applyDevices applies the CDI devices names to spec, which may be left half
+// edited on error.
+func applyDevices(spec *specs.Spec, names, specDirs []string) error {
 	if len(specDirs) == 0 {
 		specDirs = DefaultSpecDirs()
 	}
@@ -88,27 +103,19 @@ func InjectCDI(spec *specs.Spec, names []string, specDirs []string) error {
 	if err != nil {
 		return fmt.Errorf("inject CDI devices: %w", err)
 	}
-	var missing []string
-	for _, n := range names {
-		if c.GetDevice(n) == nil && !slices.Contains(missing, n) {
-			missing = append(missing, n)
-		}
-	}
-	if len(missing) > 0 {
-		return &UnresolvedError{Devices: missing, Dirs: specDirs, SpecErrors: specErrors(c)}
-	}
-	// Edit a copy so that a failure leaves spec as it was.
-	work, err := cloneSpec(spec)
-	if err != nil {
-		return fmt.Errorf("inject CDI devices: %w", err)
-	}
-	if unresolved, err := c.InjectDevices(work, names...); err != nil {
+	// The library resolves every name before it edits anything.
+	if unresolved, err := c.InjectDevices(spec, names...); err != nil {
 		if len(unresolved) > 0 {
-			return &UnresolvedError{Devices: unresolved, Dirs: specDirs, SpecErrors: specErrors(c)}
+			var missing []string
+			for _, n := range unresolved {
+				if !slices.Contains(missing, n) {
+					missing = append(missing, n)
+				}
+			}
+			return &UnresolvedError{Devices: missing, Dirs: specDirs, SpecErrors: specErrors(c)}
 		}
 		return fmt.Errorf("inject CDI devices %s: %w", strings.Join(names, ", "), err)
 	}
-	*spec = *work
 	return nil
 }
 
@@ -123,7 +130,11 @@ func InjectCDI(spec *specs.Spec, names []string, specDirs []string) error {
 // containers with a user namespace are not applied here.
 func Edits(names, specDirs []string) (*specs.Spec, error) {
 	s := &specs.Spec{Process: &specs.Process{}, Linux: &specs.Linux{}}
-	if err := InjectCDI(s, names, specDirs); err != nil {
+	if len(names) == 0 {
+		return s, nil
+	}
+	// s is new: no copy to keep it whole on error.
+	if err := applyDevices(s, names, specDirs); err != nil {
 		return nil, err
 	}
 	return s, nil

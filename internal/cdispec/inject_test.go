@@ -142,6 +142,9 @@ func TestInjectCDIErrors(t *testing.T) {
 	if err := InjectCDI(baseSpec(), []string{"nvidia.com/gpu=9"}, []string{dir}); !errors.As(err, &ue) || ue.Devices[0] != "nvidia.com/gpu=9" {
 		t.Errorf("error %v, want *UnresolvedError", err)
 	}
+	if _, err := Edits([]string{"nvidia.com/gpu=9", "nvidia.com/gpu=0", "nvidia.com/gpu=9"}, []string{dir}); !errors.As(err, &ue) || !slices.Equal(ue.Devices, []string{"nvidia.com/gpu=9"}) {
+		t.Errorf("Edits error %v, want *UnresolvedError naming nvidia.com/gpu=9 once", err)
+	}
 	if err := InjectCDI(nil, []string{"nvidia.com/gpu=0"}, nil); err == nil {
 		t.Error("nil spec: no error")
 	}
