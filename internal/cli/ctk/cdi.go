@@ -10,6 +10,7 @@ import (
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/cdispec"
+	"github.com/nctk/nctk/internal/cli/lookpath"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/inject"
@@ -193,11 +194,8 @@ func versionAbove(a, b string) bool {
 // links live side by side), else on PATH, else the packaged location.
 func findHook(e *env) string {
 	if exe, err := os.Executable(); err == nil {
-		for _, dir := range []string{filepath.Dir(exe), filepath.Dir(evalOr(exe))} {
-			p := filepath.Join(dir, hookBinaryName)
-			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
-				return p
-			}
+		if p, ok := lookpath.Find(hookBinaryName, []string{filepath.Dir(exe), filepath.Dir(evalOr(exe))}); ok {
+			return p
 		}
 	}
 	if p, err := exec.LookPath(hookBinaryName); err == nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nctk/nctk/internal/cli/lookpath"
 	"github.com/nctk/nctk/internal/engine"
 )
 
@@ -163,14 +164,8 @@ func runtimePath(e *env, eng engine.Engine, p string) (string, error) {
 // lookPath finds an executable in the PATH list pathEnv and returns its
 // absolute path.
 func lookPath(name, pathEnv string) (string, error) {
-	for _, dir := range filepath.SplitList(pathEnv) {
-		if dir == "" {
-			continue
-		}
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
-			return filepath.Abs(p)
-		}
+	if p, ok := lookpath.Find(name, filepath.SplitList(pathEnv)); ok {
+		return filepath.Abs(p)
 	}
 	return "", fmt.Errorf("%s: not found in PATH", name)
 }

@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,6 +40,7 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/cli/containercli"
+	"github.com/nctk/nctk/internal/cli/lookpath"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/request"
@@ -50,12 +52,6 @@ const CLIName = "nvidia-container-cli"
 
 // maxState bounds the OCI state read from stdin.
 const maxState = 1 << 20
-
-// defaultPath is searched for nvidia-container-cli (after the driver
-// root's copies of the same directories).
-func defaultPath() []string {
-	return []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
-}
 
 // passEnv are variables of the hook's own environment (set by the engine,
 // never by the image) that nvidia-container-cli reads.
@@ -322,16 +318,16 @@ func normalizeLdconfig(l string) string {
 func findCLI(cfg *config.Config, hookPath string) (string, string, error) {
 	var dirs []string
 	add := func(d string) {
-		if d != "" && filepath.IsAbs(d) && !contains(dirs, d) {
+		if filepath.IsAbs(d) && !slices.Contains(dirs, d) {
 			dirs = append(dirs, d)
 		}
 	}
 	if root := cfg.CLI.Root; root != "" && root != "/" {
-		for _, d := range defaultPath() {
+		for _, d := range lookpath.StandardDirs() {
 			add(filepath.Join(root, d))
 		}
 	}
-	for _, d := range defaultPath() {
+	for _, d := range lookpath.StandardDirs() {
 		add(d)
 	}
 	for _, d := range filepath.SplitList(hookPath) {
@@ -344,22 +340,10 @@ func findCLI(cfg *config.Config, hookPath string) (string, string, error) {
 		}
 		return p, searchPath, nil
 	}
-	for _, d := range dirs {
-		p := filepath.Join(d, CLIName)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
-			return p, searchPath, nil
-		}
+	if p, ok := lookpath.Find(CLIName, dirs); ok {
+		return p, searchPath, nil
 	}
 	return "", "", fmt.Errorf("%s not found in %s (set nvidia-container-cli.path in %s)", CLIName, searchPath, config.DefaultPath)
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // cliEnv is the CLI's explicit environment: PATH, the hook-environment

@@ -15,7 +15,6 @@ package nvdocker
 import (
 	"errors"
 	"fmt"
-	nctkversion "github.com/nctk/nctk/internal/version"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -24,6 +23,8 @@ import (
 	"syscall"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cli/lookpath"
+	nctkversion "github.com/nctk/nctk/internal/version"
 )
 
 // Environment variables the wrapper reads.
@@ -201,7 +202,7 @@ func lookPath(name, pathEnv string) (string, error) {
 		return name, nil
 	}
 	if pathEnv == "" {
-		pathEnv = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+		pathEnv = strings.Join(lookpath.StandardDirs(), ":")
 	}
 	for _, dir := range filepath.SplitList(pathEnv) {
 		if dir == "" {

@@ -7,12 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-)
 
-// standardDirs are searched after $PATH for runtimes and hook binaries.
-func standardDirs() []string {
-	return []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
-}
+	"github.com/nctk/nctk/internal/cli/lookpath"
+)
 
 // FindRuntime returns the first candidate that resolves to an executable
 // file other than self: an entry containing "/" is a path; otherwise
@@ -35,7 +32,7 @@ func FindRuntime(candidates []string, pathEnv, self string) (string, error) {
 		if strings.Contains(c, "/") {
 			tries = []string{c}
 		} else {
-			for _, d := range append(filepath.SplitList(pathEnv), standardDirs()...) {
+			for _, d := range append(filepath.SplitList(pathEnv), lookpath.StandardDirs()...) {
 				if d == "" {
 					continue
 				}
@@ -43,10 +40,8 @@ func FindRuntime(candidates []string, pathEnv, self string) (string, error) {
 			}
 		}
 		for _, p := range tries {
-			if !isExecutable(p) {
-				continue
-			}
-			if id, err := idOf(p); err == nil && selfID.ino != 0 && id == selfID {
+			id, ok := executableID(p)
+			if !ok || (selfID.ino != 0 && id == selfID) {
 				continue
 			}
 			abs, err := filepath.Abs(p)
@@ -57,7 +52,7 @@ func FindRuntime(candidates []string, pathEnv, self string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no low-level runtime found: none of %q is an executable in $PATH or %s",
-		candidates, strings.Join(standardDirs(), ":"))
+		candidates, strings.Join(lookpath.StandardDirs(), ":"))
 }
 
 // FindHelper returns the absolute path of a helper binary (nvidia-cdi-hook):
@@ -72,17 +67,11 @@ func FindHelper(name, argv0, pathEnv string) (string, error) {
 		dirs = append(dirs, filepath.Dir(exe))
 	}
 	dirs = append(dirs, filepath.SplitList(pathEnv)...)
-	dirs = append(dirs, standardDirs()...)
-	for _, d := range dirs {
-		if d == "" {
-			continue
-		}
-		p := filepath.Join(d, name)
-		if isExecutable(p) {
-			return filepath.Abs(p)
-		}
+	dirs = append(dirs, lookpath.StandardDirs()...)
+	if p, ok := lookpath.Find(name, dirs); ok {
+		return filepath.Abs(p)
 	}
-	return "", fmt.Errorf("%s not found next to %s, in $PATH or in %s", name, argv0, strings.Join(standardDirs(), ":"))
+	return "", fmt.Errorf("%s not found next to %s, in $PATH or in %s", name, argv0, strings.Join(lookpath.StandardDirs(), ":"))
 }
 
 type fileID struct{ dev, ino uint64 }
@@ -95,7 +84,12 @@ func idOf(p string) (fileID, error) {
 	return fileID{dev: st.Dev, ino: st.Ino}, nil
 }
 
-func isExecutable(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+// executableID stats p once: its identity, and whether it is a regular file
+// with an execute bit.
+func executableID(p string) (fileID, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return fileID{}, false
+	}
+	return fileID{dev: st.Dev, ino: st.Ino}, st.Mode&syscall.S_IFMT == syscall.S_IFREG && st.Mode&0o111 != 0
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -172,7 +173,7 @@ func (g *Globals) DiscoverOptions(e *app.Env, log *slog.Logger) discover.Options
 	}
 	var dirs []string
 	for _, d := range append(filepath.SplitList(e.Getenv("PATH")), discover.DefaultSearchPath()...) {
-		if filepath.IsAbs(d) && !contains(dirs, filepath.Clean(d)) {
+		if filepath.IsAbs(d) && !slices.Contains(dirs, filepath.Clean(d)) {
 			dirs = append(dirs, filepath.Clean(d))
 		}
 	}
@@ -186,15 +187,6 @@ func (g *Globals) DiscoverOptions(e *app.Env, log *slog.Logger) discover.Options
 		o.ProbeConfig.Credential = &syscall.Credential{Uid: g.User.UID, Gid: g.User.GID}
 	}
 	return o
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Fail reports err as "nvidia-container-cli: <phase> error: <err>" and
