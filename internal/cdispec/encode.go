@@ -151,13 +151,17 @@ func plainSafe(s string) bool {
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
-// kv writes "key: value" at indent, or "- key: value" when dash is set.
-func (w *yamlWriter) kv(indent int, dash bool, key, value string) {
-	if dash {
-		w.line(indent, "- "+key+": "+value)
-		return
+// kv writes "key: value" at indent.
+func (w *yamlWriter) kv(indent int, key, value string) { w.line(indent, key+": "+value) }
+
+// item starts a list entry: "- key: value" at indent.
+func (w *yamlWriter) item(indent int, key, value string) { w.line(indent, "- "+key+": "+value) }
+
+// opt writes "key: s" unless s is empty.
+func (w *yamlWriter) opt(indent int, key, s string) {
+	if s != "" {
+		w.kv(indent, key, w.str(s))
 	}
-	w.line(indent, key+": "+value)
 }
 
 func (w *yamlWriter) list(indent int, key string, items []string) {
@@ -191,7 +195,7 @@ func (w *yamlWriter) spec(s *cdi.Spec) {
 		w.line(0, "devices:")
 	}
 	for _, d := range s.Devices {
-		w.kv(0, true, "name", w.str(d.Name))
+		w.item(0, "name", w.str(d.Name))
 		w.annotations(1, d.Annotations)
 		w.edits(1, "containerEdits", &d.ContainerEdits, true)
 	}
@@ -213,57 +217,49 @@ func (w *yamlWriter) edits(indent int, key string, e *cdi.ContainerEdits, requir
 	if len(e.DeviceNodes) > 0 {
 		w.line(in, "deviceNodes:")
 		for _, n := range e.DeviceNodes {
-			w.kv(in, true, "path", w.str(n.Path))
+			w.item(in, "path", w.str(n.Path))
 			f := in + 1
-			if n.HostPath != "" {
-				w.kv(f, false, "hostPath", w.str(n.HostPath))
-			}
-			if n.Type != "" {
-				w.kv(f, false, "type", w.str(n.Type))
-			}
+			w.opt(f, "hostPath", n.HostPath)
+			w.opt(f, "type", n.Type)
 			if n.Major != 0 {
-				w.kv(f, false, "major", strconv.FormatInt(n.Major, 10))
+				w.kv(f, "major", strconv.FormatInt(n.Major, 10))
 			}
 			if n.Minor != 0 {
-				w.kv(f, false, "minor", strconv.FormatInt(n.Minor, 10))
+				w.kv(f, "minor", strconv.FormatInt(n.Minor, 10))
 			}
 			if n.FileMode != nil {
-				w.kv(f, false, "fileMode", strconv.FormatUint(uint64(*n.FileMode), 10))
+				w.kv(f, "fileMode", strconv.FormatUint(uint64(*n.FileMode), 10))
 			}
-			if n.Permissions != "" {
-				w.kv(f, false, "permissions", w.str(n.Permissions))
-			}
+			w.opt(f, "permissions", n.Permissions)
 			if n.UID != nil {
-				w.kv(f, false, "uid", strconv.FormatUint(uint64(*n.UID), 10))
+				w.kv(f, "uid", strconv.FormatUint(uint64(*n.UID), 10))
 			}
 			if n.GID != nil {
-				w.kv(f, false, "gid", strconv.FormatUint(uint64(*n.GID), 10))
+				w.kv(f, "gid", strconv.FormatUint(uint64(*n.GID), 10))
 			}
 		}
 	}
 	if len(e.Hooks) > 0 {
 		w.line(in, "hooks:")
 		for _, h := range e.Hooks {
-			w.kv(in, true, "hookName", w.str(h.HookName))
+			w.item(in, "hookName", w.str(h.HookName))
 			f := in + 1
-			w.kv(f, false, "path", w.str(h.Path))
+			w.kv(f, "path", w.str(h.Path))
 			w.list(f, "args", h.Args)
 			w.list(f, "env", h.Env)
 			if h.Timeout != nil {
-				w.kv(f, false, "timeout", strconv.Itoa(*h.Timeout))
+				w.kv(f, "timeout", strconv.Itoa(*h.Timeout))
 			}
 		}
 	}
 	if len(e.Mounts) > 0 {
 		w.line(in, "mounts:")
 		for _, m := range e.Mounts {
-			w.kv(in, true, "hostPath", w.str(m.HostPath))
+			w.item(in, "hostPath", w.str(m.HostPath))
 			f := in + 1
-			w.kv(f, false, "containerPath", w.str(m.ContainerPath))
+			w.kv(f, "containerPath", w.str(m.ContainerPath))
 			w.list(f, "options", m.Options)
-			if m.Type != "" {
-				w.kv(f, false, "type", w.str(m.Type))
-			}
+			w.opt(f, "type", m.Type)
 		}
 	}
 	if len(e.AdditionalGIDs) > 0 {
