@@ -19,6 +19,7 @@
 package request
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -587,7 +588,7 @@ type rawState struct {
 // decodeState decodes the state JSON (bundle from "bundle", else
 // "bundlePath") and returns the raw "root" value undecoded.
 func decodeState(data []byte) (State, json.RawMessage, error) {
-	if len(strings.TrimSpace(string(data))) == 0 {
+	if len(bytes.TrimSpace(data)) == 0 {
 		return State{}, nil, errors.New("OCI state: empty input (a hook expects the container's state JSON on stdin)")
 	}
 	var raw rawState
@@ -624,7 +625,8 @@ func stateError(field string, err error) error {
 // requirement on its content: the bundle is "bundle", or "bundlePath" as
 // Docker before 17.06 sent it; Root is the non-standard "root" string.
 // It fails only on empty input, invalid JSON, a JSON value that is not an
-// object, or a field of the wrong type (naming the field). Callers check
+// object (null decodes as an empty state), or a field of the wrong type
+// (naming the field). Callers check
 // what they need (ParseState: a pid and a bundle).
 func DecodeState(data []byte) (State, error) {
 	s, root, err := decodeState(data)
