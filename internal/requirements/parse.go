@@ -19,6 +19,7 @@ package requirements
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -48,6 +49,17 @@ const (
 	OpLessEqual    Op = "<="
 	OpGreater      Op = ">"
 	OpGreaterEqual Op = ">="
+)
+
+// ops lists the operators of the language.
+func ops() []Op {
+	return []Op{OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual}
+}
+
+// What syntax errors say the language accepts.
+const (
+	wantOps  = "want = != < <= > >="
+	wantKeys = "want cuda, driver, arch or brand"
 )
 
 // Condition is one `key OP value` test.
@@ -162,12 +174,10 @@ func parseCondition(s string) (Condition, *SyntaxError) {
 	}
 	key, op, value := strings.ToLower(s[:i]), Op(s[i:j]), s[j:]
 	if key == "" {
-		return Condition{}, &SyntaxError{Item: s, Reason: "missing key (want cuda, driver, arch or brand)"}
+		return Condition{}, &SyntaxError{Item: s, Reason: "missing key (" + wantKeys + ")"}
 	}
-	switch op {
-	case OpEqual, OpNotEqual, OpLess, OpLessEqual, OpGreater, OpGreaterEqual:
-	default:
-		return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("unknown operator %q (want = != < <= > >=)", string(op))}
+	if !slices.Contains(ops(), op) {
+		return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("unknown operator %q (%s)", string(op), wantOps)}
 	}
 	if value == "" {
 		return Condition{}, &SyntaxError{Item: s, Reason: "missing value"}
@@ -183,7 +193,7 @@ func parseCondition(s string) (Condition, *SyntaxError) {
 			return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("brand takes only = and !=, not %s", op)}
 		}
 	default:
-		return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("unknown key %q (want cuda, driver, arch or brand)", s[:i])}
+		return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("unknown key %q (%s)", s[:i], wantKeys)}
 	}
 	return c, nil
 }
