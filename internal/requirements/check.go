@@ -103,18 +103,6 @@ func (e *UnsatisfiedError) NVIDIAMessage() string {
 	return msg
 }
 
-// Explanation says which condition failed and what the host has, in words,
-// for the first alternative: e.g. "unsatisfied condition: cuda>=13.1 (the
-// image needs CUDA >= 13.1, but the host driver 580.159.04 supports CUDA
-// 13.0)".
-func (e *UnsatisfiedError) Explanation() string {
-	if len(e.Failures) == 0 {
-		return ""
-	}
-	f := e.Failures[0]
-	return fmt.Sprintf("unsatisfied condition: %s (%s)", f.Condition, explain(f, e.Facts))
-}
-
 // Advice says what the user can do.
 func (e *UnsatisfiedError) Advice() string {
 	const skip = "set NVIDIA_DISABLE_REQUIRE=true to skip this check"
