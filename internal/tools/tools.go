@@ -4,7 +4,6 @@ package tools
 
 import (
 	"fmt"
-	"github.com/nctk/nctk/internal/version"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -16,9 +15,8 @@ import (
 	"github.com/nctk/nctk/internal/cli/hook"
 	"github.com/nctk/nctk/internal/cli/nvdocker"
 	"github.com/nctk/nctk/internal/cli/runtime"
+	"github.com/nctk/nctk/internal/version"
 )
-
-// Version is nctk's version, printed by every tool's --version.
 
 // All returns the tools by the names they are installed under.
 func All() map[string]app.Tool {

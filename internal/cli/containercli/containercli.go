@@ -11,7 +11,6 @@ package containercli
 import (
 	"errors"
 	"fmt"
-	"github.com/nctk/nctk/internal/version"
 	"log/slog"
 	"runtime"
 	"runtime/debug"
@@ -20,6 +19,7 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/version"
 )
 
 // CompatVersion is the NVIDIA CLI version whose interface this one

@@ -19,7 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/nctk/nctk/internal/cli/cdihook"
-	nctkversion "github.com/nctk/nctk/internal/version"
+	"github.com/nctk/nctk/internal/version"
 	"io"
 	"log/slog"
 	"sort"
@@ -96,7 +96,7 @@ func Main(e *app.Env) int {
 	case err != nil:
 		return fail(e, err)
 	case showVersion:
-		fmt.Fprintf(e.Stdout, "%s version %s\n", prog, version())
+		fmt.Fprintf(e.Stdout, "%s version %s\n", prog, version.String())
 		return 0
 	}
 	level := slog.LevelInfo
@@ -231,6 +231,3 @@ func newLogger(w io.Writer, level slog.Level) *slog.Logger {
 		},
 	}))
 }
-
-// version is nctk's version.
-func version() string { return nctkversion.String() }

@@ -24,7 +24,7 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cli/lookpath"
-	nctkversion "github.com/nctk/nctk/internal/version"
+	"github.com/nctk/nctk/internal/version"
 )
 
 // Environment variables the wrapper reads.
@@ -57,7 +57,7 @@ func Main(e *app.Env) int {
 	}
 	argv := append(docker, inv.Args...)
 	if inv.Command == "version" {
-		fmt.Fprintf(e.Stdout, "NVIDIA Docker: %s\n", version())
+		fmt.Fprintf(e.Stdout, "NVIDIA Docker: %s\n", version.String())
 	}
 	if e.Getenv(EnvDebug) != "" {
 		fmt.Fprintf(e.Stderr, "%s: exec %s %s\n", prog, path, quoteArgs(argv))
@@ -238,6 +238,3 @@ func quoteArgs(argv []string) string {
 	}
 	return strings.Join(q, " ")
 }
-
-// version is nctk's version.
-func version() string { return nctkversion.String() }

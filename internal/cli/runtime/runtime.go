@@ -23,7 +23,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nctk/nctk/internal/version"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -38,6 +37,7 @@ import (
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
+	"github.com/nctk/nctk/internal/version"
 )
 
 // Runtime is the wrapper with its dependencies.
@@ -77,7 +77,7 @@ func New() *Runtime {
 		LoadConfig: LoadConfig,
 		Exec:       syscall.Exec,
 		Self:       self,
-		Version:    buildVersion(),
+		Version:    version.String(),
 	}
 }
 
@@ -264,6 +264,3 @@ func (r *Runtime) needsProcView(spec *specs.Spec) bool {
 		return m.Type == "proc" && filepath.Clean(m.Destination) == "/proc"
 	})
 }
-
-// buildVersion is nctk's version.
-func buildVersion() string { return version.String() }
