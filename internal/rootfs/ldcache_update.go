@@ -44,17 +44,9 @@ const (
 // Every change is journaled (Rollback removes created files). log may be
 // nil.
 func (r *Root) UpdateLdCache(libs, confDirs []string, log *slog.Logger) error {
-	names := make([]ldcache.DirEntry, 0, len(libs))
-	sc := libScan{dirs: map[string]int{}, libs: map[fileID]ldcache.Library{}}
-	defer sc.close()
-	for _, p := range libs {
-		de, ok, err := r.libraryEntry(&sc, p)
-		if err != nil {
-			return err
-		}
-		if ok {
-			names = append(names, de)
-		}
+	names, err := r.libraryEntries(libs, nil, nil)
+	if err != nil {
+		return err
 	}
 	return r.UpdateLdCacheFor(names, confDirs, log)
 }
@@ -115,31 +107,66 @@ type libScan struct {
 	libs map[fileID]ldcache.Library
 }
 
+func newLibScan() libScan {
+	return libScan{dirs: map[string]int{}, libs: map[fileID]ldcache.Library{}}
+}
+
 func (s *libScan) close() {
 	for _, fd := range s.dirs {
 		unix.Close(fd)
 	}
 }
 
-// libraryEntry resolves the library path p inside the root and inspects
-// it. ok is false for names ldconfig would not record (not a library name,
-// a dangling link, not an ELF shared object of this architecture).
-func (r *Root) libraryEntry(sc *libScan, p string) (ldcache.DirEntry, bool, error) {
-	cp, err := clean(p)
-	if err != nil {
-		return ldcache.DirEntry{}, false, r.errorf(p, err)
+// readFlags open a library file for inspection.
+const readFlags = unix.O_RDONLY | unix.O_NOCTTY | unix.O_NONBLOCK
+
+// libraryEntries returns the library directory entries for libs once the
+// plan's file mounts and symlinks (by cleaned container path; nil for
+// none) exist: paths the plan provides are followed by planLibrary, the
+// others are the image's (libraryEntry).
+func (r *Root) libraryEntries(libs []string, mounts map[string]plan.Mount, links map[string]string) ([]ldcache.DirEntry, error) {
+	sc := newLibScan()
+	defer sc.close()
+	out := make([]ldcache.DirEntry, 0, len(libs))
+	for _, l := range libs {
+		cp, err := clean(l)
+		if err != nil {
+			return nil, r.errorf(l, err)
+		}
+		dir, name, err := split(cp)
+		if err != nil {
+			return nil, r.errorf(cp, err)
+		}
+		if !ldcache.IsLibraryName(name) {
+			continue
+		}
+		var de ldcache.DirEntry
+		ok := false
+		_, isLink := links[cp]
+		if _, mounted := mounts[cp]; mounted || isLink {
+			de = ldcache.DirEntry{Dir: dir, Name: name, IsLink: isLink}
+			de.Lib, ok, err = r.planLibrary(&sc, cp, mounts, links)
+		} else {
+			de, ok, err = r.libraryEntry(&sc, cp, dir, name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, de)
+		}
 	}
-	dir, name, err := split(cp)
-	if err != nil {
-		return ldcache.DirEntry{}, false, r.errorf(cp, err)
-	}
-	if !ldcache.IsLibraryName(name) {
-		return ldcache.DirEntry{}, false, nil
-	}
+	return out, nil
+}
+
+// libraryEntry inspects the image's library cp (dir/name) inside the root.
+// ok is false for what ldconfig would not record (a dangling link, not an
+// ELF shared object of this architecture).
+func (r *Root) libraryEntry(sc *libScan, cp, dir, name string) (ldcache.DirEntry, bool, error) {
 	dfd, ok := sc.dirs[dir]
 	if !ok {
-		dfd, err = r.openDir(dir)
-		if err != nil {
+		var err error
+		if dfd, err = r.openDir(dir); err != nil {
 			return ldcache.DirEntry{}, false, r.errorf(dir, err)
 		}
 		sc.dirs[dir] = dfd
@@ -148,23 +175,46 @@ func (r *Root) libraryEntry(sc *libScan, p string) (ldcache.DirEntry, bool, erro
 	if err := unix.Fstatat(dfd, name, &lst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return ldcache.DirEntry{}, false, r.errorf(cp, err)
 	}
-	fd, err := r.resolve(cp, unix.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK)
-	if err == unix.ENOENT || err == unix.ELOOP {
-		return ldcache.DirEntry{}, false, nil // dangling link: ldconfig skips it
+	isLink := lst.Mode&unix.S_IFMT == unix.S_IFLNK
+	var lib ldcache.Library
+	var err error
+	if isLink {
+		lib, ok, err = r.inRootLibrary(sc, cp)
+	} else {
+		// Not a link: open it in the directory already resolved.
+		fd, oerr := openNoFollow(dfd, name, readFlags)
+		lib, ok, err = r.inspectOpened(sc, cp, fd, oerr)
 	}
-	if err != nil {
-		return ldcache.DirEntry{}, false, r.errorf(cp, err)
+	if err != nil || !ok {
+		return ldcache.DirEntry{}, false, err
+	}
+	return ldcache.DirEntry{Dir: dir, Name: name, IsLink: isLink, Lib: lib}, true, nil
+}
+
+// inRootLibrary resolves cp inside the root and inspects the file it leads
+// to.
+func (r *Root) inRootLibrary(sc *libScan, cp string) (ldcache.Library, bool, error) {
+	fd, err := r.resolve(cp, readFlags)
+	return r.inspectOpened(sc, cp, fd, err)
+}
+
+// inspectOpened inspects the file fd that opening cp returned (with
+// openErr). A path that leads nowhere (ENOENT, ELOOP, ENOTDIR: a dangling
+// link) is skipped, as ldconfig skips it.
+func (r *Root) inspectOpened(sc *libScan, cp string, fd int, openErr error) (ldcache.Library, bool, error) {
+	if openErr == unix.ENOENT || openErr == unix.ELOOP || openErr == unix.ENOTDIR {
+		return ldcache.Library{}, false, nil
+	}
+	if openErr != nil {
+		return ldcache.Library{}, false, r.errorf(cp, openErr)
 	}
 	f := os.NewFile(uintptr(fd), cp)
 	defer f.Close()
 	lib, ok, err := sc.inspect(f)
 	if err != nil {
-		return ldcache.DirEntry{}, false, r.errorf(cp, err)
+		return ldcache.Library{}, false, r.errorf(cp, err)
 	}
-	if !ok {
-		return ldcache.DirEntry{}, false, nil
-	}
-	return ldcache.DirEntry{Dir: dir, Name: name, IsLink: lst.Mode&unix.S_IFMT == unix.S_IFLNK, Lib: lib}, true, nil
+	return lib, ok, nil
 }
 
 // inspect reads what ldconfig records about the open file f (once per
@@ -226,42 +276,7 @@ func (r *Root) PlanLibraryEntries(p *plan.Plan, libs []string) ([]ldcache.DirEnt
 	for _, s := range p.Symlinks {
 		links[path.Clean(s.Link)] = s.Target
 	}
-	sc := libScan{dirs: map[string]int{}, libs: map[fileID]ldcache.Library{}}
-	defer sc.close()
-	out := make([]ldcache.DirEntry, 0, len(libs))
-	for _, l := range libs {
-		cp, err := clean(l)
-		if err != nil {
-			return nil, r.errorf(l, err)
-		}
-		dir, name, err := split(cp)
-		if err != nil {
-			return nil, r.errorf(cp, err)
-		}
-		if !ldcache.IsLibraryName(name) {
-			continue
-		}
-		_, isLink := links[cp]
-		if _, mounted := mounts[cp]; !mounted && !isLink {
-			// Not the plan's: whatever the image has there.
-			de, ok, err := r.libraryEntry(&sc, cp)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				out = append(out, de)
-			}
-			continue
-		}
-		lib, ok, err := r.planLibrary(&sc, cp, mounts, links)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			out = append(out, ldcache.DirEntry{Dir: dir, Name: name, IsLink: isLink, Lib: lib})
-		}
-	}
-	return out, nil
+	return r.libraryEntries(libs, mounts, links)
 }
 
 // planLibrary inspects the file the container path cp will resolve to once
@@ -289,20 +304,7 @@ func (r *Root) planLibrary(sc *libScan, cp string, mounts map[string]plan.Mount,
 		}
 		target, ok := links[cp]
 		if !ok {
-			fd, err := r.resolve(cp, unix.O_RDONLY|unix.O_NOCTTY|unix.O_NONBLOCK)
-			if err == unix.ENOENT || err == unix.ELOOP || err == unix.ENOTDIR {
-				return ldcache.Library{}, false, nil // dangling: ldconfig skips it
-			}
-			if err != nil {
-				return ldcache.Library{}, false, r.errorf(cp, err)
-			}
-			f := os.NewFile(uintptr(fd), cp)
-			defer f.Close()
-			lib, ok, err := sc.inspect(f)
-			if err != nil {
-				return ldcache.Library{}, false, r.errorf(cp, err)
-			}
-			return lib, ok, nil
+			return r.inRootLibrary(sc, cp)
 		}
 		if !path.IsAbs(target) {
 			target = path.Join(path.Dir(cp), target)
