@@ -118,7 +118,7 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 	// Driver files.
 	ro := []string{OptRO, OptNoSuid, OptNoDev, OptRBind, OptRPrivate}
 	var libDirs []string
-	injected := map[string]string{} // container path -> basename, for symlinks
+	injected := map[string]bool{} // container paths already mounted
 	for _, f := range d.LibrariesFor(o.Caps) {
 		dir := o.Target.LibDir
 		if f.Compat32 {
@@ -128,10 +128,10 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 			dir = path.Dir(f.Path)
 		}
 		dst := path.Join(dir, path.Base(f.Path))
-		if _, dup := injected[dst]; dup {
+		if injected[dst] {
 			continue
 		}
-		injected[dst] = path.Base(f.Path)
+		injected[dst] = true
 		m := Mount{Source: f.HostPath, Destination: dst, Kind: KindFile, Options: ro}
 		if f.CacheFlags != 0 {
 			m.Library = &ldcache.Library{SONAME: f.SONAME, Flags: f.CacheFlags}
