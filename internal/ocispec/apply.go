@@ -305,19 +305,15 @@ func edit(tree object, p *plan.Plan, hooks []Hook) error {
 		for _, m := range p.Mounts {
 			entry := mountEntry(m)
 			dst := path.Clean(m.Destination)
-			i := slices.IndexFunc(mounts, func(v any) bool {
+			sameDst := func(v any) bool {
 				o, ok := v.(object)
 				s, _ := o["destination"].(string)
 				return ok && path.Clean(s) == dst
-			})
-			if i >= 0 && equalJSON(mounts[i], entry) {
+			}
+			if i := slices.IndexFunc(mounts, sameDst); i >= 0 && equalJSON(mounts[i], entry) {
 				continue
 			}
-			mounts = slices.DeleteFunc(mounts, func(v any) bool {
-				o, ok := v.(object)
-				s, _ := o["destination"].(string)
-				return ok && path.Clean(s) == dst
-			})
+			mounts = slices.DeleteFunc(mounts, sameDst)
 			mounts = append(mounts, entry)
 		}
 		tree["mounts"] = mounts
