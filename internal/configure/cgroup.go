@@ -1,8 +1,6 @@
 package configure
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -57,16 +55,15 @@ type mountEntry struct {
 // parseMountinfo parses /proc/PID/mountinfo.
 func parseMountinfo(data []byte) ([]mountEntry, error) {
 	var out []mountEntry
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	n := 0
-	for sc.Scan() {
+	// One string for the whole table: the lines and fields are slices of
+	// it (this runs per container, over every mount of the host).
+	for line := range strings.Lines(string(data)) {
 		n++
-		line := sc.Text()
-		if line == "" {
+		f := strings.Fields(line)
+		if len(f) == 0 {
 			continue
 		}
-		f := strings.Fields(line)
 		sep := -1
 		for i := 6; i < len(f); i++ {
 			if f[i] == "-" {
@@ -75,16 +72,13 @@ func parseMountinfo(data []byte) ([]mountEntry, error) {
 			}
 		}
 		if len(f) < 6 || sep < 0 || len(f) < sep+3 {
-			return nil, fmt.Errorf("mountinfo line %d: malformed: %q", n, line)
+			return nil, fmt.Errorf("mountinfo line %d: malformed: %q", n, strings.TrimSuffix(line, "\n"))
 		}
 		e := mountEntry{Root: unescapeOctal(f[3]), MountPoint: unescapeOctal(f[4]), FSType: f[sep+1]}
 		if len(f) > sep+3 {
 			e.SuperOpts = strings.Split(f[sep+3], ",")
 		}
 		out = append(out, e)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("mountinfo: %w", err)
 	}
 	return out, nil
 }
