@@ -55,7 +55,7 @@ func (r *Root) placeholder(cp string, dir bool, mode uint32) (int, error) {
 	}
 	defer unix.Close(dfd)
 	for range 4 {
-		fd, err := openNoFollow(dfd, name, unix.O_PATH)
+		fd, err := OpenNoFollow(dfd, name, unix.O_PATH)
 		if err == nil {
 			if err := checkPlaceholder(fd, dir); err != nil {
 				unix.Close(fd)

@@ -182,7 +182,7 @@ func (r *Root) libraryEntry(sc *libScan, cp, dir, name string) (ldcache.DirEntry
 		lib, ok, err = r.inRootLibrary(sc, cp)
 	} else {
 		// Not a link: open it in the directory already resolved.
-		fd, oerr := openNoFollow(dfd, name, readFlags)
+		fd, oerr := OpenNoFollow(dfd, name, readFlags)
 		lib, ok, err = r.inspectOpened(sc, cp, fd, oerr)
 	}
 	if err != nil || !ok {

@@ -335,7 +335,7 @@ func (r *Root) reopenMounted(cp string, dir bool) (int, error) {
 	if dir {
 		flags |= unix.O_DIRECTORY
 	}
-	fd, err := openNoFollow(dfd, name, flags)
+	fd, err := OpenNoFollow(dfd, name, flags)
 	if err != nil {
 		return -1, r.errorf(cp, fmt.Errorf("reopen mount point: %w", err))
 	}
@@ -540,7 +540,7 @@ func dataSource(name string, data []byte, opts []string, scratch bool) (*Source,
 		return nil, fmt.Errorf("data mount %s: %w", name, err)
 	}
 	s := &Source{path: "tmpfs:" + name, flags: flags, fd: -1, tree: -1}
-	if s.fd, err = openNoFollow(mnt, "data", unix.O_PATH); err != nil {
+	if s.fd, err = OpenNoFollow(mnt, "data", unix.O_PATH); err != nil {
 		return nil, fmt.Errorf("data mount %s: %w", name, err)
 	}
 	if err := unix.Fstat(s.fd, &s.st); err != nil {

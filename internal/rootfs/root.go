@@ -218,7 +218,7 @@ func (r *Root) mkdirat(dirfd int, prefix, name string, mode uint32) (int, error)
 			return fd, nil
 		}
 	}
-	fd, err := openNoFollow(dirfd, name, unix.O_PATH|unix.O_DIRECTORY)
+	fd, err := OpenNoFollow(dirfd, name, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
 		if (err == unix.ELOOP || err == unix.ENOTDIR) && isSymlinkAt(dirfd, name) {
 			// Like mkdir -p: a symlink whose target does not exist inside
@@ -247,15 +247,10 @@ func (r *Root) mkdirError(p string, err error) error {
 // O_NOFOLLOW|O_CLOEXEC) without following any symlink or magic link, name
 // resolved beneath dirfd. Without openat2 (before Linux 5.6) name must be a
 // single component (EINVAL otherwise), which O_NOFOLLOW then guards alone.
-// It is openNoFollow, for callers outside this package that walk a rootfs
-// themselves.
+// Root's methods resolve a whole container path with Root.resolve; this is
+// for one component below a directory already resolved (and for callers
+// outside this package that walk a rootfs themselves).
 func OpenNoFollow(dirfd int, name string, flags int) (int, error) {
-	return openNoFollow(dirfd, name, flags)
-}
-
-// openNoFollow opens name relative to dirfd without following any symlink,
-// with name restricted to a single component below dirfd.
-func openNoFollow(dirfd int, name string, flags int) (int, error) {
 	how := unix.OpenHow{
 		Flags:   uint64(flags | unix.O_NOFOLLOW | unix.O_CLOEXEC),
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
