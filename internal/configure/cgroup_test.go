@@ -150,9 +150,10 @@ func FuzzFindDeviceCgroup(f *testing.F) {
 	f.Add([]byte("0::/a/../../b\n"), []byte(mountinfoV1))
 	f.Add([]byte("5:devices:/a\n"), []byte("35 30 0:31 / /../../etc rw - cgroup cgroup rw,devices\n"))
 	f.Add([]byte("5:devices:/a\n"), []byte("35 30 0:31 /a\\040b /x rw - cgroup cgroup rw,devices\n"))
+	f.Add([]byte("0:devices:/"), []byte("0 0 0 / / 0 - cgroup 0 devices")) // the root itself is inside it
 	f.Fuzz(func(t *testing.T, cg, mi []byte) {
 		d, err := findDeviceCgroup(cg, mi, "/p")
-		if err == nil && !strings.HasPrefix(d.Dir, "/p/") {
+		if err == nil && d.Dir != "/p" && !strings.HasPrefix(d.Dir, "/p/") {
 			t.Fatalf("cgroup dir %q outside the proc root", d.Dir)
 		}
 	})
