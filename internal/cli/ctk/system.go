@@ -152,6 +152,9 @@ func loadKernelModules(e *env, dryRun bool) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), modprobeTimeout)
 		cmd := exec.CommandContext(ctx, modprobe, m)
+		// An explicit minimal environment: nothing of the caller's steers
+		// modprobe (MODPROBE_OPTIONS, LD_PRELOAD, …).
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
