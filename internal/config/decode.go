@@ -11,36 +11,34 @@ import (
 )
 
 // decode parses data over c, keeping unknown keys in c.Unknown with a
-// warning each. Errors name the file, line and key.
+// warning each. Errors name the file, line and key. The file is parsed once
+// (strictly, which still fills every known key); only a file with unknown
+// keys is parsed again, into a generic tree, for their values.
 func decode(data []byte, name string, c *Config) error {
-	// The generic tree first: syntax errors, and the values of unknown
-	// keys.
+	d := toml.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	err := d.Decode(c)
+	var sm *toml.StrictMissingError
+	if !errors.As(err, &sm) {
+		if err != nil {
+			return decodeError(name, err)
+		}
+		return nil
+	}
 	var raw map[string]any
 	if err := toml.Unmarshal(data, &raw); err != nil {
 		return decodeError(name, err)
 	}
-	if err := toml.NewDecoder(bytes.NewReader(data)).Decode(c); err != nil {
-		return decodeError(name, err)
-	}
-	var probe Config
-	d := toml.NewDecoder(bytes.NewReader(data))
-	d.DisallowUnknownFields()
-	err := d.Decode(&probe)
-	var sm *toml.StrictMissingError
-	if errors.As(err, &sm) {
-		for _, e := range sm.Errors {
-			key := e.Key()
-			row, _ := e.Position()
-			if v, ok := lookupTree(raw, key); ok {
-				if c.Unknown == nil {
-					c.Unknown = map[string]any{}
-				}
-				putTree(c.Unknown, key, v)
+	for _, e := range sm.Errors {
+		key := e.Key()
+		row, _ := e.Position()
+		if v, ok := lookupTree(raw, key); ok {
+			if c.Unknown == nil {
+				c.Unknown = map[string]any{}
 			}
-			c.warn(fmt.Sprintf("%s:%d: unknown key %s (kept, ignored)", name, row, dotted(key)))
+			putTree(c.Unknown, key, v)
 		}
-	} else if err != nil {
-		return decodeError(name, err)
+		c.warn(fmt.Sprintf("%s:%d: unknown key %s (kept, ignored)", name, row, dotted(key)))
 	}
 	return nil
 }
