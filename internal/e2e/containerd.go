@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -184,11 +183,7 @@ func (c *Containerd) Ctr(args ...string) Result {
 func (c *Containerd) CtrOpts(o RunOpts, args ...string) Result {
 	c.t.Helper()
 	argv := append([]string{c.CtrBin, "--address", c.Socket, "--namespace", c.Namespace}, args...)
-	r := runCmd(context.Background(), os.Environ(), o, argv...)
-	if !o.Quiet {
-		c.t.Log(r.String())
-	}
-	return r
+	return runLogged(c.t, os.Environ(), o, argv...)
 }
 
 // MustCtr runs ctr, fails the test unless it exits 0, and returns stdout.

@@ -222,11 +222,7 @@ func (d *Dockerd) Docker(args ...string) Result {
 // DockerOpts is Docker with options (stdin, extra environment, timeout).
 func (d *Dockerd) DockerOpts(o RunOpts, args ...string) Result {
 	d.t.Helper()
-	r := runCmd(context.Background(), d.cliEnv, o, append([]string{d.CLI}, args...)...)
-	if !o.Quiet {
-		d.t.Log(r.String())
-	}
-	return r
+	return runLogged(d.t, d.cliEnv, o, append([]string{d.CLI}, args...)...)
 }
 
 // MustDocker runs the docker client, fails the test unless it exits 0, and

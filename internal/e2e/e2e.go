@@ -236,7 +236,14 @@ func mergeEnv(base, extra []string) []string {
 // result; it never fails the test itself.
 func Run(t testing.TB, o RunOpts, argv ...string) Result {
 	t.Helper()
-	r := runCmd(context.Background(), os.Environ(), o, argv...)
+	return runLogged(t, os.Environ(), o, argv...)
+}
+
+// runLogged runs argv with environment env (and o.Env on top) and logs the
+// result to t unless o.Quiet.
+func runLogged(t testing.TB, env []string, o RunOpts, argv ...string) Result {
+	t.Helper()
+	r := runCmd(context.Background(), env, o, argv...)
 	if !o.Quiet {
 		t.Log(r.String())
 	}

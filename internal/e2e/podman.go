@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -263,11 +262,7 @@ func (p *Podman) Podman(args ...string) Result {
 func (p *Podman) PodmanOpts(o RunOpts, args ...string) Result {
 	p.t.Helper()
 	argv := append(slices.Clone(p.global), p.withRunDefaults(args)...)
-	r := runCmd(context.Background(), mergeEnv(os.Environ(), p.Env), o, argv...)
-	if !o.Quiet {
-		p.t.Log(r.String())
-	}
-	return r
+	return runLogged(p.t, mergeEnv(os.Environ(), p.Env), o, argv...)
 }
 
 // MustPodman runs podman, fails the test unless it exits 0, and returns

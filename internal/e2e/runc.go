@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -137,11 +136,7 @@ func (r *Runc) Runc(args ...string) Result {
 func (r *Runc) RuncOpts(o RunOpts, args ...string) Result {
 	r.t.Helper()
 	argv := append([]string{r.Bin, "--root", r.Root}, args...)
-	res := runCmd(context.Background(), mergeEnv(os.Environ(), r.Env), o, argv...)
-	if !o.Quiet {
-		r.t.Log(res.String())
-	}
-	return res
+	return runLogged(r.t, mergeEnv(os.Environ(), r.Env), o, argv...)
 }
 
 func (r *Runc) noteCgroup(bundle string) {
