@@ -42,7 +42,8 @@ import (
 //	hook          `runc create` of the original config.json with the
 //	              prestart hook `docker run --gpus` adds
 //	              (nvidia-container-runtime-hook, which runs
-//	              nvidia-container-cli configure): the legacy path.
+//	              nvidia-container-cli configure, in process as both are
+//	              nctk): the legacy path.
 //
 // Metrics (ms, medians over iterations; extra-* are per-iteration paired
 // differences nvidia − runc):
