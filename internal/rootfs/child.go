@@ -153,20 +153,20 @@ func prepareConf(cfg childConfig) error {
 	if !cfg.DropIn || len(cfg.Dirs) == 0 {
 		return nil
 	}
-	if _, err := os.Lstat("/etc/ld.so.conf"); errors.Is(err, os.ErrNotExist) {
-		if err := os.WriteFile("/etc/ld.so.conf", []byte("include /etc/ld.so.conf.d/*.conf\n"), 0o644); err != nil {
+	if _, err := os.Lstat(ldSoConf); errors.Is(err, os.ErrNotExist) {
+		if err := os.WriteFile(ldSoConf, []byte(ldSoConfInclude), 0o644); err != nil {
 			return fmt.Errorf("create /etc/ld.so.conf: %w", err)
 		}
 	}
 	if err := os.MkdirAll("/etc/ld.so.conf.d", 0o755); err != nil {
 		return fmt.Errorf("create /etc/ld.so.conf.d: %w", err)
 	}
-	content := "# Written by nctk (nvidia-cdi-hook update-ldcache): NVIDIA driver library directories.\n" + strings.Join(cfg.Dirs, "\n") + "\n"
+	content := confDropIn(cfg.Dirs)
 	tmp := "/etc/ld.so.conf.d/.00-nctk.conf.tmp"
 	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
 		return fmt.Errorf("write ld.so.conf drop-in: %w", err)
 	}
-	if err := os.Rename(tmp, "/etc/ld.so.conf.d/00-nctk.conf"); err != nil {
+	if err := os.Rename(tmp, ldSoConfDropIn); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write ld.so.conf drop-in: %w", err)
 	}

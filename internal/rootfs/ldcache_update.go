@@ -18,6 +18,9 @@ const (
 	ldSoCache      = "/etc/ld.so.cache"
 	ldSoConf       = "/etc/ld.so.conf"
 	ldSoConfDropIn = "/etc/ld.so.conf.d/00-nctk.conf"
+	// ldSoConfInclude is the /etc/ld.so.conf written for an image that
+	// has none, so that the drop-in counts.
+	ldSoConfInclude = "include /etc/ld.so.conf.d/*.conf\n"
 )
 
 // UpdateLdCache adds the libraries libs to the container's
@@ -62,10 +65,8 @@ func (r *Root) UpdateLdCacheFor(names []ldcache.DirEntry, confDirs []string, log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	for _, d := range confDirs {
-		if !strings.HasPrefix(d, "/") || strings.IndexByte(d, 0) >= 0 || strings.ContainsRune(d, '\n') {
-			return fmt.Errorf("update ld.so.cache: library directory %q is not an absolute path", d)
-		}
+	if err := checkLibDirs(confDirs); err != nil {
+		return fmt.Errorf("update ld.so.cache: %w", err)
 	}
 	added := ldcache.EntriesFor(names)
 
@@ -314,6 +315,23 @@ func (r *Root) planLibrary(sc *libScan, cp string, mounts map[string]plan.Mount,
 	return ldcache.Library{}, false, nil // a loop: the loader gets ELOOP
 }
 
+// checkLibDirs checks that dirs are absolute paths, each fit for one line
+// of ld.so.conf.
+func checkLibDirs(dirs []string) error {
+	for _, d := range dirs {
+		if !path.IsAbs(d) || strings.ContainsAny(d, "\x00\n") {
+			return fmt.Errorf("library directory %q is not an absolute path", d)
+		}
+	}
+	return nil
+}
+
+// confDropIn is the content of /etc/ld.so.conf.d/00-nctk.conf listing dirs
+// (checked by checkLibDirs).
+func confDropIn(dirs []string) string {
+	return "# Written by nctk (nvidia-cdi-hook update-ldcache): NVIDIA driver library directories.\n" + strings.Join(dirs, "\n") + "\n"
+}
+
 // writeConfDropIn writes /etc/ld.so.conf.d/00-nctk.conf listing dirs, and
 // /etc/ld.so.conf including ld.so.conf.d when the image has none (a symlink
 // there counts as present).
@@ -326,11 +344,11 @@ func (r *Root) writeConfDropIn(dirs []string) error {
 	err = unix.Fstatat(dfd, "ld.so.conf", &st, unix.AT_SYMLINK_NOFOLLOW)
 	unix.Close(dfd)
 	if err == unix.ENOENT {
-		if err := r.WriteFile(ldSoConf, []byte("include /etc/ld.so.conf.d/*.conf\n"), 0o644); err != nil {
+		if err := r.WriteFile(ldSoConf, []byte(ldSoConfInclude), 0o644); err != nil {
 			return err
 		}
 	}
-	content := "# Written by nctk (nvidia-cdi-hook update-ldcache): NVIDIA driver library directories.\n" + strings.Join(dirs, "\n") + "\n"
+	content := confDropIn(dirs)
 	if old, err := r.ReadFile(ldSoConfDropIn, 64<<10); err == nil && string(old) == content {
 		return nil // already there (a restarted container)
 	}

@@ -172,10 +172,8 @@ func (l *Ldconfig) Run(ctx context.Context, rootPath string, dirs []string, opts
 	if l == nil || l.memfd == nil {
 		return errors.New("run ldconfig: not prepared")
 	}
-	for _, d := range dirs {
-		if !path.IsAbs(d) || containsNUL(d) {
-			return fmt.Errorf("run ldconfig: library directory %q is not an absolute path", d)
-		}
+	if err := checkLibDirs(dirs); err != nil {
+		return fmt.Errorf("run ldconfig: %w", err)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(rootPath, &st); err != nil {
