@@ -34,6 +34,7 @@ import (
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/requirements"
+	"github.com/nctk/nctk/internal/selector"
 )
 
 // Environment variables a container's request is read from.
@@ -233,7 +234,7 @@ func (r *Request) deviceTokens(spec *specs.Spec, e env, cfg *config.Config) ([]s
 			continue
 		}
 		setVars = append(setVars, v)
-		tokens = append(tokens, splitList(val)...)
+		tokens = append(tokens, selector.Split(val)...)
 	}
 	source := strings.Join(setVars, ",")
 	if len(setVars) == 0 && r.Legacy {
@@ -248,18 +249,6 @@ func (r *Request) deviceTokens(spec *specs.Spec, e env, cfg *config.Config) ([]s
 	}
 	r.DeviceSource = source
 	return tokens, nil
-}
-
-// splitList splits a comma-separated list, trimming blanks around items
-// and dropping empty ones.
-func splitList(list string) []string {
-	var out []string
-	for item := range strings.SplitSeq(list, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }
 
 func orVar(source string) string {
@@ -335,7 +324,7 @@ func annotationDevices(ann map[string]string, prefixes []string) ([]string, erro
 	sort.Strings(keys)
 	var out []string
 	for _, k := range keys {
-		for _, item := range splitList(ann[k]) {
+		for _, item := range selector.Split(ann[k]) {
 			if _, _, _, err := parser.ParseQualifiedName(item); err != nil {
 				return nil, &Error{Var: "annotation " + k, Value: ann[k], Err: fmt.Errorf("invalid CDI device name %q: %w", item, err)}
 			}
@@ -405,7 +394,7 @@ func capabilities(e env, cfg *config.Config, legacy bool) (caps.Set, error) {
 		return caps.Default().Intersect(supported), nil
 	}
 	out := caps.Set{}
-	for _, item := range splitList(val) {
+	for _, item := range selector.Split(val) {
 		if item == "all" {
 			for c := range supported {
 				out[c] = true
@@ -533,7 +522,7 @@ func (r *Request) imexChannels(spec *specs.Spec, e env, cfg *config.Config) ([]s
 			return nil, nil
 		}
 		source = EnvIMEXChannels
-		ids = splitList(v)
+		ids = selector.Split(v)
 		switch {
 		case len(ids) == 0:
 			return nil, nil
