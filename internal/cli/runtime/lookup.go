@@ -3,7 +3,6 @@ package runtime
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -56,15 +55,15 @@ func FindRuntime(candidates []string, pathEnv, self string) (string, error) {
 }
 
 // FindHelper returns the absolute path of a helper binary (nvidia-cdi-hook):
-// next to the program (dir of argv0 or of the executable), then in $PATH
-// and the standard directories.
-func FindHelper(name, argv0, pathEnv string) (string, error) {
+// next to the program (dir of argv0 or of self, the executable; "" for
+// none), then in $PATH and the standard directories.
+func FindHelper(name, argv0, self, pathEnv string) (string, error) {
 	var dirs []string
 	if strings.Contains(argv0, "/") {
 		dirs = append(dirs, filepath.Dir(argv0))
 	}
-	if exe, err := os.Executable(); err == nil {
-		dirs = append(dirs, filepath.Dir(exe))
+	if self != "" {
+		dirs = append(dirs, filepath.Dir(self))
 	}
 	dirs = append(dirs, filepath.SplitList(pathEnv)...)
 	dirs = append(dirs, lookpath.StandardDirs()...)

@@ -174,7 +174,7 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: hostLdconfig(cfg),
 		RootfsDone: true, NoProcView: !procView}
 	if hc.Path == "" && procView {
-		if hc.Path, err = FindHelper(ocispec.HookBinary, e.Args[0], e.Getenv("PATH")); err != nil {
+		if hc.Path, err = FindHelper(ocispec.HookBinary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
 			return fmt.Errorf("container hooks: %w", err)
 		}
 	}
