@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -141,7 +142,7 @@ func (r *Root) Symlink(target, link string) error {
 	if target == "" {
 		return r.errorf(link, errors.New("symlink with an empty target"))
 	}
-	if len(target) >= unix.PathMax || containsNUL(target) {
+	if len(target) >= unix.PathMax || strings.IndexByte(target, 0) >= 0 {
 		return r.errorf(link, fmt.Errorf("invalid symlink target %q", target))
 	}
 	cp, err := clean(link)
@@ -210,15 +211,6 @@ func (r *Root) Readlink(p string) (string, error) {
 		return "", r.errorf(cp, err)
 	}
 	return t, nil
-}
-
-func containsNUL(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return true
-		}
-	}
-	return false
 }
 
 func readlinkat(dirfd int, name string) (string, error) {
