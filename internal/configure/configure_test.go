@@ -68,18 +68,11 @@ func (c *container) inside(p string) string {
 	return fmt.Sprintf("/proc/%d/root%s%s", c.pid, c.rootfs, p)
 }
 
+// mounts returns the mounts below the rootfs in the container's namespace
+// (container path -> mount options).
 func (c *container) mounts(t *testing.T) map[string]string {
 	t.Helper()
-	mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", c.pid))
-	must(t, err)
-	out := map[string]string{}
-	for line := range strings.SplitSeq(string(mi), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 5 && strings.HasPrefix(f[4], c.rootfs+"/") {
-			out[strings.TrimPrefix(f[4], c.rootfs)] = f[5]
-		}
-	}
-	return out
+	return mountsUnder(t, fmt.Sprintf("/proc/%d/mountinfo", c.pid), c.rootfs)
 }
 
 func (c *container) devicesList(t *testing.T) string {
@@ -200,15 +193,17 @@ func TestApply(t *testing.T) {
 	}
 }
 
-func mountsUnder(t *testing.T, mountinfo, dir string) []string {
+// mountsUnder returns the mounts below dir in the mount table mountinfo
+// (mount point relative to dir -> mount options).
+func mountsUnder(t *testing.T, mountinfo, dir string) map[string]string {
 	t.Helper()
 	mi, err := os.ReadFile(mountinfo)
 	must(t, err)
-	var out []string
+	out := map[string]string{}
 	for line := range strings.SplitSeq(string(mi), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			out = append(out, f[4])
+		if len(f) > 5 && strings.HasPrefix(f[4], dir+"/") {
+			out[strings.TrimPrefix(f[4], dir)] = f[5]
 		}
 	}
 	return out
