@@ -13,9 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ChildNames lists the argv[1] values MaybeRunChild handles.
-func ChildNames() []string { return []string{childLdconfig} }
-
 // MaybeRunChild runs the sandbox child this package re-executes itself as
 // when args (os.Args) ask for one, and then exits the process; otherwise it
 // returns false at once. Call it first thing in main and in TestMain of
