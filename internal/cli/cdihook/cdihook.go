@@ -289,22 +289,24 @@ func (h *hookEnv) containerRoot(specFile string) (string, error) {
 	return filepath.Clean(root), nil
 }
 
-// openRoot opens the container root for a hook.
-func (h *hookEnv) openRoot(specFile string) (*rootfs.Root, error) {
+// withRoot runs f on the container root (containerRoot); on error every
+// change is undone.
+func (h *hookEnv) withRoot(specFile string, f func(r *rootfs.Root) error) error {
 	path, err := h.containerRoot(specFile)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if path == "/" {
-		return nil, errors.New("container root is \"/\": refusing to modify the host root")
-	}
-	h.log.Debug("container root", "path", path)
-	return rootfs.Open(path)
+	return h.withRootAt(path, f)
 }
 
-// withRoot runs f on the opened root; on error every change is undone.
-func (h *hookEnv) withRoot(specFile string, f func(r *rootfs.Root) error) error {
-	r, err := h.openRoot(specFile)
+// withRootAt runs f on the container root at path, resolved already; on
+// error every change is undone.
+func (h *hookEnv) withRootAt(path string, f func(r *rootfs.Root) error) error {
+	if path == "/" {
+		return errors.New("container root is \"/\": refusing to modify the host root")
+	}
+	h.log.Debug("container root", "path", path)
+	r, err := rootfs.Open(path)
 	if err != nil {
 		return err
 	}
@@ -388,16 +390,18 @@ func updateLdcache(h *hookEnv, args []string) error {
 	if !filepath.IsAbs(*ldconfig) {
 		return fmt.Errorf("invalid --ldconfig-path %q: not an absolute host path", *ldconfig)
 	}
+	// The root is resolved once: the OCI state on stdin can be read only
+	// once, and the fall back to ldconfig needs it too.
+	root, err := h.containerRoot(*spec)
+	if err != nil {
+		return err
+	}
 	if len(libs) > 0 {
-		err := h.withRoot(*spec, func(r *rootfs.Root) error { return r.UpdateLdCache(libs, folders, h.log) })
+		err := h.withRootAt(root, func(r *rootfs.Root) error { return r.UpdateLdCache(libs, folders, h.log) })
 		if err == nil {
 			return nil
 		}
 		h.log.Warn("in-process ld.so.cache update failed; running ldconfig", "error", err)
-	}
-	root, err := h.containerRoot(*spec)
-	if err != nil {
-		return err
 	}
 	if root == "/" {
 		return errors.New("container root is \"/\": refusing to run ldconfig on the host root")

@@ -262,17 +262,21 @@ func TestRootIsHostRoot(t *testing.T) {
 	}
 }
 
-// TestUpdateLdcache runs update-ldcache both ways: ldconfig (--folder
-// only, as NVIDIA's CDI specs call it) and in-process (--lib, as
-// nvidia-container-runtime's spec edits call it), on an image whose cache
-// is a symlink to the host's.
+// TestUpdateLdcache runs update-ldcache every way: ldconfig (--folder
+// only, as NVIDIA's CDI specs call it), in-process (--lib, as
+// nvidia-container-runtime's spec edits call it), and the fall back to
+// ldconfig when the in-process update fails (the OCI state on stdin,
+// read once, still names the root), on an image whose cache is a symlink
+// to the host's.
 func TestUpdateLdcache(t *testing.T) {
-	for _, inProcess := range []bool{false, true} {
-		t.Run(fmt.Sprintf("inProcess=%v", inProcess), func(t *testing.T) { testUpdateLdcache(t, inProcess) })
+	for _, tc := range []struct{ inProcess, fallback bool }{{false, false}, {true, false}, {false, true}} {
+		t.Run(fmt.Sprintf("inProcess=%v,fallback=%v", tc.inProcess, tc.fallback), func(t *testing.T) {
+			testUpdateLdcache(t, tc.inProcess, tc.fallback)
+		})
 	}
 }
 
-func testUpdateLdcache(t *testing.T, inProcess bool) {
+func testUpdateLdcache(t *testing.T, inProcess, fallback bool) {
 	requireRoot(t)
 	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
 	if len(matches) == 0 {
@@ -292,9 +296,15 @@ func testUpdateLdcache(t *testing.T, inProcess bool) {
 		must(t, os.Symlink(filepath.Base(matches[0]), root+"/usr/local/nvidia/lib64/libz.so.1"))
 		args = append(args, "--lib", "/usr/local/nvidia/lib64/"+filepath.Base(matches[0]), "--lib", "/usr/local/nvidia/lib64/libz.so.1")
 	}
+	if fallback {
+		args = append(args, "--lib", "/usr/local/nvidia/lib64/libnctk-absent.so.1")
+	}
 	r := run(stateFor(b), nil, args...)
 	if inProcess && strings.Contains(r.stderr, "running ldconfig") {
 		t.Errorf("fell back to ldconfig: %s", r.stderr)
+	}
+	if fallback && !strings.Contains(r.stderr, "running ldconfig") {
+		t.Errorf("did not fall back to ldconfig: %s", r.stderr)
 	}
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
