@@ -13,8 +13,8 @@ type Library struct {
 	// SONAME is DT_SONAME, "" when the library has none.
 	SONAME string
 	// Flags are the cache flags ldconfig records for it: FlagELFLibc6 with
-	// the architecture for x86-64 (0x0303), x32 (0x0803) and AArch64
-	// (0x0a03) libraries; for i386 libraries FlagELFLibc6 or FlagELFLibc5
+	// the architecture for x86-64 (0x0303), x32 (0x0803), AArch64
+	// (0x0a03) and ppc64le (0x0503) libraries; for i386 libraries FlagELFLibc6 or FlagELFLibc5
 	// when a DT_NEEDED (libc.so.6, libm.so.6; libc.so.5, libm.so.5) or the
 	// interpreter says so, else FlagELF.
 	Flags int32
@@ -33,10 +33,13 @@ const (
 	etDyn        = 3
 	emI386       = 3
 	emX8664      = 62
+	emPPC64      = 21
 	emAArch64    = 183
 	ptLoad       = 1
 	ptDynamic    = 2
 	ptInterp     = 3
+	ptNote       = 4
+	ntGNUABITag  = 1
 	dtNull       = 0
 	dtNeeded     = 1
 	dtStrtab     = 5
@@ -46,84 +49,104 @@ const (
 	maxName      = 4096
 )
 
-// Inspect reads a shared object's SONAME and the cache flags ldconfig gives
-// it, reading only the ELF header, the program headers, the dynamic section
-// and the strings it names (a few small reads, whatever the file's size).
-// size is the file's size. Every offset is bounds-checked against size.
-func Inspect(r io.ReaderAt, size int64) (Library, error) {
+// elfObject is what the ELF header and program headers of a little-endian
+// shared object (ET_DYN) say.
+type elfObject struct {
+	class   byte
+	machine uint16
+	segs    []elfSegment
+}
+
+type elfSegment struct{ typ, off, vaddr, filesz uint64 }
+
+// readELF reads the ELF header and the program headers of a little-endian
+// shared object of size bytes. Every offset is bounds-checked against size.
+func readELF(r io.ReaderAt, size int64) (elfObject, error) {
 	var ident [64]byte
 	if size < 52 {
-		return Library{}, fmt.Errorf("%w: %d bytes", ErrNotLibrary, size)
+		return elfObject{}, fmt.Errorf("%w: %d bytes", ErrNotLibrary, size)
 	}
 	n := min(int64(len(ident)), size)
 	if _, err := r.ReadAt(ident[:n], 0); err != nil && err != io.EOF {
-		return Library{}, fmt.Errorf("read ELF header: %w", err)
+		return elfObject{}, fmt.Errorf("read ELF header: %w", err)
 	}
 	if string(ident[:4]) != "\x7fELF" {
-		return Library{}, fmt.Errorf("%w: no ELF magic", ErrNotLibrary)
+		return elfObject{}, fmt.Errorf("%w: no ELF magic", ErrNotLibrary)
 	}
 	if ident[5] != elfDataLSB {
-		return Library{}, fmt.Errorf("%w: not little-endian", ErrNotLibrary)
+		return elfObject{}, fmt.Errorf("%w: not little-endian", ErrNotLibrary)
 	}
 	le := binary.LittleEndian
-	class := ident[4]
-	var h struct {
-		typ, machine            uint16
-		phoff                   uint64
-		phentsize, phnum, phmin uint64
-	}
-	h.typ, h.machine = le.Uint16(ident[16:]), le.Uint16(ident[18:])
-	switch class {
+	o := elfObject{class: ident[4], machine: le.Uint16(ident[18:])}
+	var phoff, phentsize, phnum, phmin uint64
+	switch o.class {
 	case elfClass32:
-		h.phoff = uint64(le.Uint32(ident[28:]))
-		h.phentsize, h.phnum, h.phmin = uint64(le.Uint16(ident[42:])), uint64(le.Uint16(ident[44:])), 32
+		phoff = uint64(le.Uint32(ident[28:]))
+		phentsize, phnum, phmin = uint64(le.Uint16(ident[42:])), uint64(le.Uint16(ident[44:])), 32
 	case elfClass64:
 		if size < 64 {
-			return Library{}, fmt.Errorf("%w: truncated ELF64 header", ErrNotLibrary)
+			return elfObject{}, fmt.Errorf("%w: truncated ELF64 header", ErrNotLibrary)
 		}
-		h.phoff = le.Uint64(ident[32:])
-		h.phentsize, h.phnum, h.phmin = uint64(le.Uint16(ident[54:])), uint64(le.Uint16(ident[56:])), 56
+		phoff = le.Uint64(ident[32:])
+		phentsize, phnum, phmin = uint64(le.Uint16(ident[54:])), uint64(le.Uint16(ident[56:])), 56
 	default:
-		return Library{}, fmt.Errorf("%w: ELF class %d", ErrNotLibrary, class)
+		return elfObject{}, fmt.Errorf("%w: ELF class %d", ErrNotLibrary, o.class)
 	}
-	if h.typ != etDyn {
-		return Library{}, fmt.Errorf("%w: ELF type %d, not ET_DYN", ErrNotLibrary, h.typ)
+	if typ := le.Uint16(ident[16:]); typ != etDyn {
+		return elfObject{}, fmt.Errorf("%w: ELF type %d, not ET_DYN", ErrNotLibrary, typ)
 	}
+	phBytes := phentsize * phnum
+	if phentsize < phmin || phBytes > maxPhdrBytes || phoff > uint64(size) || phBytes > uint64(size)-phoff {
+		return elfObject{}, fmt.Errorf("%w: bad program header table", ErrNotLibrary)
+	}
+	ph := make([]byte, phBytes)
+	if _, err := r.ReadAt(ph, int64(phoff)); err != nil {
+		return elfObject{}, fmt.Errorf("read program headers: %w", err)
+	}
+	o.segs = make([]elfSegment, 0, phnum)
+	for i := range phnum {
+		p := ph[i*phentsize:]
+		if o.class == elfClass32 {
+			o.segs = append(o.segs, elfSegment{uint64(le.Uint32(p)), uint64(le.Uint32(p[4:])), uint64(le.Uint32(p[8:])), uint64(le.Uint32(p[16:]))})
+		} else {
+			o.segs = append(o.segs, elfSegment{uint64(le.Uint32(p)), le.Uint64(p[8:]), le.Uint64(p[16:]), le.Uint64(p[32:])})
+		}
+	}
+	return o, nil
+}
+
+// Inspect reads a shared object's SONAME and the cache flags ldconfig gives
+// it, reading only the ELF header, the program headers, the dynamic section
+// and the strings it names (a few small reads, whatever the file's size).
+// size is the file's size, every offset is bounds-checked against it; a
+// caller that does not know it may pass an upper bound (reads past the end
+// of the file then fail with io.EOF).
+func Inspect(r io.ReaderAt, size int64) (Library, error) {
+	o, err := readELF(r, size)
+	if err != nil {
+		return Library{}, err
+	}
+	le := binary.LittleEndian
+	class, segs := o.class, o.segs
 	var arch int32
 	fixed := false // the type is fixed by the architecture (libc6)
 	switch {
-	case h.machine == emX8664 && class == elfClass64:
+	case o.machine == emX8664 && class == elfClass64:
 		arch, fixed = ArchX8664, true
-	case h.machine == emX8664 && class == elfClass32:
+	case o.machine == emX8664 && class == elfClass32:
 		arch, fixed = ArchX32, true
-	case h.machine == emI386 && class == elfClass32:
+	case o.machine == emI386 && class == elfClass32:
 		arch = ArchI386
-	case h.machine == emAArch64 && class == elfClass64:
+	case o.machine == emAArch64 && class == elfClass64:
 		arch, fixed = ArchAArch64, true
+	case o.machine == emPPC64 && class == elfClass64:
+		arch, fixed = ArchPPC64, true
 	default:
-		return Library{}, fmt.Errorf("%w: ELF machine %d, class %d", ErrNotLibrary, h.machine, class)
-	}
-	phBytes := h.phentsize * h.phnum
-	if h.phentsize < h.phmin || phBytes > maxPhdrBytes || h.phoff > uint64(size) || phBytes > uint64(size)-h.phoff {
-		return Library{}, fmt.Errorf("%w: bad program header table", ErrNotLibrary)
-	}
-	ph := make([]byte, phBytes)
-	if _, err := r.ReadAt(ph, int64(h.phoff)); err != nil {
-		return Library{}, fmt.Errorf("read program headers: %w", err)
-	}
-	type seg struct{ typ, off, vaddr, filesz uint64 }
-	segs := make([]seg, 0, h.phnum)
-	for i := range h.phnum {
-		p := ph[i*h.phentsize:]
-		if class == elfClass32 {
-			segs = append(segs, seg{uint64(le.Uint32(p)), uint64(le.Uint32(p[4:])), uint64(le.Uint32(p[8:])), uint64(le.Uint32(p[16:]))})
-		} else {
-			segs = append(segs, seg{uint64(le.Uint32(p)), le.Uint64(p[8:]), le.Uint64(p[16:]), le.Uint64(p[32:])})
-		}
+		return Library{}, fmt.Errorf("%w: ELF machine %d, class %d", ErrNotLibrary, o.machine, class)
 	}
 	inFile := func(off, n uint64) bool { return off <= uint64(size) && n <= uint64(size)-off }
 	flags := int32(FlagELF)
-	var dyn *seg
+	var dyn *elfSegment
 	for i := range segs {
 		s := &segs[i]
 		switch s.typ {
@@ -273,3 +296,45 @@ func readCString(r io.ReaderAt, off, size int64) (string, error) {
 	}
 	return "", fmt.Errorf("%w: dynamic string at %d longer than %d bytes", ErrNotLibrary, off, maxName)
 }
+
+// ABITag returns the kernel version of a shared object's GNU ABI note
+// (NT_GNU_ABI_TAG, OS Linux) as major<<16 | minor<<8 | patch, 0 if it has
+// none: the OSVersion older ldconfigs recorded in the cache (NVIDIA selects
+// libnvidia-tls by it). size is the file's size.
+func ABITag(r io.ReaderAt, size int64) (uint32, error) {
+	o, err := readELF(r, size)
+	if err != nil {
+		return 0, err
+	}
+	le := binary.LittleEndian
+	for _, s := range o.segs {
+		if s.typ != ptNote || s.off > uint64(size) {
+			continue
+		}
+		buf := make([]byte, min(s.filesz, uint64(size)-s.off, 4096))
+		got, err := r.ReadAt(buf, int64(s.off))
+		if err != nil && !(err == io.EOF && got > 0) {
+			return 0, fmt.Errorf("read PT_NOTE at %d: %w", s.off, err)
+		}
+		buf = buf[:got]
+		// Notes: namesz, descsz, type, name (padded to 4), desc (padded to 4).
+		for len(buf) >= 12 {
+			namesz, descsz, typ := le.Uint32(buf[0:]), le.Uint32(buf[4:]), le.Uint32(buf[8:])
+			nameEnd := 12 + align4(uint64(namesz))
+			descEnd := nameEnd + align4(uint64(descsz))
+			if descEnd > uint64(len(buf)) {
+				break
+			}
+			if typ == ntGNUABITag && string(buf[12:12+uint64(namesz)]) == "GNU\x00" && descsz >= 16 {
+				d := buf[nameEnd:]
+				if le.Uint32(d[0:]) == 0 { // ELF_NOTE_OS_LINUX
+					return min(le.Uint32(d[4:]), 255)<<16 | min(le.Uint32(d[8:]), 255)<<8 | min(le.Uint32(d[12:]), 255), nil
+				}
+			}
+			buf = buf[descEnd:]
+		}
+	}
+	return 0, nil
+}
+
+func align4(n uint64) uint64 { return (n + 3) &^ 3 }

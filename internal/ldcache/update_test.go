@@ -348,5 +348,8 @@ func FuzzInspect(f *testing.F) {
 		if err == nil && strings.IndexByte(lib.SONAME, 0) >= 0 {
 			t.Fatalf("SONAME with NUL: %q", lib.SONAME)
 		}
+		if v, err := ABITag(strings.NewReader(string(data)), int64(len(data))); err == nil && v > 0xffffff {
+			t.Fatalf("ABI tag %#x out of range", v)
+		}
 	})
 }
