@@ -6,7 +6,16 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/nctk/nctk/internal/ldcache"
 )
+
+// sonameFrom is the SONAME that discovery reads (ldcache.Inspect) of an
+// in-memory object.
+func sonameFrom(data []byte) (string, error) {
+	lib, err := ldcache.Inspect(bytes.NewReader(data), int64(len(data)))
+	return lib.SONAME, err
+}
 
 // sonameDebugELF is the reference: the standard library's ELF reader.
 func sonameDebugELF(path string) (string, bool) {
@@ -134,7 +143,7 @@ func TestReadSONAMEErrors(t *testing.T) {
 	}
 	for name, data := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := sonameFrom(bytes.NewReader(data))
+			got, err := sonameFrom(data)
 			if name == "executable" {
 				if err == nil && got != "" {
 					t.Errorf("executable has SONAME %q", got)
@@ -162,11 +171,11 @@ func FuzzSONAME(f *testing.F) {
 	f.Add([]byte("\x7fELF\x02\x01\x01"))
 	f.Add([]byte("\x7fELF\x01\x02\x01"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := sonameFrom(bytes.NewReader(data))
-		if err == nil && len(s) > maxSONAMELen {
+		s, err := sonameFrom(data)
+		if err == nil && len(s) > 4096 {
 			t.Fatalf("SONAME of %d bytes", len(s))
 		}
-		if v, err := abiTagFrom(bytes.NewReader(data)); err == nil && v > 0xffffff {
+		if v, err := ldcache.ABITag(bytes.NewReader(data), int64(len(data))); err == nil && v > 0xffffff {
 			t.Fatalf("ABI tag %#x out of range", v)
 		}
 	})
