@@ -182,8 +182,14 @@ func (c *Containerd) Ctr(args ...string) Result {
 // environment, so tests set PATH here (RunOpts.Env) to choose them.
 func (c *Containerd) CtrOpts(o RunOpts, args ...string) Result {
 	c.t.Helper()
-	argv := append([]string{c.CtrBin, "--address", c.Socket, "--namespace", c.Namespace}, args...)
-	return runLogged(c.t, os.Environ(), o, argv...)
+	return runLogged(c.t, os.Environ(), o, c.CtrArgv(args...)...)
+}
+
+// CtrArgv is the command line Ctr runs: `ctr --address <socket> --namespace
+// <ns> args...`, for a caller that runs it itself (from a parallel subtest
+// that logs to its own t).
+func (c *Containerd) CtrArgv(args ...string) []string {
+	return append([]string{c.CtrBin, "--address", c.Socket, "--namespace", c.Namespace}, args...)
 }
 
 // MustCtr runs ctr, fails the test unless it exits 0, and returns stdout.

@@ -501,7 +501,7 @@ func engLookup(m map[string]any, keys ...string) any {
 // returns its stdout, failing t unless it exits 0.
 func engMustCtr(t testing.TB, c *e2e.Containerd, args ...string) string {
 	t.Helper()
-	r := e2e.Run(t, e2e.RunOpts{}, append([]string{c.CtrBin, "--address", c.Socket, "--namespace", c.Namespace}, args...)...)
+	r := e2e.Run(t, e2e.RunOpts{}, c.CtrArgv(args...)...)
 	if !r.OK() {
 		t.Fatalf("ctr %s: %s", args[0], r)
 	}
