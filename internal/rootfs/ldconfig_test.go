@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -287,7 +288,7 @@ func TestLdconfigSandbox(t *testing.T) {
 			t.Errorf("environment = %v, want empty", got.Env)
 		case strings.Join(got.Args, " ") != wantArgs:
 			t.Errorf("args = %q, want %q", got.Args, wantArgs)
-		case !contains(got.Root, "marker"):
+		case !slices.Contains(got.Root, "marker"):
 			t.Errorf("/ = %v, want the container root", got.Root)
 		case got.Proc != 0 || got.Sys != 0:
 			t.Errorf("/proc has %d entries, /sys %d: want masked", got.Proc, got.Sys)
@@ -308,15 +309,6 @@ func TestLdconfigSandbox(t *testing.T) {
 		}
 		e.checkHost(t)
 	}
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func BenchmarkRunLdconfig(b *testing.B) {
