@@ -331,7 +331,6 @@ func probeCUDA(req Request, res *Result) {
 			res.Devices = append(res.Devices, dev)
 		}
 	}
-
 }
 
 // probeNVML fills the NVML part of res.
@@ -351,11 +350,7 @@ func probeNVML(req Request, res *Result) {
 		res.NVMLError = fmt.Sprintf("%s: %s", req.NVML, C.GoString(&nr.err[0]))
 		return
 	case nr.init_rc != 0:
-		msg := fmt.Sprintf("NVML error %d", int(nr.init_rc))
-		if s := C.nctk_nvml_error(nh, nr.init_rc); s != nil {
-			msg = C.GoString(s)
-		}
-		res.NVMLError = fmt.Sprintf("nvmlInit_v2: %s (%d)", msg, int(nr.init_rc))
+		res.NVMLError = fmt.Sprintf("nvmlInit_v2: %s (%d)", nvmlError(nh, nr.init_rc), int(nr.init_rc))
 		return
 	}
 	defer C.nctk_nvml_shutdown(nh)
@@ -364,30 +359,21 @@ func probeNVML(req Request, res *Result) {
 		cbus := C.CString(bus)
 		var brand C.int
 		rc := C.nctk_nvml_brand(nh, cbus, &brand)
-		C.free(unsafe.Pointer(cbus))
 		if rc != 0 {
-			msg := fmt.Sprintf("NVML error %d", int(rc))
-			if s := C.nctk_nvml_error(nh, rc); s != nil {
-				msg = C.GoString(s)
-			}
-			res.NVMLError = fmt.Sprintf("brand of %s: %s", bus, msg)
+			C.free(unsafe.Pointer(cbus))
+			res.NVMLError = fmt.Sprintf("brand of %s: %s", bus, nvmlError(nh, rc))
 			continue
 		}
 		brands[bus] = BrandName(int(brand))
 
 		var mode, n C.int
 		var devs [C.NCTK_MAX_MIG]C.nctk_mig_dev
-		cbus = C.CString(bus)
 		rc = C.nctk_nvml_mig(nh, cbus, &mode, &devs[0], &n)
 		C.free(unsafe.Pointer(cbus))
 		switch {
 		case rc == 3 || rc == 13: // not supported / function not found: no MIG
 		case rc != 0:
-			msg := fmt.Sprintf("NVML error %d", int(rc))
-			if s := C.nctk_nvml_error(nh, rc); s != nil {
-				msg = C.GoString(s)
-			}
-			res.NVMLError = fmt.Sprintf("MIG devices of %s: %s", bus, msg)
+			res.NVMLError = fmt.Sprintf("MIG devices of %s: %s", bus, nvmlError(nh, rc))
 		case mode >= 0:
 			if res.MIG == nil {
 				res.MIG = map[string]MIGInfo{}
@@ -400,4 +386,13 @@ func probeNVML(req Request, res *Result) {
 		}
 	}
 	res.Brands = brands
+}
+
+// nvmlError is nvmlErrorString(rc), or "NVML error <rc>" where the library
+// has none.
+func nvmlError(h unsafe.Pointer, rc C.int) string {
+	if s := C.nctk_nvml_error(h, rc); s != nil {
+		return C.GoString(s)
+	}
+	return fmt.Sprintf("NVML error %d", int(rc))
 }
