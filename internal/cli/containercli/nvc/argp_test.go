@@ -2,6 +2,7 @@ package nvc
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -74,7 +75,7 @@ func TestParse(t *testing.T) {
 				if err == nil || err.Error() != tt.err {
 					t.Fatalf("error %v, want %q", err, tt.err)
 				}
-				if !IsUsage(err) {
+				if !isUsage(err) {
 					t.Errorf("%T is not a usage error", err)
 				}
 				return
@@ -120,7 +121,7 @@ func TestParseGlobals(t *testing.T) {
 			t.Errorf("%s: action %v err %v, want %v", args, a, err, want)
 		}
 	}
-	if _, _, _, err := ParseGlobals(&app.Env{}, []string{"x", "--user=no-such-user-nctk", "info"}); err == nil || !IsUsage(err) {
+	if _, _, _, err := ParseGlobals(&app.Env{}, []string{"x", "--user=no-such-user-nctk", "info"}); err == nil || !isUsage(err) {
 		t.Errorf("unknown user: %v", err)
 	}
 	if _, _, _, err := ParseGlobals(&app.Env{}, []string{"x", "--root=", "info"}); err == nil {
@@ -216,7 +217,7 @@ func FuzzParse(f *testing.F) {
 		args := strings.Split(line, " ")
 		ps, ops, err := Parse(testOptions(), args, inOrder)
 		if err != nil {
-			if !IsUsage(err) {
+			if !isUsage(err) {
 				t.Fatalf("non-usage error %T: %v", err, err)
 			}
 			return
@@ -230,4 +231,10 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// isUsage reports whether err is a command-line error.
+func isUsage(err error) bool {
+	var u *UsageError
+	return errors.As(err, &u)
 }

@@ -1,7 +1,6 @@
 package nvc
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -202,12 +201,6 @@ func Fail(e *app.Env, phase string, err error) int {
 func UsageFail(e *app.Env, prog string, err error) int {
 	fmt.Fprintf(e.Stderr, "%s: %v\nTry `%s --help' or `%s --usage' for more information.\n", Prog, err, prog, prog)
 	return 64
-}
-
-// IsUsage reports whether err is a command-line error.
-func IsUsage(err error) bool {
-	var u *UsageError
-	return errors.As(err, &u)
 }
 
 // OpenLog returns the debug logger: glog-style lines appended to the debug
