@@ -8,6 +8,7 @@ package caps
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -58,9 +59,7 @@ func Parse(v string) (Set, error) {
 			continue
 		}
 		if item == "all" {
-			for _, c := range All() {
-				s[c] = true
-			}
+			maps.Copy(s, Full())
 			continue
 		}
 		c := Capability(item)
@@ -107,25 +106,20 @@ func (s Set) Intersect(o Set) Set {
 // for the 32-bit variants of the selected groups.
 func (s Set) LibraryCapabilities() []Capability {
 	var out []Capability
-	add := func(c Capability) {
-		if !slices.Contains(out, c) {
-			out = append(out, c)
-		}
-	}
 	if s[Utility] {
-		add(Utility)
+		out = append(out, Utility)
 	}
 	if s[Compute] || s[Video] {
-		add(Compute)
+		out = append(out, Compute)
 	}
 	if s[NGX] {
-		add(NGX)
+		out = append(out, NGX)
 	}
 	if s[Video] {
-		add(Video)
+		out = append(out, Video)
 	}
 	if s[Graphics] || s[Display] {
-		add(Graphics)
+		out = append(out, Graphics)
 	}
 	return out
 }
