@@ -135,12 +135,12 @@ func Merge(a, b *Plan) *Plan {
 		return a
 	}
 	m := *a
-	m.Devices = append(append([]Device(nil), a.Devices...), b.Devices...)
-	m.Mounts = append(append([]Mount(nil), a.Mounts...), b.Mounts...)
-	m.Symlinks = append(append([]Symlink(nil), a.Symlinks...), b.Symlinks...)
-	m.LdconfigDirs = append(append([]string(nil), a.LdconfigDirs...), b.LdconfigDirs...)
-	m.Env = append(append([]string(nil), a.Env...), b.Env...)
-	m.Hooks = append(append([]Hook(nil), a.Hooks...), b.Hooks...)
+	m.Devices = slices.Concat(a.Devices, b.Devices)
+	m.Mounts = slices.Concat(a.Mounts, b.Mounts)
+	m.Symlinks = slices.Concat(a.Symlinks, b.Symlinks)
+	m.LdconfigDirs = slices.Concat(a.LdconfigDirs, b.LdconfigDirs)
+	m.Env = slices.Concat(a.Env, b.Env)
+	m.Hooks = slices.Concat(a.Hooks, b.Hooks)
 	if m.Proc == nil {
 		m.Proc = b.Proc
 	}
