@@ -12,12 +12,9 @@ import (
 )
 
 // readSONAME returns the DT_SONAME of the ELF shared object at path ("" if
-// it has none).
-func readSONAME(path string) (string, error) { return readSONAMEBuf(path, nil) }
-
-// readSONAMEBuf is readSONAME with a caller-owned head buffer (nil: a new
-// one), so that discovery reads every library through one buffer.
-func readSONAMEBuf(path string, buf *[4096]byte) (string, error) {
+// it has none), reading through the caller-owned head buffer buf (nil: a
+// new one), so that discovery reads every library through one buffer.
+func readSONAME(path string, buf *[4096]byte) (string, error) {
 	var soname string
 	err := withELF(path, buf, func(r io.ReaderAt, size int64) error {
 		lib, err := ldcache.Inspect(r, size)
@@ -31,10 +28,10 @@ func readSONAMEBuf(path string, buf *[4096]byte) (string, error) {
 }
 
 // readABITag returns the GNU ABI note of the shared object at path (see
-// ldcache.ABITag).
-func readABITag(path string) (uint32, error) {
+// ldcache.ABITag), reading through buf as readSONAME does.
+func readABITag(path string, buf *[4096]byte) (uint32, error) {
 	var v uint32
-	err := withELF(path, nil, func(r io.ReaderAt, size int64) (err error) {
+	err := withELF(path, buf, func(r io.ReaderAt, size int64) (err error) {
 		v, err = ldcache.ABITag(r, size)
 		return err
 	})

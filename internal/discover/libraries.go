@@ -138,7 +138,7 @@ func (x *discoverer) libraries() error {
 			// (OSVersion is 0), so read it from the file.
 			v := e.OSVersion
 			if v == 0 {
-				v, _ = readABITag(x.root.host(real))
+				v, _ = readABITag(x.root.host(real), &x.elfBuf)
 			}
 			if v < tlsMinOSVersion {
 				x.log.Debug("skipping library without the new TLS ABI note", "path", real)
@@ -167,7 +167,7 @@ func (x *discoverer) libraries() error {
 			continue
 		}
 		host := x.root.host(s.real)
-		soname, err := readSONAMEBuf(host, &x.elfBuf)
+		soname, err := readSONAME(host, &x.elfBuf)
 		if err != nil {
 			x.warn("%v", err)
 		}
