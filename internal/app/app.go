@@ -4,6 +4,7 @@
 package app
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -39,6 +40,22 @@ func (e *Env) LookupEnv(key string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// ReadStdin reads all of Stdin (a hook's OCI state, say), refusing more
+// than limit bytes. A nil Stdin reads as empty.
+func (e *Env) ReadStdin(limit int) ([]byte, error) {
+	if e.Stdin == nil {
+		return nil, nil
+	}
+	data, err := io.ReadAll(io.LimitReader(e.Stdin, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("read stdin: %w", err)
+	}
+	if len(data) > limit {
+		return nil, fmt.Errorf("stdin: larger than %d bytes", limit)
+	}
+	return data, nil
 }
 
 // Tool is a command-line tool's entry point; it returns the exit status.

@@ -139,9 +139,9 @@ func Main(e *app.Env) int {
 	// stdin; the first failure stops the chain.
 	chain := splitChain(rest)
 	if len(chain) > 1 {
-		data, err := io.ReadAll(io.LimitReader(e.Stdin, maxState+1))
+		data, err := e.ReadStdin(maxState)
 		if err != nil {
-			fmt.Fprintf(e.Stderr, "%s: read OCI state from stdin: %v\n", prog, err)
+			fmt.Fprintf(e.Stderr, "%s: OCI state: %v\n", prog, err)
 			return 1
 		}
 		shared := *e
@@ -248,12 +248,9 @@ func (h *hookEnv) containerRoot(specFile string) (string, error) {
 		specPath = specFile
 		bundle = filepath.Dir(specFile)
 	} else {
-		data, err := io.ReadAll(io.LimitReader(h.Stdin, maxState+1))
+		data, err := h.ReadStdin(maxState)
 		if err != nil {
-			return "", fmt.Errorf("read OCI state from stdin: %w", err)
-		}
-		if len(data) > maxState {
-			return "", fmt.Errorf("OCI state: larger than %d bytes", maxState)
+			return "", fmt.Errorf("OCI state: %w", err)
 		}
 		st, err := request.DecodeState(data)
 		if err != nil {

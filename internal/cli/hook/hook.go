@@ -28,7 +28,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -167,12 +166,9 @@ func prestart(e *app.Env, configPath string, debug bool, log *slog.Logger, exec 
 	if err != nil {
 		return err
 	}
-	data, err := io.ReadAll(io.LimitReader(e.Stdin, maxState+1))
+	data, err := e.ReadStdin(maxState)
 	if err != nil {
-		return fmt.Errorf("read OCI state from stdin: %w", err)
-	}
-	if len(data) > maxState {
-		return fmt.Errorf("OCI state on stdin: larger than %d bytes", maxState)
+		return fmt.Errorf("OCI state: %w", err)
 	}
 	state, err := request.ParseState(data)
 	if err != nil {
