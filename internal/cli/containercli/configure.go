@@ -276,8 +276,9 @@ func containerTarget(c configure.Container) (plan.Target, error) {
 	return r.Target().Plan(), nil
 }
 
-// injectPhase maps a planning error to NVIDIA's phase word; a host with no
-// usable driver is an initialization error, as in NVIDIA's CLI.
+// injectPhase maps a discovery or planning error to NVIDIA's phase word; a
+// host with no usable driver is an initialization error, as in NVIDIA's
+// CLI, and any other discovery error a detection error.
 func injectPhase(err error) string {
 	var noDriver *discover.NoDriverError
 	var mismatch *discover.VersionMismatchError

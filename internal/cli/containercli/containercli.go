@@ -122,12 +122,7 @@ func discoverDriver(e *app.Env, g *nvc.Globals, log *slog.Logger, probe bool) (*
 	o.Probe = probe
 	d, err := discover.Discover(o)
 	if err != nil {
-		var noDriver *discover.NoDriverError
-		var mismatch *discover.VersionMismatchError
-		if errors.As(err, &noDriver) || errors.As(err, &mismatch) {
-			return nil, "initialization", err
-		}
-		return nil, "detection", err
+		return nil, injectPhase(err), err
 	}
 	return d, "", nil
 }
