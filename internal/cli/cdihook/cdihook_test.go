@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/rootfs"
 )
@@ -34,13 +35,6 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skipf("needs root (mounts, namespaces); running as uid %d", os.Geteuid())
 	}
 }
 
@@ -277,7 +271,7 @@ func TestUpdateLdcache(t *testing.T) {
 }
 
 func testUpdateLdcache(t *testing.T, inProcess, fallback bool) {
-	requireRoot(t)
+	e2e.RequireRoot(t)
 	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
 	if len(matches) == 0 {
 		t.Skip("no host libz.so.1.* to stand in for a driver library")
@@ -332,7 +326,7 @@ func hostProc(t *testing.T) string {
 }
 
 func TestMountProcDriver(t *testing.T) {
-	requireRoot(t)
+	e2e.RequireRoot(t)
 	b, root := bundle(t)
 	unmountUnder(t, root)
 	hp := hostProc(t)
@@ -354,7 +348,7 @@ func TestMountProcDriver(t *testing.T) {
 }
 
 func TestDisableDeviceNodeModification(t *testing.T) {
-	requireRoot(t)
+	e2e.RequireRoot(t)
 	b, root := bundle(t)
 	unmountUnder(t, root)
 	hp := hostProc(t)

@@ -346,9 +346,7 @@ func fakeDriverRoot(tb testing.TB) *fixture.Root {
 // here; that failure is only logged, as in NVIDIA's CLI), so that list
 // with a device works.
 func TestFixtureLoadKmods(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("creating device nodes needs root")
-	}
+	e2e.RequireRoot(t) // creating device nodes
 	r := fixture.Build(t, fixture.Spec{Layout: fixture.Multiarch, GPUs: 2, Broken: fixture.NoDeviceNodes})
 	if code, _, _ := run(t, t.TempDir(), "--root="+r.Path, "list", "-d", "1"); code != 1 {
 		t.Fatalf("list without nodes: exit %d, want 1", code)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nctk/nctk/internal/e2e"
 )
 
 // fakeProc writes a proc root for one GPU (minor 0) with nvidia-uvm.
@@ -29,9 +31,7 @@ func fakeProc(t testing.TB) string {
 }
 
 func TestCreateDeviceNodes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skipf("creating device nodes needs root (euid %d)", os.Geteuid())
-	}
+	e2e.RequireRoot(t) // creating device nodes
 	proc, devRoot := fakeProc(t), t.TempDir()
 	stdout, stderr, code := run(t, nil, "system", "create-device-nodes", "--proc-root", proc, "--dev-root", devRoot, "--dry-run")
 	if code != 0 || !strings.Contains(stdout, "would create: "+filepath.Join(devRoot, "dev", "nvidiactl")+" (195:255, mode 0666)") {
@@ -70,9 +70,7 @@ func TestCreateDeviceNodes(t *testing.T) {
 }
 
 func TestCreateDevCharSymlinks(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skipf("creating device nodes needs root (euid %d)", os.Geteuid())
-	}
+	e2e.RequireRoot(t) // creating device nodes
 	proc, devRoot := fakeProc(t), t.TempDir()
 	// Nothing exists yet: without --create-all there is nothing to link.
 	stdout, stderr, code := run(t, nil, "system", "create-dev-char-symlinks", "--proc-root", proc, "--dev-root", devRoot)
