@@ -23,24 +23,13 @@ func Build(entries []Entry) []byte { return BuildFormat(entries, FormatNew) }
 // BuildFormat is Build with a choice of layout. The old section, when
 // written, carries only flags, key and value.
 func BuildFormat(entries []Entry, f Format) []byte {
-	// String table: every distinct key/value once, NUL-terminated; off maps
-	// a string to its position in the table.
-	var strs []byte
-	off := make(map[string]uint32, 2*len(entries))
-	add := func(s string) uint32 {
-		if o, ok := off[s]; ok {
-			return o
-		}
-		o := uint32(len(strs))
-		strs = append(strs, s...)
-		strs = append(strs, 0)
-		off[s] = o
-		return o
-	}
+	var st strtab
+	st.init(2 * len(entries))
 	for _, e := range entries {
-		add(e.Key)
-		add(e.Value)
+		st.add(e.Key)
+		st.add(e.Value)
 	}
+	strs, off := st.data, st.off
 
 	le := binary.LittleEndian
 	var out []byte
@@ -81,12 +70,7 @@ func BuildFormat(entries []Entry, f Format) []byte {
 		// New offsets are relative to the new header.
 		rel := uint32(newLen)
 		for i, e := range entries {
-			p := h[newHeaderSize+i*newEntrySize:]
-			le.PutUint32(p[0:], uint32(e.Flags))
-			le.PutUint32(p[4:], rel+off[e.Key])
-			le.PutUint32(p[8:], rel+off[e.Value])
-			le.PutUint32(p[12:], e.OSVersion)
-			le.PutUint64(p[16:], e.HWCap)
+			putNewEntry(h[newHeaderSize+i*newEntrySize:], e, rel, off)
 		}
 	}
 	return append(out, strs...)

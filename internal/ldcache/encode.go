@@ -50,12 +50,7 @@ func Encode(c *Cache) ([]byte, error) {
 	le.PutUint32(out[extOffsetField:], uint32(extOff))
 	rel := uint32(tableLen) // string offsets are relative to the header
 	for i, e := range c.Entries {
-		p := out[newHeaderSize+i*newEntrySize:]
-		le.PutUint32(p[0:], uint32(e.Flags))
-		le.PutUint32(p[4:], rel+st.off[e.Key])
-		le.PutUint32(p[8:], rel+st.off[e.Value])
-		le.PutUint32(p[12:], e.OSVersion)
-		le.PutUint64(p[16:], e.HWCap)
+		putNewEntry(out[newHeaderSize+i*newEntrySize:], e, rel, st.off)
 	}
 	copy(out[tableLen:], st.data)
 
@@ -77,6 +72,17 @@ func Encode(c *Cache) ([]byte, error) {
 	}
 	copy(out[genOff:], Generator)
 	return out, nil
+}
+
+// putNewEntry writes e as a new-format entry at p; its strings are at
+// rel+off[s] from the new header.
+func putNewEntry(p []byte, e Entry, rel uint32, off map[string]uint32) {
+	le := binary.LittleEndian
+	le.PutUint32(p[0:], uint32(e.Flags))
+	le.PutUint32(p[4:], rel+off[e.Key])
+	le.PutUint32(p[8:], rel+off[e.Value])
+	le.PutUint32(p[12:], e.OSVersion)
+	le.PutUint64(p[16:], e.HWCap)
 }
 
 // strtab is a string table holding each distinct string once,
