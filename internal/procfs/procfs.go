@@ -42,7 +42,7 @@ func ReadFile(path string) ([]byte, error) {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer syscall.Close(fd)
-	buf := make([]byte, 0, 2<<10) // the files on the create path (version, devices, params, information) fit
+	buf := make([]byte, 0, 512) // as io.ReadAll: version and information files fit
 	for {
 		if len(buf) > maxProcFileBytes {
 			return nil, fmt.Errorf("read %s: %w (over %d bytes)", path, ErrTooLarge, maxProcFileBytes)
