@@ -85,6 +85,24 @@ func (d *Doc) Name() string { return d.name }
 // made to it are not written back (edit through Apply).
 func (d *Doc) Spec() *specs.Spec { return d.spec }
 
+// RootPath is the container's root directory: root.path, joined to bundle
+// (the directory holding config.json) when relative, made absolute and
+// clean. An unset root.path is an error naming the spec.
+func (d *Doc) RootPath(bundle string) (string, error) {
+	if d.spec.Root == nil || d.spec.Root.Path == "" {
+		return "", fmt.Errorf("invalid OCI spec %s: root.path is not set", d.name)
+	}
+	p := d.spec.Root.Path
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(bundle, p)
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("OCI spec %s: root.path %s: %w", d.name, d.spec.Root.Path, err)
+	}
+	return abs, nil
+}
+
 // Bytes returns the JSON encoding of the document as Save writes it.
 func (d *Doc) Bytes() ([]byte, error) {
 	if d.data != nil {

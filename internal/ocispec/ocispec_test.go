@@ -678,3 +678,24 @@ func TestHooksRootfsDoneNoProcView(t *testing.T) {
 		t.Errorf("second Apply changed the doc:\n%s\n%s", once, twice)
 	}
 }
+
+func TestRootPath(t *testing.T) {
+	for _, tt := range []struct{ name, spec, bundle, want, err string }{
+		{"relative", `{"root":{"path":"rootfs"}}`, "/b", "/b/rootfs", ""},
+		{"absolute", `{"root":{"path":"/x/./y/"}}`, "/b", "/x/y", ""},
+		{"dot-dot", `{"root":{"path":"../r"}}`, "/b/c", "/b/r", ""},
+		{"unset", `{"root":{}}`, "/b", "", "cfg.json: root.path is not set"},
+		{"no root", `{}`, "/b", "", "root.path is not set"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			doc, err := Parse("cfg.json", []byte(tt.spec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := doc.RootPath(tt.bundle)
+			if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+				t.Errorf("RootPath(%q) = %q, %v; want %q, %q", tt.bundle, got, err, tt.want, tt.err)
+			}
+		})
+	}
+}

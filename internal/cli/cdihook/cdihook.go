@@ -275,15 +275,7 @@ func (h *hookEnv) containerRoot(specFile string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	spec := doc.Spec()
-	if spec.Root == nil || spec.Root.Path == "" {
-		return "", fmt.Errorf("OCI spec %s: no root path", specPath)
-	}
-	root := spec.Root.Path
-	if !filepath.IsAbs(root) {
-		root = filepath.Join(bundle, root)
-	}
-	return filepath.Clean(root), nil
+	return doc.RootPath(bundle)
 }
 
 // withRoot runs f on the container root (containerRoot); on error every

@@ -183,8 +183,9 @@ func prestart(e *app.Env, configPath string, debug bool, log *slog.Logger, exec 
 	if spec.Process == nil {
 		return fmt.Errorf("OCI spec %s: no process", specPath)
 	}
-	if spec.Root == nil || spec.Root.Path == "" {
-		return fmt.Errorf("OCI spec %s: no root path", specPath)
+	rootfs, err := doc.RootPath(state.Bundle)
+	if err != nil {
+		return err
 	}
 	if mode := cfg.Runtime.Mode; !cfg.Hook.SkipModeDetection && (mode == config.ModeCDI || mode == config.ModeJitCDI || mode == config.ModeCSV) {
 		return fmt.Errorf("invoking the NVIDIA Container Runtime Hook directly (e.g. specifying the docker --gpus flag) is not supported in nvidia-container-runtime mode %q; "+
@@ -204,14 +205,6 @@ func prestart(e *app.Env, configPath string, debug bool, log *slog.Logger, exec 
 	if !req.All && !req.None && len(req.Devices) == 0 && len(req.CDIDevices) > 0 {
 		log.Warn("only CDI devices requested; they are injected by the runtime, not by this hook", "devices", req.CDIDevices)
 		return nil
-	}
-	rootfs := spec.Root.Path
-	if !filepath.IsAbs(rootfs) {
-		rootfs = filepath.Join(state.Bundle, rootfs)
-	}
-	rootfs, err = filepath.Abs(rootfs)
-	if err != nil {
-		return fmt.Errorf("rootfs %s: %w", spec.Root.Path, err)
 	}
 	cli, searchPath, err := findCLI(cfg, e.Getenv("PATH"))
 	if err != nil {

@@ -150,14 +150,10 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 		return err
 	}
 	spec := doc.Spec()
-	if spec.Root == nil || spec.Root.Path == "" {
-		return fmt.Errorf("invalid OCI spec %s: root.path is not set", specPath)
+	rootPath, err := doc.RootPath(bundle)
+	if err != nil {
+		return err
 	}
-	rootPath := spec.Root.Path
-	if !filepath.IsAbs(rootPath) {
-		rootPath = filepath.Join(bundle, rootPath)
-	}
-	rootPath = filepath.Clean(rootPath)
 	p, err := r.Planner.Prepare(context.Background(), Input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg})
 	if err != nil {
 		return err
