@@ -12,6 +12,8 @@ package discover
 
 import (
 	"log/slog"
+	"path"
+	"slices"
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/driverprobe"
@@ -226,6 +228,31 @@ func (d *Driver) LibrariesFor(s caps.Set) []File {
 // BinariesFor returns the binaries a capability set selects.
 func (d *Driver) BinariesFor(s caps.Set) []File {
 	return filterFiles(d.Binaries, func(f File) bool { return s.Has(f.Capability) })
+}
+
+// ControlNodesFor returns the driver-wide nodes a capability set selects:
+// nvidiactl always, nvidia-uvm and nvidia-uvm-tools with the compute
+// libraries (compute or video), nvidia-modeset with display.
+func (d *Driver) ControlNodesFor(s caps.Set) []DeviceNode {
+	compute := slices.Contains(s.LibraryCapabilities(), caps.Compute)
+	var out []DeviceNode
+	for _, n := range d.ControlNodes {
+		switch path.Base(n.Path) {
+		case "nvidiactl":
+		case "nvidia-uvm", "nvidia-uvm-tools":
+			if !compute {
+				continue
+			}
+		case "nvidia-modeset":
+			if !s.Has(caps.Display) {
+				continue
+			}
+		default:
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // IPCsFor returns the IPC endpoints a capability set selects.

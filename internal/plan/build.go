@@ -67,24 +67,10 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 		return nil, errors.New("build injection plan: no driver discovery result")
 	}
 	p := &Plan{}
-	libGroups := o.Caps.LibraryCapabilities()
 
-	// Device nodes: nvidiactl always, uvm with compute libraries, modeset
-	// with display, then the selected GPUs and their MIG capabilities.
-	for _, n := range d.ControlNodes {
-		switch path.Base(n.Path) {
-		case "nvidiactl":
-		case "nvidia-uvm", "nvidia-uvm-tools":
-			if !slices.Contains(libGroups, caps.Compute) {
-				continue
-			}
-		case "nvidia-modeset":
-			if !o.Caps.Has(caps.Display) {
-				continue
-			}
-		default:
-			continue
-		}
+	// Device nodes: the control nodes the capabilities select, then the
+	// selected GPUs and their MIG capabilities.
+	for _, n := range d.ControlNodesFor(o.Caps) {
 		p.addDevice(n)
 	}
 	for _, g := range o.GPUs {

@@ -207,10 +207,12 @@ func listLines(d *discover.Driver, r *listRequest, root string) ([]string, strin
 		if err := d.CheckDevices(gpus); err != nil {
 			return nil, "device", err
 		}
-		for _, n := range d.ControlNodes {
-			if capSet == nil || controlNodeWanted(path.Base(n.Path), capSet) {
-				add(n.HostPath)
-			}
+		nodes := d.ControlNodes
+		if capSet != nil {
+			nodes = d.ControlNodesFor(capSet)
+		}
+		for _, n := range nodes {
+			add(n.HostPath)
 		}
 		for _, g := range gpus {
 			add(g.Node.HostPath)
@@ -302,19 +304,6 @@ func listLines(d *discover.Driver, r *listRequest, root string) ([]string, strin
 		}
 	}
 	return out, "", nil
-}
-
-// controlNodeWanted says whether a container with caps gets a driver-wide
-// node: nvidiactl always, the uvm nodes with compute libraries, modeset
-// with display.
-func controlNodeWanted(name string, s caps.Set) bool {
-	switch name {
-	case "nvidia-uvm", "nvidia-uvm-tools":
-		return slices.Contains(s.LibraryCapabilities(), caps.Compute)
-	case "nvidia-modeset":
-		return s.Has(caps.Display)
-	}
-	return true
 }
 
 func mergeCaps(a, b caps.Set) caps.Set {
