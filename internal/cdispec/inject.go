@@ -1,15 +1,13 @@
 package cdispec
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
-	"github.com/opencontainers/runtime-spec/specs-go"
 	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // DefaultSpecDirs are the CDI spec directories engines read, lowest
@@ -63,81 +61,49 @@ func specErrors(c *pkgcdi.Cache) []string {
 	return out
 }
 
-// InjectCDI applies the CDI devices names (fully qualified,
-// vendor/class=name) to spec, resolving them against the spec files in
-// specDirs (nil means DefaultSpecDirs; later directories take precedence):
-// each spec's containerEdits once, then each device's. A name that is not
-// fully qualified or that no spec defines is an error naming it and the
-// directories searched, and then spec is left unchanged.
-func InjectCDI(spec *specs.Spec, names []string, specDirs []string) error {
-	if spec == nil {
-		return errors.New("inject CDI devices: no OCI spec")
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	// Edit a copy so that a failure leaves spec as it was.
-	work, err := cloneSpec(spec)
-	if err != nil {
-		return fmt.Errorf("inject CDI devices: %w", err)
-	}
-	if err := applyDevices(work, names, specDirs); err != nil {
-		return err
-	}
-	*spec = *work
-	return nil
-}
-
-// applyDevices applies the CDI devices names to spec, which may be left half
-// edited on error.
-func applyDevices(spec *specs.Spec, names, specDirs []string) error {
+// Resolve resolves the CDI device names (fully qualified,
+// vendor/class=name) against the spec files in specDirs (nil means
+// DefaultSpecDirs; later directories take precedence) and returns the
+// container edits they make, merged as the CDI library's InjectDevices
+// merges them: the containerEdits of each spec once, at the first of its
+// devices, then each device's own. The edits are the spec files' entries,
+// verbatim; applying them (ocispec.Apply, with the library's editor) gives
+// what InjectDevices gives. A name that is not fully qualified or that no
+// spec defines is an error naming it and the directories searched.
+func Resolve(names, specDirs []string) (*cdispecs.ContainerEdits, error) {
 	if len(specDirs) == 0 {
 		specDirs = DefaultSpecDirs()
 	}
 	for _, n := range names {
 		if _, _, _, err := parser.ParseQualifiedName(n); err != nil {
-			return fmt.Errorf("inject CDI devices: %q: %w", n, err)
+			return nil, fmt.Errorf("inject CDI devices: %q: %w", n, err)
 		}
 	}
 	c, err := newCache(specDirs)
 	if err != nil {
-		return fmt.Errorf("inject CDI devices: %w", err)
+		return nil, fmt.Errorf("inject CDI devices: %w", err)
 	}
-	// The library resolves every name before it edits anything.
-	if unresolved, err := c.InjectDevices(spec, names...); err != nil {
-		if len(unresolved) > 0 {
-			var missing []string
-			for _, n := range unresolved {
-				if !slices.Contains(missing, n) {
-					missing = append(missing, n)
-				}
+	edits := &pkgcdi.ContainerEdits{ContainerEdits: &cdispecs.ContainerEdits{}}
+	seen := map[*pkgcdi.Spec]bool{}
+	var missing []string
+	for _, n := range names {
+		d := c.GetDevice(n)
+		if d == nil {
+			if !slices.Contains(missing, n) {
+				missing = append(missing, n)
 			}
-			return &UnresolvedError{Devices: missing, Dirs: specDirs, SpecErrors: specErrors(c)}
+			continue
 		}
-		return fmt.Errorf("inject CDI devices %s: %w", strings.Join(names, ", "), err)
+		if s := d.GetSpec(); !seen[s] {
+			seen[s] = true
+			edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &s.ContainerEdits})
+		}
+		edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &d.ContainerEdits})
 	}
-	return nil
-}
-
-// Edits returns the OCI edits the CDI devices names make, as InjectCDI
-// applies them to an empty spec (a process with no environment, no mounts,
-// devices or hooks): process.env, linux.devices, linux.resources.devices
-// (allow rules), mounts and hooks hold exactly what the devices add, in the
-// CDI library's translation (device numbers stat'ed from host nodes where a
-// spec leaves them out). It is for callers that edit a spec document
-// without decoding it into specs.Spec (so as to keep fields runtime-spec
-// does not know); they merge these entries. The library's idmap options for
-// containers with a user namespace are not applied here.
-func Edits(names, specDirs []string) (*specs.Spec, error) {
-	s := &specs.Spec{Process: &specs.Process{}, Linux: &specs.Linux{}}
-	if len(names) == 0 {
-		return s, nil
+	if len(missing) > 0 {
+		return nil, &UnresolvedError{Devices: missing, Dirs: specDirs, SpecErrors: specErrors(c)}
 	}
-	// s is new: no copy to keep it whole on error.
-	if err := applyDevices(s, names, specDirs); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return edits.ContainerEdits, nil
 }
 
 // Listing is what `cdi list` shows: the fully-qualified device names of the
@@ -163,17 +129,4 @@ func List(specDirs []string) (Listing, error) {
 	l := Listing{Devices: c.ListDevices(), Errors: specErrors(c)}
 	slices.Sort(l.Devices)
 	return l, nil
-}
-
-// cloneSpec deep-copies an OCI spec.
-func cloneSpec(s *specs.Spec) (*specs.Spec, error) {
-	data, err := json.Marshal(s)
-	if err != nil {
-		return nil, fmt.Errorf("copy OCI spec: %w", err)
-	}
-	var c specs.Spec
-	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, fmt.Errorf("copy OCI spec: %w", err)
-	}
-	return &c, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nctk/nctk/internal/ocispec"
 )
@@ -43,6 +44,16 @@ func baseSpec() *specs.Spec {
 	}
 }
 
+// injectNames applies the CDI devices names to s as an engine does: resolved
+// by Resolve, applied by the CDI library's editor.
+func injectNames(s *specs.Spec, names, dirs []string) error {
+	e, err := Resolve(names, dirs)
+	if err != nil {
+		return err
+	}
+	return (&pkgcdi.ContainerEdits{ContainerEdits: e}).Apply(s)
+}
+
 func TestInjectCDI(t *testing.T) {
 	dir := specDir(t)
 	tests := []struct {
@@ -63,7 +74,7 @@ func TestInjectCDI(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := baseSpec()
-			if err := InjectCDI(s, tt.devs, []string{dir}); err != nil {
+			if err := injectNames(s, tt.devs, []string{dir}); err != nil {
 				t.Fatal(err)
 			}
 			var nodes []string
@@ -122,34 +133,23 @@ func TestInjectCDIErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := baseSpec()
-			before := baseSpec()
-			err := InjectCDI(s, tt.devs, tt.dirs)
+			e, err := Resolve(tt.devs, tt.dirs)
 			if err == nil {
-				t.Fatal("no error")
+				t.Fatalf("no error, edits %+v", e)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not name %q", err, w)
 				}
 			}
-			if !reflect.DeepEqual(s, before) {
-				t.Errorf("a failed injection changed the spec")
-			}
 		})
 	}
 	var ue *UnresolvedError
-	if err := InjectCDI(baseSpec(), []string{"nvidia.com/gpu=9"}, []string{dir}); !errors.As(err, &ue) || ue.Devices[0] != "nvidia.com/gpu=9" {
-		t.Errorf("error %v, want *UnresolvedError", err)
-	}
-	if _, err := Edits([]string{"nvidia.com/gpu=9", "nvidia.com/gpu=0", "nvidia.com/gpu=9"}, []string{dir}); !errors.As(err, &ue) || !slices.Equal(ue.Devices, []string{"nvidia.com/gpu=9"}) {
-		t.Errorf("Edits error %v, want *UnresolvedError naming nvidia.com/gpu=9 once", err)
-	}
-	if err := InjectCDI(nil, []string{"nvidia.com/gpu=0"}, nil); err == nil {
-		t.Error("nil spec: no error")
+	if _, err := Resolve([]string{"nvidia.com/gpu=9", "nvidia.com/gpu=0", "nvidia.com/gpu=9"}, []string{dir}); !errors.As(err, &ue) || !slices.Equal(ue.Devices, []string{"nvidia.com/gpu=9"}) {
+		t.Errorf("Resolve error %v, want *UnresolvedError naming nvidia.com/gpu=9 once", err)
 	}
 	s := baseSpec()
-	if err := InjectCDI(s, nil, []string{dir}); err != nil || !reflect.DeepEqual(s, baseSpec()) {
+	if err := injectNames(s, nil, []string{dir}); err != nil || !reflect.DeepEqual(s, baseSpec()) {
 		t.Errorf("no names: %v, spec changed: %v", err, !reflect.DeepEqual(s, baseSpec()))
 	}
 }
@@ -174,20 +174,19 @@ func TestList(t *testing.T) {
 	}
 }
 
-func TestCDIEdits(t *testing.T) {
+func TestResolve(t *testing.T) {
 	dir := specDir(t)
-	s, err := Edits([]string{"nvidia.com/gpu=0"}, []string{dir})
+	e, err := Resolve([]string{"nvidia.com/gpu=0"}, []string{dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Process.Env) != 2 || s.Process.Env[0] != VoidEnv {
-		t.Errorf("env %q, want %s and the libcuda dirs", s.Process.Env, VoidEnv)
+	if len(e.Env) != 2 || e.Env[0] != VoidEnv {
+		t.Errorf("env %q, want %s and the libcuda dirs", e.Env, VoidEnv)
 	}
-	if len(s.Linux.Devices) != 5 || len(s.Linux.Resources.Devices) != 5 || len(s.Hooks.CreateContainer) != 3 || len(s.Mounts) != 10 {
-		t.Errorf("edits: %d devices, %d rules, %d hooks, %d mounts; want 5, 5, 3, 10",
-			len(s.Linux.Devices), len(s.Linux.Resources.Devices), len(s.Hooks.CreateContainer), len(s.Mounts))
+	if len(e.DeviceNodes) != 5 || len(e.Hooks) != 3 || len(e.Mounts) != 10 {
+		t.Errorf("edits: %d devices, %d hooks, %d mounts; want 5, 3, 10", len(e.DeviceNodes), len(e.Hooks), len(e.Mounts))
 	}
-	if _, err := Edits([]string{"nvidia.com/gpu=9"}, []string{dir}); err == nil {
+	if _, err := Resolve([]string{"nvidia.com/gpu=9"}, []string{dir}); err == nil {
 		t.Error("unknown device: no error")
 	}
 }
@@ -198,7 +197,7 @@ func TestCDIEdits(t *testing.T) {
 func TestInjectCDIReplacesRequest(t *testing.T) {
 	s := baseSpec()
 	s.Process.Env = append(s.Process.Env, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0")
-	if err := InjectCDI(s, []string{"nvidia.com/gpu=0"}, []string{specDir(t)}); err != nil {
+	if err := injectNames(s, []string{"nvidia.com/gpu=0"}, []string{specDir(t)}); err != nil {
 		t.Fatal(err)
 	}
 	var got []string

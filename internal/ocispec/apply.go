@@ -169,9 +169,13 @@ func Chain(hooks []Hook) []Hook {
 //   - hooks.createContainer: the hooks of Hooks(p, hc), replacing hooks of
 //     the same subcommands Apply emitted before;
 //   - hooks.prestart: NVIDIA's nvidia-container-runtime-hook removed, so the
-//     container is not injected twice.
+//     container is not injected twice;
+//   - then the plan's CDI container edits, with the CDI library's editor
+//     (see applyCDI): exactly what an engine's CDI support writes.
 //
-// Applying the same plan again leaves the document as it is. Every other
+// Applying the same plan again leaves the document as it is, except for
+// CDI edits, which follow the CDI library (a second application appends
+// their cgroup rules and hooks again, as InjectDevices would). Every other
 // field, known or not, is kept. A nil plan changes nothing. On error doc is
 // unchanged.
 func Apply(doc *Doc, p *plan.Plan, hc HookConfig) error {
@@ -242,11 +246,6 @@ func validate(p *plan.Plan, hooks []Hook, hc HookConfig) error {
 	for _, kv := range p.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return fmt.Errorf("environment entry %q: want KEY=VALUE", kv)
-		}
-	}
-	for _, h := range p.Hooks {
-		if err := checkAbs("hook path", h.Path); err != nil {
-			return err
 		}
 	}
 	if len(hooks) > 0 {
@@ -343,48 +342,10 @@ func edit(tree object, p *plan.Plan, hooks []Hook) error {
 	if err := editHooks(tree, hooks); err != nil {
 		return err
 	}
-	return addPlanHooks(tree, p.Hooks)
-}
-
-// addPlanHooks appends the plan's verbatim hooks (from CDI specs) to their
-// stages, skipping any already there.
-func addPlanHooks(tree object, hooks []plan.Hook) error {
-	if len(hooks) == 0 {
-		return nil
-	}
-	ho, err := objectAt(tree, "hooks", "hooks")
-	if err != nil {
-		return err
-	}
-	for _, h := range hooks {
-		if !slices.Contains(hookStages(), h.Stage) {
-			return fmt.Errorf("hook %s: unknown stage %q", h.Path, h.Stage)
-		}
-		arr, err := arrayAt(ho, h.Stage, "hooks."+h.Stage)
-		if err != nil {
-			return err
-		}
-		entry := object{"path": h.Path}
-		if len(h.Args) > 0 {
-			entry["args"] = strings2any(h.Args)
-		}
-		if len(h.Env) > 0 {
-			entry["env"] = strings2any(h.Env)
-		}
-		if h.Timeout != nil {
-			entry["timeout"] = num(int64(*h.Timeout))
-		}
-		if !slices.ContainsFunc(arr, func(v any) bool { return equalJSON(v, entry) }) {
-			arr = append(arr, entry)
-		}
-		ho[h.Stage] = arr
+	if p.CDI != nil {
+		return applyCDI(tree, p.CDI)
 	}
 	return nil
-}
-
-// hookStages are the OCI hook stages.
-func hookStages() []string {
-	return []string{"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
 }
 
 // editHooks removes NVIDIA's prestart hook and hooks Apply emitted before,

@@ -14,6 +14,9 @@ import (
 	"path"
 	"slices"
 
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
+
 	"github.com/nctk/nctk/internal/ldcache"
 )
 
@@ -92,17 +95,6 @@ type ProcView struct {
 	Expose []string
 }
 
-// Hook is an OCI hook carried as it is, from a CDI spec's containerEdits.
-type Hook struct {
-	// Stage is the OCI hook stage: prestart, createRuntime,
-	// createContainer, startContainer, poststart or poststop.
-	Stage   string
-	Path    string
-	Args    []string
-	Env     []string
-	Timeout *int
-}
-
 // Plan is what one container gets.
 type Plan struct {
 	// Devices are the nodes created in the container; each one is also
@@ -120,9 +112,13 @@ type Plan struct {
 	Proc *ProcView
 	// Env is added to the container process environment (KEY=VALUE).
 	Env []string
-	// Hooks are OCI hooks from CDI specs, added as they are (the hooks
-	// for Symlinks, LdconfigDirs and Proc are the applier's business).
-	Hooks []Hook
+	// CDI are the container edits of CDI devices (the runtime's CDI mode:
+	// NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0, cdi.k8s.io/ annotations), held
+	// verbatim as the CDI spec files give them — every field of every CDI
+	// version, whatever the vendor — and applied by the CDI library's own
+	// editor after the entries above, exactly as Podman, Docker and
+	// containerd apply them (ocispec.Apply). nil: no CDI device.
+	CDI *cdispecs.ContainerEdits
 }
 
 // Merge returns a plan holding a's entries, then b's (for a container that
@@ -140,11 +136,22 @@ func Merge(a, b *Plan) *Plan {
 	m.Symlinks = slices.Concat(a.Symlinks, b.Symlinks)
 	m.LdconfigDirs = slices.Concat(a.LdconfigDirs, b.LdconfigDirs)
 	m.Env = slices.Concat(a.Env, b.Env)
-	m.Hooks = slices.Concat(a.Hooks, b.Hooks)
+	m.CDI = MergeCDI(a.CDI, b.CDI)
 	if m.Proc == nil {
 		m.Proc = b.Proc
 	}
 	return &m
+}
+
+// MergeCDI returns CDI container edits holding a's, then b's, with the CDI
+// library's own merge rules (lists appended, b's intelRdt wins); a and b are
+// not changed.
+func MergeCDI(a, b *cdispecs.ContainerEdits) *cdispecs.ContainerEdits {
+	if a == nil && b == nil {
+		return nil
+	}
+	m := (&cdi.ContainerEdits{}).Append(&cdi.ContainerEdits{ContainerEdits: a})
+	return m.Append(&cdi.ContainerEdits{ContainerEdits: b}).ContainerEdits
 }
 
 // LdcacheLibs returns the container paths of p's libraries that go into the

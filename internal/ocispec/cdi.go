@@ -1,0 +1,257 @@
+package ocispec
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// cdiView is the part of config.json that the CDI library's editor reads or
+// writes (cdi.ContainerEdits.Apply): process.env and process.user (device
+// owner defaults, additionalGids), mounts, hooks, linux.devices,
+// linux.resources.devices, linux.netDevices, linux.intelRdt and
+// linux.namespaces (a user namespace adds idmap options to bind mounts).
+type cdiView struct {
+	Process *struct {
+		Env  []string   `json:"env,omitempty"`
+		User specs.User `json:"user"`
+	} `json:"process,omitempty"`
+	Mounts []specs.Mount `json:"mounts,omitempty"`
+	Hooks  *specs.Hooks  `json:"hooks,omitempty"`
+	Linux  *struct {
+		Devices   []specs.LinuxDevice `json:"devices,omitempty"`
+		Resources *struct {
+			Devices []specs.LinuxDeviceCgroup `json:"devices,omitempty"`
+		} `json:"resources,omitempty"`
+		NetDevices map[string]specs.LinuxNetDevice `json:"netDevices,omitempty"`
+		IntelRdt   *specs.LinuxIntelRdt            `json:"intelRdt,omitempty"`
+		Namespaces []specs.LinuxNamespace          `json:"namespaces,omitempty"`
+	} `json:"linux,omitempty"`
+}
+
+// spec returns the view as a specs.Spec holding only its fields.
+func (v *cdiView) spec() *specs.Spec {
+	s := &specs.Spec{Mounts: v.Mounts, Hooks: v.Hooks}
+	if v.Process != nil {
+		s.Process = &specs.Process{Env: v.Process.Env, User: v.Process.User}
+	}
+	if l := v.Linux; l != nil {
+		s.Linux = &specs.Linux{Devices: l.Devices, NetDevices: l.NetDevices, IntelRdt: l.IntelRdt, Namespaces: l.Namespaces}
+		if l.Resources != nil {
+			s.Linux.Resources = &specs.LinuxResources{Devices: l.Resources.Devices}
+		}
+	}
+	return s
+}
+
+// applyCDI applies CDI container edits to the generic tree with the CDI
+// library's own editor, so that config.json gets exactly what Podman, Docker
+// and containerd give a CDI device (cdi.Cache.InjectDevices): environment
+// replaced by key, device nodes replaced by path with their type, numbers,
+// mode and owner (stat'ed from the host node where the spec leaves them
+// out) and a cgroup rule with the spec's permissions, mounts replaced by
+// destination with their type and options as given and sorted as the
+// library sorts them, hooks appended to their stage with their own env and
+// timeout, additionalGids, intelRdt and netDevices. The edited fields are
+// written back into the tree; entries the edit left as they were keep their
+// generic form (and so any field runtime-spec does not know), and every
+// other field of the document is untouched. e is not changed.
+func applyCDI(tree object, e *cdispecs.ContainerEdits) error {
+	edits := cloneCDI(e)
+	if err := edits.Validate(); err != nil {
+		return fmt.Errorf("CDI container edits: %w", err)
+	}
+	data, err := encode(tree)
+	if err != nil {
+		return err
+	}
+	var view cdiView
+	if err := json.Unmarshal(data, &view); err != nil {
+		return fmt.Errorf("CDI container edits: %w", describe(data, err))
+	}
+	s := view.spec()
+	if err := edits.Apply(s); err != nil {
+		return fmt.Errorf("CDI container edits: %w", err)
+	}
+	return writeBackCDI(tree, s)
+}
+
+// cloneCDI copies e deeply enough that applying the copy (which fills in a
+// device node's missing type, numbers and mode) leaves e as it was.
+func cloneCDI(e *cdispecs.ContainerEdits) *cdi.ContainerEdits {
+	c := *e
+	c.DeviceNodes = make([]*cdispecs.DeviceNode, len(e.DeviceNodes))
+	for i, d := range e.DeviceNodes {
+		n := *d
+		c.DeviceNodes[i] = &n
+	}
+	return &cdi.ContainerEdits{ContainerEdits: &c}
+}
+
+// writeBackCDI writes the fields of s that the CDI editor may have changed
+// into tree.
+func writeBackCDI(tree object, s *specs.Spec) error {
+	if s.Process != nil {
+		proc, err := objectAt(tree, "process", "process")
+		if err != nil {
+			return err
+		}
+		if err := setArray(proc, "env", "process.env", s.Process.Env); err != nil {
+			return err
+		}
+		if gids := s.Process.User.AdditionalGids; len(gids) > 0 {
+			user, err := objectAt(proc, "user", "process.user")
+			if err != nil {
+				return err
+			}
+			if err := setArray(user, "additionalGids", "process.user.additionalGids", gids); err != nil {
+				return err
+			}
+		}
+	}
+	if err := setArray(tree, "mounts", "mounts", s.Mounts); err != nil {
+		return err
+	}
+	if h := s.Hooks; h != nil {
+		ho, err := objectAt(tree, "hooks", "hooks")
+		if err != nil {
+			return err
+		}
+		for _, st := range []struct {
+			name  string
+			hooks []specs.Hook
+		}{
+			//lint:ignore SA1019 CDI specs may still carry prestart hooks.
+			{"prestart", h.Prestart},
+			{"createRuntime", h.CreateRuntime}, {"createContainer", h.CreateContainer},
+			{"startContainer", h.StartContainer}, {"poststart", h.Poststart}, {"poststop", h.Poststop},
+		} {
+			if err := setArray(ho, st.name, "hooks."+st.name, st.hooks); err != nil {
+				return err
+			}
+		}
+	}
+	l := s.Linux
+	if l == nil {
+		return nil
+	}
+	linux, err := objectAt(tree, "linux", "linux")
+	if err != nil {
+		return err
+	}
+	if err := setArray(linux, "devices", "linux.devices", l.Devices); err != nil {
+		return err
+	}
+	if l.Resources != nil && len(l.Resources.Devices) > 0 {
+		res, err := objectAt(linux, "resources", "linux.resources")
+		if err != nil {
+			return err
+		}
+		if err := setArray(res, "devices", "linux.resources.devices", l.Resources.Devices); err != nil {
+			return err
+		}
+	}
+	if len(l.NetDevices) > 0 {
+		nd, err := objectAt(linux, "netDevices", "linux.netDevices")
+		if err != nil {
+			return err
+		}
+		for name, dev := range l.NetDevices {
+			if err := setValue(nd, name, "linux.netDevices."+name, dev); err != nil {
+				return err
+			}
+		}
+	}
+	if l.IntelRdt != nil {
+		return setValue(linux, "intelRdt", "linux.intelRdt", *l.IntelRdt)
+	}
+	return nil
+}
+
+// setArray sets parent[key] to the array typed, reusing the generic form of
+// each entry of the old array that decodes to an equal value (so that its
+// unknown fields survive); an empty typed array leaves parent as it is.
+func setArray[T any](parent object, key, name string, typed []T) error {
+	if len(typed) == 0 {
+		return nil
+	}
+	old, err := arrayAt(parent, key, name)
+	if err != nil {
+		return err
+	}
+	oldTyped := make([]*T, len(old))
+	for i, v := range old {
+		var t T
+		if err := roundTrip(v, &t); err == nil {
+			oldTyped[i] = &t
+		}
+	}
+	out := make([]any, 0, len(typed))
+	for _, t := range typed {
+		j := -1
+		for i, o := range oldTyped {
+			if o != nil && reflect.DeepEqual(*o, t) {
+				j = i
+				break
+			}
+		}
+		if j >= 0 {
+			out = append(out, old[j])
+			oldTyped[j] = nil
+			continue
+		}
+		g, err := toGeneric(t)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		out = append(out, g)
+	}
+	parent[key] = out
+	return nil
+}
+
+// setValue sets parent[key] to v unless it already holds an equal value.
+func setValue[T any](parent object, key, name string, v T) error {
+	if old, ok := parent[key]; ok {
+		var t T
+		if roundTrip(old, &t) == nil && reflect.DeepEqual(t, v) {
+			return nil
+		}
+	}
+	g, err := toGeneric(v)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	parent[key] = g
+	return nil
+}
+
+// roundTrip decodes the generic value v into dst.
+func roundTrip(v, dst any) error {
+	data, err := encode(v)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, dst)
+}
+
+// toGeneric encodes v and decodes it into the generic tree's form (exact
+// number literals).
+func toGeneric(v any) (any, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var g any
+	if err := dec.Decode(&g); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
