@@ -154,10 +154,6 @@ func commented() map[string]string {
 // unknown keys kept in their tables.
 func Render(cfg *Config) []byte { return render(cfg, true) }
 
-// Marshal writes the configuration with every key explicit (nothing
-// commented out), unknown keys kept in their tables.
-func Marshal(cfg *Config) ([]byte, error) { return render(cfg, false), nil }
-
 // node is a table being rendered.
 type node struct {
 	leaves map[string]string // key -> rendered line (without the key for plain values)

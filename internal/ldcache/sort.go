@@ -135,13 +135,3 @@ func hwcapsName(e *Entry, hwcaps []string) string {
 func SortEntries(entries []Entry, hwcaps []string) {
 	slices.SortStableFunc(entries, func(a, b Entry) int { return compareEntries(&a, &b, hwcaps) })
 }
-
-// IsSorted reports whether entries are in ldconfig's order.
-func IsSorted(entries []Entry, hwcaps []string) bool {
-	for i := 1; i < len(entries); i++ {
-		if compareEntries(&entries[i-1], &entries[i], hwcaps) > 0 {
-			return false
-		}
-	}
-	return true
-}

@@ -74,9 +74,6 @@ func Parse(name string, data []byte) (*Doc, error) {
 	return &Doc{name: name, tree: tree, spec: spec}, nil
 }
 
-// Name is the path (or name) the Doc was loaded from.
-func (d *Doc) Name() string { return d.name }
-
 // Spec is the typed view of the configuration, for reading. It holds the
 // fields nctk reads and edits — ociVersion, process.env,
 // process.capabilities, root, mounts, annotations, hooks, linux.devices and

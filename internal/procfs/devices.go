@@ -36,9 +36,6 @@ const (
 // CharMajor returns the first major of the character device name.
 func (d Devices) CharMajor(name string) (uint32, bool) { return lookupMajor(d.Char, name) }
 
-// BlockMajor returns the first major of the block device name.
-func (d Devices) BlockMajor(name string) (uint32, bool) { return lookupMajor(d.Block, name) }
-
 // GPUMajor returns the major of the GPU device nodes (/dev/nvidia*):
 // "nvidia-frontend" if registered, else "nvidia".
 func (d Devices) GPUMajor() (uint32, bool) {

@@ -251,8 +251,8 @@ func TestParseDevices(t *testing.T) {
 	if m, ok := d.GPUMajor(); m != 195 || !ok {
 		t.Errorf("GPUMajor = %d %v", m, ok)
 	}
-	if m, ok := d.BlockMajor("sd"); m != 8 || !ok || len(d.Block) != 4 {
-		t.Errorf("BlockMajor(sd) = %d %v; block %v", m, ok, d.Block)
+	if m, ok := lookupMajor(d.Block, "sd"); m != 8 || !ok || len(d.Block) != 4 {
+		t.Errorf("block major of sd = %d %v; block %v", m, ok, d.Block)
 	}
 	old, err := ParseDevices([]byte("Character devices:\n195 nvidia-frontend\n195 nvidia\n"))
 	if m, ok := old.GPUMajor(); err != nil || m != 195 || !ok {

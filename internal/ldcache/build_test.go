@@ -2,7 +2,7 @@ package ldcache
 
 import "encoding/binary"
 
-// Format selects the layout Build writes.
+// Format selects the layout Build (a test helper) writes.
 type Format int
 
 // Layouts, as ldconfig's -c option names them.
@@ -74,4 +74,14 @@ func BuildFormat(entries []Entry, f Format) []byte {
 		}
 	}
 	return append(out, strs...)
+}
+
+// IsSorted reports whether entries are in ldconfig's order.
+func IsSorted(entries []Entry, hwcaps []string) bool {
+	for i := 1; i < len(entries); i++ {
+		if compareEntries(&entries[i-1], &entries[i], hwcaps) > 0 {
+			return false
+		}
+	}
+	return true
 }
