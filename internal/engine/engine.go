@@ -17,8 +17,9 @@
 // textually and the rest of the file (comments included) is kept.
 //
 // Plan computes the new contents without touching the disk; Result.Apply
-// writes them atomically (temporary file in the same directory, fsync,
-// rename), keeping the mode and owner of the file it replaces.
+// writes them atomically with package atomicfile (temporary file in the
+// same directory, fsync, rename), keeping the mode and owner of the file it
+// replaces.
 package engine
 
 import (
@@ -29,6 +30,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nctk/nctk/internal/atomicfile"
 )
 
 // Engine names a container engine.
@@ -288,14 +291,21 @@ func newFile(path string, data, old []byte, existed bool) File {
 	return File{Path: path, Data: data, Existed: existed, Changed: !existed || !bytes.Equal(data, old)}
 }
 
-// Apply writes every changed file of r atomically.
+// Apply writes every changed file of r atomically. A symbolic link is
+// followed (its target is written, the link stays), the mode and owner of
+// the file replaced are kept (0644 and the caller's for a new one), missing
+// parent directories are created with mode 0755, and the file and its
+// directory are synced: the engine reads the file on its next start, which
+// may follow a crash.
 func (r *Result) Apply() error {
 	for _, f := range r.Files {
 		if !f.Changed {
 			continue
 		}
-		if err := WriteFileAtomic(f.Path, f.Data, 0o644); err != nil {
-			return err
+		if err := atomicfile.WriteFile(f.Path, f.Data, atomicfile.Options{
+			Mode: 0o644, KeepExisting: true, FollowSymlinks: true, DirMode: 0o755, Sync: true,
+		}); err != nil {
+			return fmt.Errorf("writing %s: %w", f.Path, err)
 		}
 	}
 	return nil
@@ -311,66 +321,4 @@ func readConfig(path string) ([]byte, bool, error) {
 		return nil, false, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return data, true, nil
-}
-
-// WriteFileAtomic replaces path with data: it writes a temporary file in
-// the same directory, syncs it and renames it over path. When path exists
-// (a symbolic link is followed to its target) the new file keeps its
-// permission bits and owner; otherwise it gets perm and missing parent
-// directories are created with mode 0755.
-func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
-	target := path
-	if resolved, err := filepath.EvalSymlinks(path); err == nil {
-		target = resolved
-	}
-	uid, gid := -1, -1
-	if st, err := os.Stat(target); err == nil {
-		if !st.Mode().IsRegular() {
-			return fmt.Errorf("writing %s: not a regular file", path)
-		}
-		perm = st.Mode().Perm()
-		uid, gid = fileOwner(st)
-	}
-	dir := filepath.Dir(target)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(target)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	tmpName := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmpName)
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("writing %s: %w", tmpName, err)
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		return fmt.Errorf("writing %s: %w", tmpName, err)
-	}
-	if uid >= 0 && (uid != os.Geteuid() || gid != os.Getegid()) {
-		if err := tmp.Chown(uid, gid); err != nil {
-			return fmt.Errorf("writing %s: keeping owner %d:%d: %w", path, uid, gid, err)
-		}
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("writing %s: %w", tmpName, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", tmpName, err)
-	}
-	if err := os.Rename(tmpName, target); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	ok = true
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // best effort: the rename is done
-		d.Close()
-	}
-	return nil
 }
