@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 
+	"github.com/nctk/nctk/internal/atomicfile"
 	"golang.org/x/sys/unix"
 	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -104,44 +104,12 @@ func Validate(data []byte) error {
 
 // WriteFile writes encoded spec data (from Encode) to name atomically: into
 // a temporary file in the same directory, synced, given mode 0644 and
-// renamed over name (the directory is synced afterwards). On any error name
-// is left as it was.
-func WriteFile(name string, data []byte) (err error) {
-	dir := filepath.Dir(name)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(name)+".tmp-*")
-	if err != nil {
+// renamed over name (the directory is synced afterwards). A symbolic link at
+// name is replaced; an existing directory or other non-regular file is an
+// error. On any error name is left as it was.
+func WriteFile(name string, data []byte) error {
+	if err := atomicfile.WriteFile(name, data, atomicfile.Options{Mode: FileMode, Sync: true}); err != nil {
 		return fmt.Errorf("write CDI spec %s: %w", name, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return fmt.Errorf("write CDI spec %s: %w", name, err)
-	}
-	if err = tmp.Chmod(FileMode); err != nil {
-		return fmt.Errorf("write CDI spec %s: %w", name, err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("write CDI spec %s: %w", name, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("write CDI spec %s: %w", name, err)
-	}
-	if fi, serr := os.Stat(name); serr == nil && fi.IsDir() {
-		return fmt.Errorf("write CDI spec %s: is a directory", name)
-	}
-	if err = os.Rename(tmp.Name(), name); err != nil {
-		return fmt.Errorf("write CDI spec %s: %w", name, err)
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		serr := d.Sync()
-		d.Close()
-		if serr != nil && !errors.Is(serr, os.ErrInvalid) {
-			return fmt.Errorf("write CDI spec %s: sync directory: %w", name, serr)
-		}
 	}
 	return nil
 }

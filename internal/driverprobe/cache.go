@@ -4,12 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/nctk/nctk/internal/atomicfile"
 )
 
 // cacheVersion changes whenever Result's meaning changes, so that results of
@@ -134,29 +134,12 @@ func (c *cache) load() (*Result, bool) {
 	return e.Result, true
 }
 
-// store writes the entry atomically (temporary file, then rename).
+// store writes the entry atomically (temporary file, then rename; mode
+// 0644, not synced: an entry lost in a crash only costs a new probe).
 func (c *cache) store(r *Result) error {
 	b, err := json.Marshal(cacheEntry{Version: cacheVersion, Key: c.key, Result: r})
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(c.path), ".driverprobe-*.tmp")
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(b)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		os.Remove(f.Name())
-		return err
-	}
-	if err := os.Rename(f.Name(), c.path); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return nil
+	return atomicfile.WriteFile(c.path, b, atomicfile.Options{Mode: 0o644})
 }

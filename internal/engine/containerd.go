@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -10,6 +11,60 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 )
+
+// Containerd is containerd's engine name.
+const Containerd Engine = "containerd"
+
+// containerd's configuration files.
+const (
+	DefaultContainerdConfig = "/etc/containerd/config.toml"
+	DefaultContainerdDropIn = "/etc/containerd/conf.d/99-nvidia.toml"
+)
+
+// runcShimV2 is the containerd shim that honours options.BinaryName.
+const runcShimV2 = "io.containerd.runc.v2"
+
+// containerdEngine is containerd: config.toml, optionally with a drop-in
+// file it imports.
+type containerdEngine struct{}
+
+func (containerdEngine) Name() Engine              { return Containerd }
+func (containerdEngine) Aliases() []string         { return nil }
+func (containerdEngine) DefaultConfigPath() string { return DefaultContainerdConfig }
+func (containerdEngine) DefaultDropInPath() string { return DefaultContainerdDropIn }
+func (containerdEngine) RuntimeByName() bool       { return false }
+func (containerdEngine) Daemon() string            { return "containerd" }
+
+// ConfigCommands is `containerd config dump`, given `--config configPath`
+// when that file exists.
+func (containerdEngine) ConfigCommands(configPath string) [][]string {
+	argv := []string{"containerd"}
+	if _, err := os.Stat(configPath); err == nil {
+		argv = append(argv, "--config", configPath)
+	}
+	return [][]string{append(argv, "config", "dump")}
+}
+
+// Edit registers the runtime (see EditContainerd). In drop-in mode the
+// drop-in comes first, followed by the main file when its imports change.
+func (containerdEngine) Edit(c Config, o Options) (*Result, error) {
+	in := ContainerdInput{Main: c.Main.Data, MainPath: c.Main.Path, DropIn: c.DropIn.Data, DropInPath: c.DropIn.Path, Source: c.Source}
+	out, err := EditContainerd(in, o)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Notes: out.Notes}
+	if out.DropIn == nil {
+		res.Files = []File{c.Main.update(out.Main)}
+		return res, nil
+	}
+	res.Files = []File{c.DropIn.update(out.DropIn)}
+	// The main file only matters when it changes.
+	if main := c.Main.update(out.Main); main.Changed {
+		res.Files = append(res.Files, main)
+	}
+	return res, nil
+}
 
 // ContainerdInput is what EditContainerd works on.
 type ContainerdInput struct {
@@ -89,7 +144,7 @@ func containerdVersion(t tomlTable) (int, error) {
 // configs cannot import files; they are edited in place, with a note.
 func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
 	o = o.withDefaults()
-	if err := o.validate(Containerd); err != nil {
+	if err := o.validate(containerdEngine{}); err != nil {
 		return nil, err
 	}
 	mainName := in.MainPath

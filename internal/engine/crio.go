@@ -1,8 +1,70 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 )
+
+// CRIO is CRI-O's engine name.
+const CRIO Engine = "crio"
+
+// CRI-O's configuration files.
+const (
+	DefaultCRIOConfig = "/etc/crio/crio.conf"
+	DefaultCRIODropIn = "/etc/crio/crio.conf.d/99-nvidia.toml"
+)
+
+// crioEngine is CRI-O: crio.conf, or a drop-in file from crio.conf.d that
+// CRI-O merges over it.
+type crioEngine struct{}
+
+func (crioEngine) Name() Engine              { return CRIO }
+func (crioEngine) Aliases() []string         { return []string{"cri-o"} }
+func (crioEngine) DefaultConfigPath() string { return DefaultCRIOConfig }
+func (crioEngine) DefaultDropInPath() string { return DefaultCRIODropIn }
+func (crioEngine) RuntimeByName() bool       { return false }
+func (crioEngine) Daemon() string            { return "crio" }
+
+// ConfigCommands is `crio status config`, or the older `crio-status
+// config`.
+func (crioEngine) ConfigCommands(string) [][]string {
+	return [][]string{{"crio", "status", "config"}, {"crio-status", "config"}}
+}
+
+// Edit registers the runtime (see EditCRIO) in the drop-in file, with the
+// main file as the base configuration, or else in the main file. A
+// configuration source replaces the base. CDI needs no setting: CRI-O
+// always has it on.
+func (crioEngine) Edit(c Config, o Options) (*Result, error) {
+	res := &Result{}
+	if o.EnableCDI {
+		res.Notes = append(res.Notes, "CDI is always enabled in CRI-O; --cdi.enabled has no effect")
+	}
+	target, base, baseName := c.Main, []byte(nil), c.Main.Path
+	if c.DropIn.Path != "" {
+		target, base = c.DropIn, c.Main.Data
+	}
+	if c.Source != nil {
+		base, baseName = c.Source, "configuration source"
+	}
+	out, err := EditCRIO(target.Data, base, o)
+	var be *baseConfigError
+	if errors.As(err, &be) {
+		return nil, fmt.Errorf("%s: %w", baseName, be.err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", target.Path, err)
+	}
+	res.Files = []File{target.update(out)}
+	return res, nil
+}
+
+// baseConfigError is EditCRIO's error for a base configuration that does
+// not parse.
+type baseConfigError struct{ err error }
+
+func (e *baseConfigError) Error() string { return "base configuration: " + e.err.Error() }
+func (e *baseConfigError) Unwrap() error { return e.err }
 
 // crioRuntimesPath is where CRI-O keeps its runtime handlers.
 func crioRuntimesPath() []string { return []string{"crio", "runtime", "runtimes"} }
@@ -16,20 +78,15 @@ func crioRuntimesPath() []string { return []string{"crio", "runtime", "runtimes"
 // in base, or else of the default runtime's (crio.runtime.default_runtime,
 // else runc, else crun) in data or base, so that monitor_path,
 // runtime_root and the like carry over. base (may be nil) is the main
-// configuration in drop-in mode. Unchanged content is returned as is.
+// configuration in drop-in mode, or the effective configuration. Unchanged
+// content is returned as is.
 func EditCRIO(data, base []byte, o Options) ([]byte, error) {
 	b, err := parseTOML(base)
 	if err != nil {
-		return nil, fmt.Errorf("base configuration: %w", err)
+		return nil, &baseConfigError{err}
 	}
-	return editCRIO(data, b, o)
-}
-
-// editCRIO is EditCRIO with the base configuration decoded (an empty table
-// for none).
-func editCRIO(data []byte, b tomlTable, o Options) ([]byte, error) {
 	o = o.withDefaults()
-	if err := o.validate(CRIO); err != nil {
+	if err := o.validate(crioEngine{}); err != nil {
 		return nil, err
 	}
 	t, err := parseTOML(data)

@@ -9,6 +9,34 @@ import (
 	"reflect"
 )
 
+// Docker is Docker's engine name.
+const Docker Engine = "docker"
+
+// DefaultDockerConfig is dockerd's configuration file.
+const DefaultDockerConfig = "/etc/docker/daemon.json"
+
+// dockerEngine is Docker: daemon.json, without drop-in files or a command
+// that prints the effective configuration; dockerd looks a runtime given by
+// name up in its PATH.
+type dockerEngine struct{}
+
+func (dockerEngine) Name() Engine                     { return Docker }
+func (dockerEngine) Aliases() []string                { return nil }
+func (dockerEngine) DefaultConfigPath() string        { return DefaultDockerConfig }
+func (dockerEngine) DefaultDropInPath() string        { return "" }
+func (dockerEngine) RuntimeByName() bool              { return true }
+func (dockerEngine) ConfigCommands(string) [][]string { return nil }
+func (dockerEngine) Daemon() string                   { return "dockerd" }
+
+// Edit registers the runtime in daemon.json (see EditDocker).
+func (dockerEngine) Edit(c Config, o Options) (*Result, error) {
+	out, err := EditDocker(c.Main.Data, o)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.Main.Path, err)
+	}
+	return &Result{Files: []File{c.Main.update(out)}}, nil
+}
+
 // EditDocker registers the runtime in the daemon.json content data (empty
 // data is an empty configuration) and returns the new content:
 // runtimes.<name> = {"path": <path>, "args": []} (other keys of an existing
@@ -18,7 +46,7 @@ import (
 // When data already says all this, it is returned unchanged.
 func EditDocker(data []byte, o Options) ([]byte, error) {
 	o = o.withDefaults()
-	if err := o.validate(Docker); err != nil {
+	if err := o.validate(dockerEngine{}); err != nil {
 		return nil, err
 	}
 	root := newJSONObject()

@@ -4,6 +4,10 @@
 // CRI-O's crio.conf (optionally through a drop-in file). It is the library
 // behind `nvidia-ctk runtime configure`.
 //
+// Each engine is a type implementing Kind in a file of its own (docker.go,
+// containerd.go, crio.go) and one line in kinds, the registry Lookup and
+// Plan consult: adding an engine is adding a file and that line.
+//
 // Every edit keeps the rest of the file: other runtimes, unknown keys and
 // settings the engine's own defaults would produce. An edit is idempotent:
 // configuring twice gives the same bytes as configuring once, and a file that
@@ -17,8 +21,9 @@
 // textually and the rest of the file (comments included) is kept.
 //
 // Plan computes the new contents without touching the disk; Result.Apply
-// writes them atomically (temporary file in the same directory, fsync,
-// rename), keeping the mode and owner of the file it replaces.
+// writes them atomically with package atomicfile (temporary file in the
+// same directory, fsync, rename), keeping the mode and owner of the file it
+// replaces.
 package engine
 
 import (
@@ -28,73 +33,86 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"github.com/nctk/nctk/internal/atomicfile"
 )
 
-// Engine names a container engine.
+// Engine names a container engine (the names are in the engines' files).
 type Engine string
 
-// The engines Plan knows.
-const (
-	Docker     Engine = "docker"
-	Containerd Engine = "containerd"
-	CRIO       Engine = "crio"
-)
+// Kind is a container engine Plan can configure: where its configuration
+// lives, how the runtime is registered in it, and what to restart
+// afterwards.
+type Kind interface {
+	// Name is the engine's name, as `--runtime` takes it.
+	Name() Engine
+	// Aliases are other names Lookup accepts for the engine.
+	Aliases() []string
+	// DefaultConfigPath is the engine's main configuration file.
+	DefaultConfigPath() string
+	// DefaultDropInPath is the drop-in file nvidia-ctk writes for the
+	// engine, or "" when the engine reads no drop-in files (Plan then
+	// ignores Request.DropInPath, with a note).
+	DefaultDropInPath() string
+	// RuntimeByName reports whether the engine takes the runtime
+	// executable as a bare name it looks up in its own PATH; otherwise
+	// Options.RuntimePath must be absolute.
+	RuntimeByName() bool
+	// ConfigCommands returns the commands that print the engine's
+	// effective configuration (Request.Source), to be tried in order, for
+	// an engine whose main configuration file is configPath; nil when the
+	// engine has none (Plan then ignores Request.Source, with a note).
+	ConfigCommands(configPath string) [][]string
+	// Edit registers the runtime in the configuration c, whose files Plan
+	// has read, with o completed by its defaults and valid, and returns the
+	// files of the new configuration (Result.Files) and notes.
+	Edit(c Config, o Options) (*Result, error)
+	// Daemon is the process to restart for a changed configuration to take
+	// effect.
+	Daemon() string
+}
+
+// kinds returns the engines Lookup and Plan know, in the order messages
+// list them.
+func kinds() []Kind {
+	return []Kind{
+		dockerEngine{},
+		containerdEngine{},
+		crioEngine{},
+	}
+}
+
+// Lookup returns the engine called name or one of its aliases (case and
+// surrounding space do not matter). An unknown name is an error that lists
+// the known ones.
+func Lookup(name string) (Kind, error) {
+	n := strings.ToLower(strings.TrimSpace(name))
+	all := kinds()
+	names := make([]string, len(all))
+	for i, k := range all {
+		if string(k.Name()) == n || slices.Contains(k.Aliases(), n) {
+			return k, nil
+		}
+		names[i] = string(k.Name())
+	}
+	want := names[0]
+	if len(names) > 1 {
+		want = strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	}
+	return nil, fmt.Errorf("unknown runtime %q (want %s)", name, want)
+}
 
 // Defaults used when a Request leaves a field empty.
 const (
 	DefaultRuntimeName = "nvidia"
 	DefaultRuntimePath = "/usr/bin/nvidia-container-runtime"
-
-	DefaultDockerConfig     = "/etc/docker/daemon.json"
-	DefaultContainerdConfig = "/etc/containerd/config.toml"
-	DefaultContainerdDropIn = "/etc/containerd/conf.d/99-nvidia.toml"
-	DefaultCRIOConfig       = "/etc/crio/crio.conf"
-	DefaultCRIODropIn       = "/etc/crio/crio.conf.d/99-nvidia.toml"
-
-	// runcShimV2 is the containerd shim that honours options.BinaryName.
-	runcShimV2 = "io.containerd.runc.v2"
 )
 
 // DefaultCDISpecDirs returns the CDI spec directories written to
 // containerd's cdi_spec_dirs when CDI is enabled and the file names none.
 func DefaultCDISpecDirs() []string { return []string{"/etc/cdi", "/var/run/cdi"} }
-
-// ParseEngine returns the Engine named s ("docker", "containerd", "crio").
-func ParseEngine(s string) (Engine, error) {
-	switch e := Engine(strings.ToLower(strings.TrimSpace(s))); e {
-	case Docker, Containerd, CRIO:
-		return e, nil
-	case "cri-o":
-		return CRIO, nil
-	}
-	return "", fmt.Errorf("unknown runtime %q (want docker, containerd or crio)", s)
-}
-
-// DefaultConfigPath is the engine's main configuration file.
-func (e Engine) DefaultConfigPath() string {
-	switch e {
-	case Docker:
-		return DefaultDockerConfig
-	case Containerd:
-		return DefaultContainerdConfig
-	case CRIO:
-		return DefaultCRIOConfig
-	}
-	return ""
-}
-
-// DefaultDropInPath is the drop-in file nvidia-ctk writes for the engine, or
-// "" for Docker, which has no drop-in directory.
-func (e Engine) DefaultDropInPath() string {
-	switch e {
-	case Containerd:
-		return DefaultContainerdDropIn
-	case CRIO:
-		return DefaultCRIODropIn
-	}
-	return ""
-}
 
 // Options says what to register.
 type Options struct {
@@ -127,18 +145,20 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-func (o Options) validate(e Engine) error {
+// validate checks o, with its defaults, for engine k.
+func (o Options) validate(k Kind) error {
 	if strings.ContainsAny(o.RuntimeName, "\x00\n") || strings.TrimSpace(o.RuntimeName) != o.RuntimeName {
 		return fmt.Errorf("invalid runtime name %q", o.RuntimeName)
 	}
-	if e != Docker && !filepath.IsAbs(o.RuntimePath) {
-		return fmt.Errorf("runtime path %q must be absolute for %s", o.RuntimePath, e)
+	if !k.RuntimeByName() && !filepath.IsAbs(o.RuntimePath) {
+		return fmt.Errorf("runtime path %q must be absolute for %s", o.RuntimePath, k.Name())
 	}
 	return nil
 }
 
 // Request is one `runtime configure` invocation.
 type Request struct {
+	// Engine is the engine's name or an alias (see Lookup).
 	Engine Engine
 	// ConfigPath is the engine's main configuration file (default: the
 	// engine's DefaultConfigPath). A missing file counts as empty.
@@ -150,10 +170,51 @@ type Request struct {
 	DropInPath string
 	// Source, when non-nil, is the engine's effective configuration (for
 	// example `containerd config dump`), used instead of ConfigPath's
-	// content to find the existing runtime settings to copy. containerd
-	// and CRI-O only.
+	// content to find the existing runtime settings to copy. Ignored, with
+	// a note, for engines without ConfigCommands (Docker).
 	Source []byte
 	Options
+}
+
+// Config is an engine's configuration as Plan read it: what Kind.Edit
+// works on.
+type Config struct {
+	// Main is the main configuration file.
+	Main ConfigFile
+	// DropIn is the drop-in file; its Path is "" outside drop-in mode and
+	// absolute in it.
+	DropIn ConfigFile
+	// Source is Request.Source: nil, or the effective configuration.
+	Source []byte
+}
+
+// ConfigFile is a configuration file as it is now.
+type ConfigFile struct {
+	Path string
+	// Data is the content; nil for a missing file, which counts as empty.
+	Data []byte
+	// Existed reports whether the file exists.
+	Existed bool
+}
+
+// update is the File that replaces f's content with data.
+func (f ConfigFile) update(data []byte) File {
+	return File{Path: f.Path, Data: data, Existed: f.Existed, Changed: !f.Existed || !bytes.Equal(data, f.Data)}
+}
+
+// read fills in f's Data and Existed from the disk; a missing file is
+// empty.
+func (f *ConfigFile) read() error {
+	data, err := os.ReadFile(f.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		f.Data, f.Existed = nil, false
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", f.Path, err)
+	}
+	f.Data, f.Existed = data, true
+	return nil
 }
 
 // File is one file a Plan wants on disk.
@@ -190,187 +251,64 @@ func (r *Result) Changed() bool {
 // Plan reads the engine's configuration and computes the new contents. It
 // writes nothing.
 func Plan(req Request) (*Result, error) {
-	switch req.Engine {
-	case Docker, Containerd, CRIO:
-	default:
-		return nil, fmt.Errorf("unknown engine %q", req.Engine)
-	}
-	req.Options = req.Options.withDefaults()
-	if err := req.Options.validate(req.Engine); err != nil {
-		return nil, err
-	}
-	if req.ConfigPath == "" {
-		req.ConfigPath = req.Engine.DefaultConfigPath()
-	}
-	main, mainExisted, err := readConfig(req.ConfigPath)
+	k, err := Lookup(string(req.Engine))
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{}
-	if req.Engine == Docker {
-		if req.DropInPath != "" {
-			res.Notes = append(res.Notes, "docker has no drop-in configuration files; editing "+req.ConfigPath)
-		}
-		if req.Source != nil {
-			res.Notes = append(res.Notes, "a configuration source other than the file is not supported for docker; using "+req.ConfigPath)
-		}
-		out, err := EditDocker(main, req.Options)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", req.ConfigPath, err)
-		}
-		res.Files = []File{newFile(req.ConfigPath, out, main, mainExisted)}
-		return res, nil
+	o := req.Options.withDefaults()
+	if err := o.validate(k); err != nil {
+		return nil, err
 	}
-
-	var dropIn []byte
-	dropInExisted := false
+	c := Config{Main: ConfigFile{Path: req.ConfigPath}, Source: req.Source}
+	if c.Main.Path == "" {
+		c.Main.Path = k.DefaultConfigPath()
+	}
+	var notes []string
+	if req.DropInPath != "" && k.DefaultDropInPath() == "" {
+		notes = append(notes, fmt.Sprintf("%s has no drop-in configuration files; editing %s", k.Name(), c.Main.Path))
+		req.DropInPath = ""
+	}
+	if c.Source != nil && k.ConfigCommands(c.Main.Path) == nil {
+		notes = append(notes, fmt.Sprintf("a configuration source other than the file is not supported for %s; using %s", k.Name(), c.Main.Path))
+		c.Source = nil
+	}
+	if err := c.Main.read(); err != nil {
+		return nil, err
+	}
 	if req.DropInPath != "" {
 		abs, err := filepath.Abs(req.DropInPath)
 		if err != nil {
 			return nil, fmt.Errorf("drop-in path %s: %w", req.DropInPath, err)
 		}
-		req.DropInPath = abs
-		if dropIn, dropInExisted, err = readConfig(req.DropInPath); err != nil {
+		c.DropIn.Path = abs
+		if err := c.DropIn.read(); err != nil {
 			return nil, err
 		}
 	}
-	switch req.Engine {
-	case Containerd:
-		in := ContainerdInput{Main: main, MainPath: req.ConfigPath, DropIn: dropIn, DropInPath: req.DropInPath, Source: req.Source}
-		out, err := EditContainerd(in, req.Options)
-		if err != nil {
-			return nil, err
-		}
-		res.Notes = append(res.Notes, out.Notes...)
-		if out.DropIn != nil {
-			res.Files = append(res.Files, newFile(req.DropInPath, out.DropIn, dropIn, dropInExisted))
-		}
-		res.Files = append(res.Files, newFile(req.ConfigPath, out.Main, main, mainExisted))
-		if out.DropIn == nil {
-			return res, nil
-		}
-		// The main file only matters when it changes.
-		if !res.Files[1].Changed {
-			res.Files = res.Files[:1]
-		}
-		return res, nil
-	default: // CRIO
-		if req.Options.EnableCDI {
-			res.Notes = append(res.Notes, "CDI is always enabled in CRI-O; --cdi.enabled has no effect")
-		}
-		target, targetData, targetExisted := req.ConfigPath, main, mainExisted
-		var base []byte
-		if req.DropInPath != "" {
-			target, targetData, targetExisted = req.DropInPath, dropIn, dropInExisted
-			base = main
-		}
-		if req.Source != nil {
-			base = req.Source
-		}
-		baseT, err := parseTOML(base)
-		if err != nil {
-			if req.Source != nil {
-				return nil, fmt.Errorf("configuration source: %w", err)
-			}
-			return nil, fmt.Errorf("%s: %w", req.ConfigPath, err)
-		}
-		out, err := editCRIO(targetData, baseT, req.Options)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", target, err)
-		}
-		res.Files = []File{newFile(target, out, targetData, targetExisted)}
-		return res, nil
+	res, err := k.Edit(c, o)
+	if err != nil {
+		return nil, err
 	}
+	res.Notes = append(notes, res.Notes...)
+	return res, nil
 }
 
-// newFile is the File for path's new content data; old is its content now.
-func newFile(path string, data, old []byte, existed bool) File {
-	return File{Path: path, Data: data, Existed: existed, Changed: !existed || !bytes.Equal(data, old)}
-}
-
-// Apply writes every changed file of r atomically.
+// Apply writes every changed file of r atomically. A symbolic link is
+// followed (its target is written, the link stays), the mode and owner of
+// the file replaced are kept (0644 and the caller's for a new one), missing
+// parent directories are created with mode 0755, and the file and its
+// directory are synced: the engine reads the file on its next start, which
+// may follow a crash.
 func (r *Result) Apply() error {
 	for _, f := range r.Files {
 		if !f.Changed {
 			continue
 		}
-		if err := WriteFileAtomic(f.Path, f.Data, 0o644); err != nil {
-			return err
+		if err := atomicfile.WriteFile(f.Path, f.Data, atomicfile.Options{
+			Mode: 0o644, KeepExisting: true, FollowSymlinks: true, DirMode: 0o755, Sync: true,
+		}); err != nil {
+			return fmt.Errorf("writing %s: %w", f.Path, err)
 		}
-	}
-	return nil
-}
-
-// readConfig returns path's content; a missing file is empty.
-func readConfig(path string) ([]byte, bool, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return data, true, nil
-}
-
-// WriteFileAtomic replaces path with data: it writes a temporary file in
-// the same directory, syncs it and renames it over path. When path exists
-// (a symbolic link is followed to its target) the new file keeps its
-// permission bits and owner; otherwise it gets perm and missing parent
-// directories are created with mode 0755.
-func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
-	target := path
-	if resolved, err := filepath.EvalSymlinks(path); err == nil {
-		target = resolved
-	}
-	uid, gid := -1, -1
-	if st, err := os.Stat(target); err == nil {
-		if !st.Mode().IsRegular() {
-			return fmt.Errorf("writing %s: not a regular file", path)
-		}
-		perm = st.Mode().Perm()
-		uid, gid = fileOwner(st)
-	}
-	dir := filepath.Dir(target)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(target)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	tmpName := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmpName)
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("writing %s: %w", tmpName, err)
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		return fmt.Errorf("writing %s: %w", tmpName, err)
-	}
-	if uid >= 0 && (uid != os.Geteuid() || gid != os.Getegid()) {
-		if err := tmp.Chown(uid, gid); err != nil {
-			return fmt.Errorf("writing %s: keeping owner %d:%d: %w", path, uid, gid, err)
-		}
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("writing %s: %w", tmpName, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", tmpName, err)
-	}
-	if err := os.Rename(tmpName, target); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	ok = true
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // best effort: the rename is done
-		d.Close()
 	}
 	return nil
 }

@@ -21,14 +21,14 @@ func writeFile(t testing.TB, path, data string, perm os.FileMode) {
 	}
 }
 
-func TestParseEngine(t *testing.T) {
-	for in, want := range map[string]Engine{"docker": Docker, "Containerd": Containerd, "crio": CRIO, "cri-o": CRIO} {
-		if got, err := ParseEngine(in); err != nil || got != want {
-			t.Errorf("ParseEngine(%q) = %v, %v", in, got, err)
+func TestLookup(t *testing.T) {
+	for in, want := range map[string]Engine{"docker": Docker, "Containerd": Containerd, "crio": CRIO, "cri-o": CRIO, " CRI-O ": CRIO} {
+		if got, err := Lookup(in); err != nil || got.Name() != want {
+			t.Errorf("Lookup(%q) = %v, %v", in, got, err)
 		}
 	}
-	if _, err := ParseEngine("podman"); err == nil || !strings.Contains(err.Error(), "podman") {
-		t.Errorf("ParseEngine(podman) error = %v", err)
+	if _, err := Lookup("podman"); err == nil || !strings.Contains(err.Error(), "podman") {
+		t.Errorf("Lookup(podman) error = %v", err)
 	}
 }
 

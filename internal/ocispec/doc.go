@@ -21,11 +21,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 
+	"github.com/nctk/nctk/internal/atomicfile"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -118,45 +117,12 @@ func (d *Doc) Bytes() ([]byte, error) {
 // bundles on tmpfs under /run, and a crash discards the container the spec
 // describes. On a disk-backed bundle the two syncs cost 0.5–5 ms per
 // container create.
-func Save(path string, doc *Doc) (err error) {
+func Save(path string, doc *Doc) error {
 	data, err := doc.Bytes()
 	if err != nil {
 		return fmt.Errorf("write OCI spec %s: %w", path, err)
 	}
-	mode := fs.FileMode(0o644)
-	uid, gid := -1, -1
-	if st, err := os.Stat(path); err == nil {
-		mode = st.Mode().Perm()
-		uid, gid = ownerOf(st)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("write OCI spec: %w", err)
-	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".nctk-*")
-	if err != nil {
-		return fmt.Errorf("write OCI spec %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if uid >= 0 && (uid != os.Geteuid() || gid != os.Getegid()) {
-		if err := tmp.Chown(uid, gid); err != nil {
-			return fmt.Errorf("write OCI spec %s: keep owner %d:%d: %w", path, uid, gid, err)
-		}
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		return fmt.Errorf("write OCI spec %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write OCI spec %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write OCI spec %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.WriteFile(path, data, atomicfile.Options{KeepExisting: true}); err != nil {
 		return fmt.Errorf("write OCI spec %s: %w", path, err)
 	}
 	return nil
@@ -289,14 +255,6 @@ func lineCol(data []byte, off int64) (int, int) {
 	line := bytes.Count(before, []byte{'\n'}) + 1
 	col := int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
 	return line, col
-}
-
-// ownerOf returns the uid and gid owning a file (-1, -1 when unknown).
-func ownerOf(fi fs.FileInfo) (int, int) {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return int(st.Uid), int(st.Gid)
-	}
-	return -1, -1
 }
 
 func jsonKind(v any) string {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nctk/nctk/internal/atomicfile"
 	"github.com/nctk/nctk/internal/config"
-	"github.com/nctk/nctk/internal/engine"
 )
 
 // configCommand is `nvidia-ctk config [flags]` and `nvidia-ctk config
@@ -81,15 +81,19 @@ func configDefault(e *env, args []string) error {
 	return writeOutput(e, output, config.Render(config.Default()))
 }
 
-// writeOutput writes data atomically to path (0644 for a new file), or to
-// stdout when path is "" or "-".
+// writeOutput writes data atomically to path, or to stdout when path is ""
+// or "-". An existing file keeps its mode and owner (0644 for a new one), a
+// symbolic link is followed, missing directories are created and the write
+// is synced.
 func writeOutput(e *env, path string, data []byte) error {
 	if path == "" || path == "-" {
 		_, err := e.Stdout.Write(data)
 		return err
 	}
-	if err := engine.WriteFileAtomic(path, data, 0o644); err != nil {
-		return err
+	if err := atomicfile.WriteFile(path, data, atomicfile.Options{
+		Mode: 0o644, KeepExisting: true, FollowSymlinks: true, DirMode: 0o755, Sync: true,
+	}); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	e.log.Info("wrote config", "file", path)
 	return nil

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -48,7 +47,7 @@ func runtimeConfigure(e *env, args []string) error {
 		return err
 	}
 
-	eng, err := engine.ParseEngine(runtimeName)
+	eng, err := engine.Lookup(runtimeName)
 	if err != nil {
 		return fmt.Errorf("--runtime: %w", err)
 	}
@@ -59,9 +58,9 @@ func runtimeConfigure(e *env, args []string) error {
 		configPath = eng.DefaultConfigPath()
 	}
 	switch {
-	case eng == engine.Docker:
+	case eng.DefaultDropInPath() == "":
 		if fs.IsSet("drop-in-config") && dropIn != "" {
-			return fmt.Errorf("--drop-in-config: docker has no drop-in configuration files")
+			return fmt.Errorf("--drop-in-config: %s has no drop-in configuration files", eng.Name())
 		}
 		dropIn = ""
 	case !fs.IsSet("drop-in-config") && !fs.IsSet("config"):
@@ -71,7 +70,7 @@ func runtimeConfigure(e *env, args []string) error {
 		return err
 	}
 	req := engine.Request{
-		Engine:     eng,
+		Engine:     eng.Name(),
 		ConfigPath: configPath,
 		DropInPath: dropIn,
 		Options:    engine.Options{RuntimeName: rtName, RuntimePath: rtPath, SetAsDefault: setDefault, EnableCDI: enableCDI},
@@ -79,10 +78,11 @@ func runtimeConfigure(e *env, args []string) error {
 	switch source {
 	case "file":
 	case "command":
-		if eng == engine.Docker {
-			return fmt.Errorf("--config-source=command is not supported for docker")
+		commands := eng.ConfigCommands(configPath)
+		if commands == nil {
+			return fmt.Errorf("--config-source=command is not supported for %s", eng.Name())
 		}
-		if req.Source, err = engineConfigDump(e, eng, configPath); err != nil {
+		if req.Source, err = engineConfigDump(e, commands); err != nil {
 			return err
 		}
 	default:
@@ -117,25 +117,16 @@ func runtimeConfigure(e *env, args []string) error {
 			e.log.Info("wrote updated config", "file", f.Path)
 		}
 	}
-	e.log.Info(fmt.Sprintf("restart %s for the change to take effect", daemonName(eng)))
+	e.log.Info(fmt.Sprintf("restart %s for the change to take effect", eng.Daemon()))
 	return nil
-}
-
-func daemonName(eng engine.Engine) string {
-	switch eng {
-	case engine.Docker:
-		return "dockerd"
-	case engine.CRIO:
-		return "crio"
-	}
-	return string(eng)
 }
 
 // runtimePath resolves --nvidia-runtime-path: the default is the runtime
 // found in PATH (absolute), else /usr/bin/nvidia-container-runtime.
-// containerd and CRI-O need an absolute path: a bare name is looked up in
-// PATH, a relative path is made absolute.
-func runtimePath(e *env, eng engine.Engine, p string) (string, error) {
+// Engines that do not look the runtime up themselves (containerd, CRI-O)
+// need an absolute path: a bare name is looked up in PATH, a relative path
+// is made absolute.
+func runtimePath(e *env, eng engine.Kind, p string) (string, error) {
 	pathEnv := e.Getenv("PATH")
 	if p == "" {
 		if found, err := lookPath(runtimeBinary, pathEnv); err == nil {
@@ -144,13 +135,13 @@ func runtimePath(e *env, eng engine.Engine, p string) (string, error) {
 		e.log.Debug("nvidia-container-runtime not found in PATH; using the default path", "path", engine.DefaultRuntimePath)
 		return engine.DefaultRuntimePath, nil
 	}
-	if eng == engine.Docker || filepath.IsAbs(p) {
+	if eng.RuntimeByName() || filepath.IsAbs(p) {
 		return p, nil
 	}
 	if !strings.Contains(p, "/") {
 		found, err := lookPath(p, pathEnv)
 		if err != nil {
-			return "", fmt.Errorf("--nvidia-runtime-path=%s: %s needs an absolute path and %s is not in PATH", p, eng, p)
+			return "", fmt.Errorf("--nvidia-runtime-path=%s: %s needs an absolute path and %s is not in PATH", p, eng.Name(), p)
 		}
 		return found, nil
 	}
@@ -170,20 +161,10 @@ func lookPath(name, pathEnv string) (string, error) {
 	return "", fmt.Errorf("%s: not found in PATH", name)
 }
 
-// engineConfigDump runs the engine's own "print the effective config"
-// command for --config-source=command.
-func engineConfigDump(e *env, eng engine.Engine, configPath string) ([]byte, error) {
-	var candidates [][]string
-	switch eng {
-	case engine.Containerd:
-		argv := []string{"containerd"}
-		if _, err := os.Stat(configPath); err == nil {
-			argv = append(argv, "--config", configPath)
-		}
-		candidates = [][]string{append(argv, "config", "dump")}
-	case engine.CRIO:
-		candidates = [][]string{{"crio", "status", "config"}, {"crio-status", "config"}}
-	}
+// engineConfigDump runs the first of the engine's own "print the effective
+// config" commands (Kind.ConfigCommands) that works, for
+// --config-source=command.
+func engineConfigDump(e *env, candidates [][]string) ([]byte, error) {
 	var errs []string
 	for _, argv := range candidates {
 		path, err := lookPath(argv[0], e.Getenv("PATH")+":/usr/local/sbin:/usr/sbin:/sbin")
