@@ -46,7 +46,7 @@ func benchRoot(b *testing.B, gpus, cacheSize int) (*fixture.Root, int) {
 		b.Fatal(err)
 	}
 	entries := padCache(c.Entries, cacheSize)
-	if err := os.WriteFile(r.HostPath(r.LDCache), ldcache.Build(entries), 0o644); err != nil {
+	if err := os.WriteFile(r.HostPath(r.LDCache), encodeCache(entries), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	return r, len(entries)

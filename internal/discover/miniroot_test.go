@@ -93,7 +93,7 @@ func (m *miniRoot) lib(dir, name, version string, bits int) {
 
 func (m *miniRoot) writeCache() {
 	m.t.Helper()
-	m.file("/etc/ld.so.cache", string(ldcache.Build(m.cache)), 0o644)
+	m.file("/etc/ld.so.cache", string(encodeCache(m.cache)), 0o644)
 }
 
 func (m *miniRoot) driver(version string) {
@@ -306,7 +306,7 @@ func TestErrors(t *testing.T) {
 			setup: func(m *miniRoot) {
 				m.driver("535.261.03")
 				m.lib("/usr/lib", "libcuda", "535.261.03", 64)
-				data := ldcache.Build(m.cache)
+				data := encodeCache(m.cache)
 				m.file("/etc/ld.so.cache", string(data[:len(data)/2]), 0o644)
 			},
 			check: func(t *testing.T, m *miniRoot, err error) {
@@ -686,4 +686,14 @@ func FuzzScanMIGMinors(f *testing.F) {
 			t.Fatalf("scan %v, parser %v", got, exp)
 		}
 	})
+}
+
+// encodeCache is an ld.so.cache holding entries in the given order, as
+// ldcache's writer encodes it.
+func encodeCache(entries []ldcache.Entry) []byte {
+	data, err := ldcache.Encode(&ldcache.Cache{Entries: entries})
+	if err != nil {
+		panic(err)
+	}
+	return data
 }

@@ -96,7 +96,7 @@ func makeCDIRoot(t testing.TB, version string, libSource func(name string) strin
 		}
 		entries = append(entries, ldcache.Entry{Key: name + ".so.1", Value: link, Flags: ldcache.FlagELFLibc6 | ldcache.ArchX8664})
 	}
-	write("/etc/ld.so.cache", string(ldcache.Build(entries)), 0o644)
+	write("/etc/ld.so.cache", string(encodeCache(entries)), 0o644)
 	write("/usr/bin/nvidia-smi", "#!/bin/sh\n", 0o755)
 	return root
 }
@@ -303,4 +303,14 @@ func TestCDIList(t *testing.T) {
 			}
 		})
 	}
+}
+
+// encodeCache is an ld.so.cache holding entries in the given order, as
+// ldcache's writer encodes it.
+func encodeCache(entries []ldcache.Entry) []byte {
+	data, err := ldcache.Encode(&ldcache.Cache{Entries: entries})
+	if err != nil {
+		panic(err)
+	}
+	return data
 }
