@@ -115,19 +115,20 @@ type Options struct {
 }
 
 // Generate discovers the driver described by job.Driver, selects the devices
-// in job.Devices (nil means all) and renders the spec. job.Caps and
-// job.Target are taken from o; requirements are not checked.
+// in job.Request.Devices (nil means all) and renders the spec. The
+// capabilities and job.Target are taken from o; requirements are not
+// checked.
 //
 // Discovery reads files only, except on a host with MIG devices when
 // devices are named by UUID: MIG device UUIDs exist only in NVML, so the
 // driver is then probed (job.Driver.Probe), which costs a child process.
 func Generate(ctx context.Context, job inject.Job, o Options) (*cdi.Spec, error) {
-	if len(job.Devices) == 0 {
-		job.Devices = []string{AllDevice}
+	if len(job.Request.Devices) == 0 {
+		job.Request.Devices = []string{AllDevice}
 	}
-	job.Caps = capsOf(o)
+	job.Request.Caps = capsOf(o)
 	job.Target = plan.Target{BinDir: BinDir}
-	job.Requirements = nil
+	job.Request.Requirements = nil
 	res, err := inject.Run(ctx, job)
 	if err != nil {
 		return nil, fmt.Errorf("generate CDI spec: %w", err)

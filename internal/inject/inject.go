@@ -12,37 +12,25 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"strings"
 
-	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/requirements"
 	"github.com/nctk/nctk/internal/selector"
 )
 
-// Job is a resolved request: what to inject, from which driver, where.
+// Job is a validated request with where to compute it: which driver, and
+// where files land in the container.
 type Job struct {
+	// Request is what to inject. Its Devices are device tokens (indices,
+	// UUIDs, bus ids, MIG ids, "all"); none injects no GPU (the "none"
+	// request: libraries and control nodes only). Its Requirements must
+	// all hold.
+	Request request.Request
 	// Driver says where the driver is (root, ld.so.cache, dev root).
 	Driver discover.Options
-	// Devices are device tokens (indices, UUIDs, bus ids, MIG ids, "all");
-	// nil or empty injects no GPU (the "none" request: libraries and
-	// control nodes only).
-	Devices []string
-	// Caps are the driver capabilities.
-	Caps caps.Set
-	// Requirements are NVIDIA_REQUIRE_* expressions; each must hold.
-	Requirements []string
-	// MIGConfig/MIGMonitor expose the global MIG capabilities.
-	MIGConfig  bool
-	MIGMonitor bool
-	// IMEXChannels are IMEX channel numbers.
-	IMEXChannels []int
-
-	NoPersistenced  bool
-	NoFabricManager bool
-	NoGSPFirmware   bool
-
 	// Target is where files land in the container.
 	Target plan.Target
 	// Logger receives debug output; nil discards it.
@@ -56,99 +44,63 @@ type Result struct {
 	Selection selector.Selection
 }
 
-// Phase names the step that failed, as NVIDIA's CLI prefixes its errors
-// ("detection error: …").
-type Phase string
-
-// Phases.
-const (
-	PhaseDetection   Phase = "detection"
-	PhaseDevice      Phase = "device"
-	PhaseRequirement Phase = "requirement"
-	PhaseInput       Phase = "input"
-)
-
-// Error is a failed injection with the phase it failed in.
-type Error struct {
-	Phase Phase
-	Err   error
-}
-
-// Error prefixes the phase ("device error: …") unless the wrapped error
-// already names it.
-func (e *Error) Error() string {
-	msg := e.Err.Error()
-	if prefix := string(e.Phase) + " error: "; !strings.HasPrefix(msg, prefix) {
-		msg = prefix + msg
-	}
-	return msg
-}
-func (e *Error) Unwrap() error { return e.Err }
-
-// PhaseOf returns the phase of an injection error, "" if it is none.
-func PhaseOf(err error) Phase {
-	var ie *Error
-	if errors.As(err, &ie) {
-		return ie.Phase
-	}
-	return ""
-}
-
 // Run discovers the driver, selects the devices, checks the requirements and
-// builds the plan.
+// builds the plan. Errors are *phase.Error: initialization (no usable
+// driver), detection (another discovery error), device or requirement.
 func Run(ctx context.Context, j Job) (*Result, error) {
 	log := j.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	req := j.Request
 	opts := j.Driver
 	// Requirements need the CUDA version, which only the driver knows: ask
 	// it for that alone first (cached per driver). Arch and brand need the
 	// driver to reach the GPUs; they are asked for only when a requirement
 	// is not already settled by an alternative of cuda/driver conditions.
-	cudaOnly := len(j.Requirements) > 0 && !opts.Probe
+	cudaOnly := len(req.Requirements) > 0 && !opts.Probe
 	if cudaOnly {
 		opts.Probe, opts.ProbeCUDAOnly = true, true
 	}
 	// Look up only the files the requested capabilities select: the
 	// default utility,compute needs a third of the driver's libraries.
-	if opts.Caps == nil && j.Caps != nil {
-		opts.Caps = j.Caps
+	if opts.Caps == nil && req.Caps != nil {
+		opts.Caps = req.Caps
 	}
 	drv, err := discover.Discover(opts)
 	if err != nil {
-		return nil, &Error{Phase: PhaseDetection, Err: err}
+		return nil, &phase.Error{Phase: DiscoveryPhase(err), Err: err}
 	}
 	for _, w := range drv.Warnings {
 		log.Debug("discovery", "warning", w)
 	}
-	sel, err := selector.Resolve(drv, j.Devices)
+	sel, err := selector.Resolve(drv, req.Devices)
 	if err != nil {
-		return nil, &Error{Phase: PhaseDevice, Err: err}
+		return nil, &phase.Error{Phase: phase.Device, Err: err}
 	}
-	if cudaOnly && needsDeviceFacts(j.Requirements, selector.Selection{}.Facts(drv)) {
+	if cudaOnly && needsDeviceFacts(req.Requirements, selector.Selection{}.Facts(drv)) {
 		opts.ProbeCUDAOnly = false
 		discover.Probe(drv, opts)
 		// The probe fills the driver's GPUs in place; the selection holds
 		// copies, so select again (no I/O).
-		if sel, err = selector.Resolve(drv, j.Devices); err != nil {
-			return nil, &Error{Phase: PhaseDevice, Err: err}
+		if sel, err = selector.Resolve(drv, req.Devices); err != nil {
+			return nil, &phase.Error{Phase: phase.Device, Err: err}
 		}
 	}
-	if len(j.Requirements) > 0 {
-		if err := requirements.Check(j.Requirements, sel.Facts(drv)); err != nil {
-			return nil, &Error{Phase: PhaseRequirement, Err: err}
+	if len(req.Requirements) > 0 {
+		if err := requirements.Check(req.Requirements, sel.Facts(drv)); err != nil {
+			return nil, &phase.Error{Phase: phase.Requirement, Err: err}
 		}
 	}
 	o := plan.Options{
-		Caps:            j.Caps,
+		Caps:            req.Caps,
 		GPUs:            sel.GPUs,
-		MIGConfig:       j.MIGConfig,
-		MIGMonitor:      j.MIGMonitor,
-		IMEXChannels:    j.IMEXChannels,
-		NoPersistenced:  j.NoPersistenced,
-		NoFabricManager: j.NoFabricManager,
-		NoGSPFirmware:   j.NoGSPFirmware,
+		MIGConfig:       req.MIGConfig,
+		MIGMonitor:      req.MIGMonitor,
+		IMEXChannels:    req.IMEXChannels,
+		NoPersistenced:  req.NoPersistenced,
+		NoFabricManager: req.NoFabricManager,
+		NoGSPFirmware:   req.NoGSPFirmware,
 		Target:          j.Target,
 	}
 	for _, m := range sel.MIG {
@@ -156,24 +108,32 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	}
 	p, err := plan.Build(drv, o)
 	if err != nil {
-		return nil, &Error{Phase: PhaseDevice, Err: err}
+		return nil, &phase.Error{Phase: phase.Device, Err: err}
 	}
 	log.Debug("injection plan", "devices", len(p.Devices), "mounts", len(p.Mounts),
 		"symlinks", len(p.Symlinks), "gpus", len(sel.GPUs))
 	return &Result{Plan: p, Driver: drv, Selection: sel}, nil
 }
 
+// DiscoveryPhase is the phase of a discover.Discover error, in NVIDIA's
+// words: a host with no usable driver (none found, or kernel module and
+// libraries of different versions) is an initialization error, any other a
+// detection error.
+func DiscoveryPhase(err error) phase.Phase {
+	var noDriver *discover.NoDriverError
+	var mismatch *discover.VersionMismatchError
+	if errors.As(err, &noDriver) || errors.As(err, &mismatch) {
+		return phase.Initialization
+	}
+	return phase.Detection
+}
+
 // needsDeviceFacts reports whether checking reqs needs the devices' arch or
 // brand: some requirement has an alternative testing them and no
 // alternative made only of cuda and driver conditions that holds with the
-// host facts f. An unparsable expression
-// needs nothing more: the check reports its syntax error.
-func needsDeviceFacts(reqs []string, f requirements.Facts) bool {
-	for _, r := range reqs {
-		e, err := requirements.Parse(r)
-		if err != nil {
-			return false
-		}
+// host facts f.
+func needsDeviceFacts(reqs []requirements.Expr, f requirements.Facts) bool {
+	for _, e := range reqs {
 		settled, deviceAlt := false, false
 		for _, alt := range e.Alternatives {
 			if slices.ContainsFunc(alt, func(c requirements.Condition) bool {
@@ -182,7 +142,8 @@ func needsDeviceFacts(reqs []string, f requirements.Facts) bool {
 				deviceAlt = true
 				continue
 			}
-			if requirements.Check([]string{alt.String()}, f) == nil {
+			one := requirements.Expr{Source: alt.String(), Alternatives: []requirements.Alternative{alt}}
+			if requirements.Check([]requirements.Expr{one}, f) == nil {
 				settled = true
 				break
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/selector"
 )
 
@@ -133,7 +134,7 @@ func cdiGenerate(e *env, args []string) error {
 	// for) are not passed on: what was not found is logged at debug level
 	// by inject, and a spec for the files that exist is what is asked for.
 	job := inject.Job{Driver: discover.Options{Root: driverRoot, DevRoot: devRoot},
-		Devices: deviceIDs, Logger: e.log}
+		Request: request.Request{Devices: deviceIDs}, Logger: e.log}
 	spec, err := cdispec.Generate(context.Background(), job, o)
 	if err != nil {
 		return err
