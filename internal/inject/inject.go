@@ -74,18 +74,18 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	for _, w := range drv.Warnings {
 		log.Debug("discovery", "warning", w)
 	}
-	sel, err := selector.Resolve(drv, req.Devices)
-	if err != nil {
-		return nil, &phase.Error{Phase: phase.Device, Err: err}
-	}
+	// Whether the devices' facts are needed depends on the driver's alone
+	// (see needsDeviceFacts), so the probe is decided, and run, before the
+	// devices are selected: the probe fills the driver's GPUs in place and
+	// the selection, made once, holds copies with the probed arch, brand
+	// and MIG UUIDs.
 	if cudaOnly && needsDeviceFacts(req.Requirements, selector.Selection{}.Facts(drv)) {
 		opts.ProbeCUDAOnly = false
 		discover.Probe(drv, opts)
-		// The probe fills the driver's GPUs in place; the selection holds
-		// copies, so select again (no I/O).
-		if sel, err = selector.Resolve(drv, req.Devices); err != nil {
-			return nil, &phase.Error{Phase: phase.Device, Err: err}
-		}
+	}
+	sel, err := selector.Resolve(drv, req.Devices)
+	if err != nil {
+		return nil, &phase.Error{Phase: phase.Device, Err: err}
 	}
 	if len(req.Requirements) > 0 {
 		if err := requirements.Check(req.Requirements, sel.Facts(drv)); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -47,6 +48,7 @@ func TestRun(t *testing.T) {
 		phase   phase.Phase
 		errText []string
 		cuda    string
+		probed  bool // the full probe (arch, brand) ran
 	}{
 		{name: "GPUs 1 and 3", job: job([]string{"1", "3"}), gpus: []int{1, 3}},
 		{name: "all", job: job([]string{"all"}), gpus: []int{0, 1, 2, 3}},
@@ -54,7 +56,7 @@ func TestRun(t *testing.T) {
 		{name: "CUDA image requirement holds", job: job([]string{"0"}, cudaImageRequirement), gpus: []int{0}, cuda: "12.2"},
 		{name: "newer CUDA than the driver", job: job([]string{"0"}, "cuda>=13.1"), phase: phase.Requirement,
 			errText: []string{"requirement error: unsatisfied condition: cuda>=13.1", "12.2", root.Version, "please update your driver"}},
-		{name: "brand needs the GPU", job: job([]string{"0"}, "cuda>=13.0 brand=tesla,driver>=535"), gpus: []int{0}, cuda: "12.2"},
+		{name: "brand needs the GPU", job: job([]string{"0"}, "cuda>=13.0 brand=tesla,driver>=535"), gpus: []int{0}, cuda: "12.2", probed: true},
 		{name: "unknown device", job: job([]string{"7"}), phase: phase.Device, errText: []string{"device error: 7: unknown device"}},
 		{name: "unknown device with a device requirement", job: job([]string{"7"}, "arch>=8.0"), phase: phase.Device, errText: []string{"device error: 7: unknown device"}},
 	}
@@ -97,6 +99,19 @@ func TestRun(t *testing.T) {
 			}
 			if n := len(nodes) - len(tc.gpus); n != 3 { // nvidiactl, nvidia-uvm, nvidia-uvm-tools
 				t.Errorf("plan devices %v: want the selected GPUs and 3 control nodes", nodes)
+			}
+			// The fixture's GPUs cannot be reached, so the full probe shows
+			// as a warning; the selection, made once, is of the driver's
+			// GPUs as the probe left them.
+			probed := slices.ContainsFunc(r.Driver.Warnings, func(w string) bool { return strings.HasPrefix(w, "architecture unknown for GPU") })
+			if probed != tc.probed {
+				t.Errorf("full probe ran: %v, want %v (warnings %q)", probed, tc.probed, r.Driver.Warnings)
+			}
+			for _, g := range r.Selection.GPUs {
+				i := slices.IndexFunc(r.Driver.GPUs, func(d discover.GPU) bool { return d.Index == g.Index })
+				if i < 0 || !reflect.DeepEqual(g, r.Driver.GPUs[i]) {
+					t.Errorf("selected GPU %d differs from the driver's", g.Index)
+				}
 			}
 			if tc.cuda != "" && r.Driver.CUDAVersion != tc.cuda {
 				t.Errorf("CUDA version %q, want %q", r.Driver.CUDAVersion, tc.cuda)
