@@ -37,9 +37,9 @@ import (
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/discover"
-	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/planner"
 	"github.com/nctk/nctk/internal/selector"
 )
 
@@ -122,20 +122,20 @@ type Options struct {
 // Discovery reads files only, except on a host with MIG devices when
 // devices are named by UUID: MIG device UUIDs exist only in NVML, so the
 // driver is then probed (job.Driver.Probe), which costs a child process.
-func Generate(ctx context.Context, job inject.Job, o Options) (*cdi.Spec, error) {
+func Generate(ctx context.Context, job planner.Job, o Options) (*cdi.Spec, error) {
 	if len(job.Request.Devices) == 0 {
 		job.Request.Devices = []string{AllDevice}
 	}
 	job.Request.Caps = capsOf(o)
 	job.Target = plan.Target{BinDir: BinDir}
 	job.Request.Requirements = nil
-	res, err := inject.Run(ctx, job)
+	res, err := planner.Run(ctx, job)
 	if err != nil {
 		return nil, fmt.Errorf("generate CDI spec: %w", err)
 	}
 	if !job.Driver.Probe && !o.NoProbe && needsMIGUUIDs(res.Selection, o) {
 		job.Driver.Probe = true
-		if res, err = inject.Run(ctx, job); err != nil {
+		if res, err = planner.Run(ctx, job); err != nil {
 			return nil, fmt.Errorf("generate CDI spec: %w", err)
 		}
 	}

@@ -14,9 +14,9 @@ import (
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/configure"
-	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/planner"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/requirements"
 	"github.com/nctk/nctk/internal/rootfs"
@@ -146,7 +146,7 @@ func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, 
 // configureSteps are the two halves of configure: computing the plan and
 // applying it. Tests replace them.
 type configureSteps struct {
-	plan  func(ctx context.Context, j inject.Job) (*inject.Result, error)
+	plan  func(ctx context.Context, j planner.Job) (*planner.Result, error)
 	apply func(ctx context.Context, p *plan.Plan, c configure.Container, o configure.Options) error
 }
 
@@ -156,7 +156,7 @@ type configureSteps struct {
 // container whose init process is --pid (configure.Apply). It matches
 // containercli.Commands.Configure.
 func Configure(e *app.Env, g *nvc.Globals, args []string) int {
-	return configureWith(e, g, args, configureSteps{plan: inject.Run, apply: configure.Apply})
+	return configureWith(e, g, args, configureSteps{plan: planner.Run, apply: configure.Apply})
 }
 
 func configureWith(e *app.Env, g *nvc.Globals, args []string, steps configureSteps) int {
@@ -204,7 +204,7 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	if g.LoadKmods {
 		nvc.LoadKmods(g, log)
 	}
-	job := inject.Job{
+	job := planner.Job{
 		Request: req.req,
 		Driver:  g.DiscoverOptions(e, log),
 		Target:  target,

@@ -18,9 +18,9 @@ import (
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/configure"
 	"github.com/nctk/nctk/internal/discover"
-	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/planner"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/requirements"
 	"github.com/nctk/nctk/internal/selector"
@@ -43,13 +43,13 @@ func unsatisfied(t *testing.T, req string) error {
 
 // configureRun records what configure asked the planner and the applier.
 type configureRun struct {
-	job       inject.Job
+	job       planner.Job
 	container configure.Container
 	opts      configure.Options
 	applied   bool
 	planErr   error
 	applyErr  error
-	result    *inject.Result
+	result    *planner.Result
 	stdout    string
 	stderr    string
 	code      int
@@ -67,7 +67,7 @@ func runConfigureCmd(t *testing.T, r *configureRun, argv ...string) {
 		t.Fatalf("test argv lacks configure: %v", argv)
 	}
 	steps := configureSteps{
-		plan: func(_ context.Context, j inject.Job) (*inject.Result, error) {
+		plan: func(_ context.Context, j planner.Job) (*planner.Result, error) {
 			r.job = j
 			if r.planErr != nil {
 				return nil, r.planErr
@@ -75,7 +75,7 @@ func runConfigureCmd(t *testing.T, r *configureRun, argv ...string) {
 			if r.result != nil {
 				return r.result, nil
 			}
-			return &inject.Result{Plan: &plan.Plan{}, Driver: &discover.Driver{Version: "535.261.03"}}, nil
+			return &planner.Result{Plan: &plan.Plan{}, Driver: &discover.Driver{Version: "535.261.03"}}, nil
 		},
 		apply: func(_ context.Context, _ *plan.Plan, c configure.Container, o configure.Options) error {
 			r.applied, r.container, r.opts = true, c, o
@@ -193,7 +193,7 @@ func TestConfigureErrors(t *testing.T) {
 			r.planErr = &phase.Error{Phase: phase.Device, Err: &selector.Error{Token: "9"}}
 		}, 1, "nvidia-container-cli: device error: 9: unknown device\n"},
 		{"mig-config with MIG selected", []string{"configure", "--mig-config=all", "--device=0:0", "--pid", pid, rootfs}, func(r *configureRun) {
-			r.result = &inject.Result{Plan: &plan.Plan{}, Selection: selector.Selection{MIG: make([]selector.SelectedMIG, 1)}}
+			r.result = &planner.Result{Plan: &plan.Plan{}, Selection: selector.Selection{MIG: make([]selector.SelectedMIG, 1)}}
 		}, 1, "mig-config error: cannot enable mig-config with specific MIG devices selected"},
 		{"apply fails", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
 			r.applyErr = &configure.Error{Phase: configure.PhaseLdcache, Err: errors.New("process /sbin/ldconfig failed")}

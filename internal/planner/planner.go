@@ -1,11 +1,11 @@
-// Package inject is the one path from a container's GPU request to an
+// Package planner is the one path from a container's GPU request to an
 // injection plan, shared by every way nctk is invoked: discover the driver,
 // resolve the selected devices, check the image's requirements, and build the
 // plan. nvidia-container-runtime (OCI spec edits), nvidia-container-cli
 // configure (imperative, for the prestart hook and containerd) and
 // nvidia-ctk cdi generate all get their plan from here; they differ only in
 // how they apply it.
-package inject
+package planner
 
 import (
 	"context"
