@@ -37,9 +37,9 @@ import (
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/discover"
-	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/planner"
 	"github.com/nctk/nctk/internal/selector"
 )
 
@@ -115,26 +115,27 @@ type Options struct {
 }
 
 // Generate discovers the driver described by job.Driver, selects the devices
-// in job.Devices (nil means all) and renders the spec. job.Caps and
-// job.Target are taken from o; requirements are not checked.
+// in job.Request.Devices (nil means all) and renders the spec. The
+// capabilities and job.Target are taken from o; requirements are not
+// checked.
 //
 // Discovery reads files only, except on a host with MIG devices when
 // devices are named by UUID: MIG device UUIDs exist only in NVML, so the
 // driver is then probed (job.Driver.Probe), which costs a child process.
-func Generate(ctx context.Context, job inject.Job, o Options) (*cdi.Spec, error) {
-	if len(job.Devices) == 0 {
-		job.Devices = []string{AllDevice}
+func Generate(ctx context.Context, job planner.Job, o Options) (*cdi.Spec, error) {
+	if len(job.Request.Devices) == 0 {
+		job.Request.Devices = []string{AllDevice}
 	}
-	job.Caps = capsOf(o)
+	job.Request.Caps = capsOf(o)
 	job.Target = plan.Target{BinDir: BinDir}
-	job.Requirements = nil
-	res, err := inject.Run(ctx, job)
+	job.Request.Requirements = nil
+	res, err := planner.Run(ctx, job)
 	if err != nil {
 		return nil, fmt.Errorf("generate CDI spec: %w", err)
 	}
 	if !job.Driver.Probe && !o.NoProbe && needsMIGUUIDs(res.Selection, o) {
 		job.Driver.Probe = true
-		if res, err = inject.Run(ctx, job); err != nil {
+		if res, err = planner.Run(ctx, job); err != nil {
 			return nil, fmt.Errorf("generate CDI spec: %w", err)
 		}
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/fixture"
-	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/planner"
 )
 
 // TestGenerateGoldenFixtures generates the spec of every fixture layout
@@ -23,7 +23,7 @@ func TestGenerateGoldenFixtures(t *testing.T) {
 	for _, layout := range fixture.Layouts() {
 		t.Run(string(layout), func(t *testing.T) {
 			r := fixture.Build(t, fixture.Spec{Layout: layout, GPUs: 2, MIG: true, Compat32: true, IPC: true, Firmware: true})
-			job := inject.Job{Driver: discover.Options{Root: r.Path}}
+			job := planner.Job{Driver: discover.Options{Root: r.Path}}
 			spec, err := Generate(context.Background(), job, Options{NoProbe: true,
 				Hook: ocispec.HookConfig{Path: DefaultHookPath, LdconfigPath: "/sbin/ldconfig"}})
 			if err != nil {

@@ -60,8 +60,8 @@ func FuzzFromSpec(f *testing.F) {
 				t.Fatalf("requirements %q with DisableRequire", r.Requirements)
 			}
 			for _, req := range r.Requirements {
-				if _, err := requirements.Parse(req); err != nil {
-					t.Fatalf("requirement %q does not parse: %v", req, err)
+				if again, err := requirements.Parse(req.String()); err != nil || again.String() != req.String() {
+					t.Fatalf("requirement %q does not render back to itself: %v", req, err)
 				}
 			}
 			supported, _ := cfg.SupportedCapabilities()
@@ -70,7 +70,7 @@ func FuzzFromSpec(f *testing.F) {
 					t.Fatalf("capability %s not supported", c)
 				}
 			}
-			if !r.Privileged && (r.MIGConfig != "" || r.MIGMonitor != "") {
+			if !r.Privileged && (r.MIGConfig || r.MIGMonitor) {
 				t.Fatalf("MIG request in an unprivileged container")
 			}
 		}

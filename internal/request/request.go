@@ -16,6 +16,12 @@
 // container", except for legacy CUDA images (CUDA_VERSION set,
 // NVIDIA_REQUIRE_CUDA not), which get all GPUs, all supported capabilities
 // and a cuda>=MAJOR.MINOR requirement.
+//
+// A Request holds validated, typed values (parsed requirements, IMEX channel
+// numbers, MIG flags), so that nothing downstream parses them again. FromSpec
+// builds one from an OCI spec; nvidia-container-cli builds one from its
+// options with the same validators (IMEXChannels, MIGDevices,
+// requirements.Parse), so that both report the same errors.
 package request
 
 import (
@@ -33,6 +39,7 @@ import (
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/requirements"
 	"github.com/nctk/nctk/internal/selector"
 )
@@ -54,7 +61,7 @@ const (
 // DeviceListMountRoot is where device lists given as volume mounts live.
 const DeviceListMountRoot = "/var/run/nvidia-container-devices"
 
-// MaxIMEXChannel bounds IMEX channel ids (they are below 2^20).
+// MaxIMEXChannel is the largest IMEX channel id (ids are below 2^20).
 const MaxIMEXChannel = 1<<20 - 1
 
 // Device sources (Request.DeviceSource).
@@ -81,16 +88,23 @@ type Request struct {
 	CDIDevices []string
 	// Caps are the driver capabilities to inject.
 	Caps caps.Set
-	// Requirements are the NVIDIA_REQUIRE_* expressions (and the legacy
-	// cuda>= one) to check; nil when DisableRequire.
-	Requirements []string
+	// Requirements are the parsed NVIDIA_REQUIRE_* expressions (and the
+	// legacy cuda>= one) to check; nil when DisableRequire.
+	Requirements []requirements.Expr
 	// DisableRequire is set by NVIDIA_DISABLE_REQUIRE or disable-require.
 	DisableRequire bool
-	// MIGConfig and MIGMonitor are NVIDIA_MIG_CONFIG_DEVICES and
-	// NVIDIA_MIG_MONITOR_DEVICES (privileged containers only).
-	MIGConfig, MIGMonitor string
-	// IMEXChannels are the requested IMEX channel ids.
-	IMEXChannels []string
+	// MIGConfig and MIGMonitor ask for the global MIG configuration and
+	// monitoring capabilities (NVIDIA_MIG_CONFIG_DEVICES=all,
+	// NVIDIA_MIG_MONITOR_DEVICES=all; privileged containers only).
+	MIGConfig, MIGMonitor bool
+	// IMEXChannels are the requested IMEX channel numbers, without
+	// duplicates.
+	IMEXChannels []int
+	// NoPersistenced, NoFabricManager and NoGSPFirmware leave the
+	// persistence daemon socket, the fabric manager socket and the GSP
+	// firmware out (nvidia-container-cli's --no-persistenced, … options;
+	// FromSpec never sets them).
+	NoPersistenced, NoFabricManager, NoGSPFirmware bool
 	// Privileged: CAP_SYS_ADMIN is in the bounding set.
 	Privileged bool
 	// Legacy: a legacy CUDA image (CUDA_VERSION set, NVIDIA_REQUIRE_CUDA
@@ -103,7 +117,9 @@ type Request struct {
 	Warnings []string
 }
 
-// Error reports a request the container cannot have.
+// Error reports a request the container cannot have. FromSpec returns it
+// wrapped in a *phase.Error (input, requirement, mig-config or
+// mig-monitor).
 type Error struct {
 	// Var names the variable, mount or annotation at fault.
 	Var string
@@ -153,14 +169,29 @@ func IsPrivileged(spec *specs.Spec) bool {
 }
 
 // FromSpec reads the request of the container described by spec. cfg nil
-// means the defaults. Errors are *Error, naming the variable and value.
+// means the defaults. Errors are *phase.Error, wrapping an *Error that names
+// the variable and value where one is at fault.
 func FromSpec(spec *specs.Spec, cfg *config.Config) (Request, error) {
 	if cfg == nil {
 		cfg = config.Default()
 	}
 	if spec == nil {
-		return Request{}, errors.New("container request: no OCI spec")
+		return Request{}, &phase.Error{Phase: phase.Input, Err: errors.New("container request: no OCI spec")}
 	}
+	r, err := fromSpec(spec, cfg)
+	if err != nil {
+		var pe *phase.Error
+		if !errors.As(err, &pe) {
+			err = &phase.Error{Phase: phase.Input, Err: err}
+		}
+		return Request{}, err
+	}
+	return r, nil
+}
+
+// fromSpec is FromSpec; errors not wrapped in a *phase.Error are input
+// errors.
+func fromSpec(spec *specs.Spec, cfg *config.Config) (Request, error) {
 	var environ []string
 	if spec.Process != nil {
 		environ = spec.Process.Env
@@ -448,46 +479,51 @@ func (r *Request) requirements(e env, cfg *config.Config) error {
 		if v == "" {
 			continue
 		}
-		if _, err := requirements.Parse(v); err != nil {
-			return &Error{Var: k, Value: v, Err: err}
+		expr, err := requirements.Parse(v)
+		if err != nil {
+			return &phase.Error{Phase: phase.Requirement, Err: &Error{Var: k, Value: v, Err: err}}
 		}
-		r.Requirements = append(r.Requirements, v)
+		r.Requirements = append(r.Requirements, expr)
 	}
 	if r.Legacy {
 		v := e.get(EnvCUDAVersion)
-		req, err := legacyRequirement(v)
+		expr, err := legacyRequirement(v)
 		if err != nil {
 			return &Error{Var: EnvCUDAVersion, Value: v, Err: err}
 		}
-		r.Requirements = append(r.Requirements, req)
+		r.Requirements = append(r.Requirements, expr)
 	}
 	return nil
 }
 
 // legacyRequirement turns CUDA_VERSION (12.2.0, 11.8, 10) into
 // cuda>=MAJOR.MINOR.
-func legacyRequirement(v string) (string, error) {
+func legacyRequirement(v string) (requirements.Expr, error) {
+	errVersion := errors.New("not a CUDA version (want MAJOR.MINOR[.PATCH])")
 	parts := strings.Split(strings.TrimSpace(v), ".")
 	major, err := strconv.ParseUint(parts[0], 10, 32)
 	if err != nil {
-		return "", fmt.Errorf("not a CUDA version (want MAJOR.MINOR[.PATCH])")
+		return requirements.Expr{}, errVersion
 	}
 	var minor uint64
 	if len(parts) > 1 {
 		if minor, err = strconv.ParseUint(parts[1], 10, 32); err != nil {
-			return "", fmt.Errorf("not a CUDA version (want MAJOR.MINOR[.PATCH])")
+			return requirements.Expr{}, errVersion
 		}
 	}
-	return fmt.Sprintf("cuda>=%d.%d", major, minor), nil
+	ver := fmt.Sprintf("%d.%d", major, minor)
+	c := requirements.Condition{Key: requirements.KeyCUDA, Op: requirements.OpGreaterEqual, Value: ver}
+	return requirements.Expr{Source: c.String(), Alternatives: []requirements.Alternative{{c}}}, nil
 }
 
 // mig reads the MIG config/monitor requests, which only privileged
-// containers may make.
+// containers may make, and only for all devices (MIGDevices).
 func (r *Request) mig(e env) error {
 	for _, m := range []struct {
-		name string
-		dst  *string
-	}{{EnvMIGConfigDevices, &r.MIGConfig}, {EnvMIGMonitorDevices, &r.MIGMonitor}} {
+		name  string
+		phase phase.Phase
+		dst   *bool
+	}{{EnvMIGConfigDevices, phase.MIGConfig, &r.MIGConfig}, {EnvMIGMonitorDevices, phase.MIGMonitor, &r.MIGMonitor}} {
 		v := strings.TrimSpace(e.get(m.name))
 		if v == "" {
 			continue
@@ -495,15 +531,48 @@ func (r *Request) mig(e env) error {
 		if !r.Privileged {
 			return &Error{Var: m.name, Value: v, Err: errors.New("only a privileged container (CAP_SYS_ADMIN in its bounding set) may ask for MIG configuration or monitoring")}
 		}
-		*m.dst = v
+		if err := MIGDevices(v); err != nil {
+			return &phase.Error{Phase: m.phase, Err: &Error{Var: m.name, Value: v, Err: err}}
+		}
+		*m.dst = true
 	}
 	return nil
+}
+
+// ErrMIGNotAll is MIGDevices' error: MIG configuration and monitoring are
+// granted for all devices or not at all.
+var ErrMIGNotAll = errors.New("only 'all' devices are currently supported")
+
+// MIGDevices checks the devices of a MIG configuration or monitoring
+// request (NVIDIA_MIG_CONFIG_DEVICES, nvidia-container-cli --mig-config):
+// only "all" (any case) is supported; anything else is ErrMIGNotAll.
+func MIGDevices(v string) error {
+	if !strings.EqualFold(strings.TrimSpace(v), "all") {
+		return ErrMIGNotAll
+	}
+	return nil
+}
+
+// IMEXChannels parses IMEX channel ids: decimal numbers from 0 to
+// MaxIMEXChannel. Duplicates are dropped; the order is kept.
+func IMEXChannels(ids []string) ([]int, error) {
+	var out []int
+	for _, id := range ids {
+		n, err := strconv.ParseUint(id, 10, 32)
+		if err != nil || n > MaxIMEXChannel {
+			return nil, fmt.Errorf("invalid IMEX channel: %s (want a decimal number from 0 to %d)", id, MaxIMEXChannel)
+		}
+		if !slices.Contains(out, int(n)) {
+			out = append(out, int(n))
+		}
+	}
+	return out, nil
 }
 
 // imexChannels reads IMEX channel requests: from volume mounts when
 // accepted, else from NVIDIA_IMEX_CHANNELS under the same privilege rule
 // as device requests; "all" is ignored, as NVIDIA does.
-func (r *Request) imexChannels(spec *specs.Spec, e env, cfg *config.Config) ([]string, error) {
+func (r *Request) imexChannels(spec *specs.Spec, e env, cfg *config.Config) ([]int, error) {
 	if cfg.Features.IgnoreIMEXChannelRequests {
 		return nil, nil
 	}
@@ -537,16 +606,9 @@ func (r *Request) imexChannels(spec *specs.Spec, e env, cfg *config.Config) ([]s
 			return nil, nil
 		}
 	}
-	var out []string
-	for _, id := range ids {
-		n, err := strconv.ParseUint(id, 10, 32)
-		if err != nil || n > MaxIMEXChannel {
-			return nil, &Error{Var: source, Value: strings.Join(ids, ","), Err: fmt.Errorf("IMEX channel %q: want a decimal channel number from 0 to %d", id, MaxIMEXChannel)}
-		}
-		id = strconv.FormatUint(n, 10)
-		if !slices.Contains(out, id) {
-			out = append(out, id)
-		}
+	out, err := IMEXChannels(ids)
+	if err != nil {
+		return nil, &Error{Var: source, Value: strings.Join(ids, ","), Err: err}
 	}
 	return out, nil
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/phase"
+	"github.com/nctk/nctk/internal/requirements"
 )
 
 // spec builds an OCI spec with an environment, optionally privileged.
@@ -39,6 +41,20 @@ func capSet(cs ...caps.Capability) caps.Set {
 		s[c] = true
 	}
 	return s
+}
+
+// exprs parses requirement expressions, panicking on a syntax error (for
+// table literals).
+func exprs(reqs ...string) []requirements.Expr {
+	out := make([]requirements.Expr, len(reqs))
+	for i, r := range reqs {
+		e, err := requirements.Parse(r)
+		if err != nil {
+			panic(err)
+		}
+		out[i] = e
+	}
+	return out
 }
 
 const require130 = "cuda>=13.0 brand=unknown,driver>=535,driver<536 brand=grid,driver>=535,driver<536 brand=tesla,driver>=535,driver<536"
@@ -79,28 +95,28 @@ func TestFromSpec(t *testing.T) {
 		{"caps all within supported", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"), cfgWith(func(c *config.Config) { c.SupportedDriverCapabilities = "utility,compute" }),
 			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"requirements in env order, jetpack and empty skipped", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA="+require130, "NVIDIA_REQUIRE_JETPACK=csv-mounts=all", "NVIDIA_REQUIRE_ARCH=arch>=8.0", "NVIDIA_REQUIRE_EMPTY= ", "CUDA_VERSION=13.0.0"), nil,
-			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: []string{require130, "arch>=8.0"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: exprs(require130, "arch>=8.0"), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"disable require", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99", "NVIDIA_DISABLE_REQUIRE=true"), nil,
 			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DisableRequire: true, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"disable require skips validation", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=abc", "NVIDIA_DISABLE_REQUIRE=1"), nil,
 			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DisableRequire: true, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"disable require false", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12", "NVIDIA_DISABLE_REQUIRE=false"), nil,
-			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: []string{"cuda>=12"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: exprs("cuda>=12"), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"disable require not a bool warns", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=12", "NVIDIA_DISABLE_REQUIRE=yes"), nil,
-			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: []string{"cuda>=12"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES",
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: exprs("cuda>=12"), DeviceSource: "NVIDIA_VISIBLE_DEVICES",
 				Warnings: []string{`NVIDIA_DISABLE_REQUIRE="yes" is not a boolean (true or false): requirements are checked`}}},
 		{"config disable-require", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99"), cfgWith(func(c *config.Config) { c.DisableRequire = true }),
 			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DisableRequire: true, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"legacy image", spec(false, "CUDA_VERSION=12.2.0"), nil,
-			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: caps.Full(), Requirements: []string{"cuda>=12.2"}, DeviceSource: "CUDA_VERSION"}},
+			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: caps.Full(), Requirements: exprs("cuda>=12.2"), DeviceSource: "CUDA_VERSION"}},
 		{"legacy image, empty NVIDIA_REQUIRE_CUDA", spec(false, "CUDA_VERSION=11.8", "NVIDIA_REQUIRE_CUDA="), nil,
-			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: caps.Full(), Requirements: []string{"cuda>=11.8"}, DeviceSource: "CUDA_VERSION"}},
+			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: caps.Full(), Requirements: exprs("cuda>=11.8"), DeviceSource: "CUDA_VERSION"}},
 		{"legacy image, major only", spec(false, "CUDA_VERSION=10", "NVIDIA_DRIVER_CAPABILITIES=utility"), nil,
-			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: capSet(caps.Utility), Requirements: []string{"cuda>=10.0"}, DeviceSource: "CUDA_VERSION"}},
+			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: capSet(caps.Utility), Requirements: exprs("cuda>=10.0"), DeviceSource: "CUDA_VERSION"}},
 		{"legacy image, caps within supported", spec(false, "CUDA_VERSION=12.2.0"), cfgWith(func(c *config.Config) { c.SupportedDriverCapabilities = "compute,utility" }),
-			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: []string{"cuda>=12.2"}, DeviceSource: "CUDA_VERSION"}},
+			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: capSet(caps.Utility, caps.Compute), Requirements: exprs("cuda>=12.2"), DeviceSource: "CUDA_VERSION"}},
 		{"legacy image with devices set", spec(false, "CUDA_VERSION=12.2.0", "NVIDIA_VISIBLE_DEVICES=1"), nil,
-			Request{Legacy: true, Devices: []string{"1"}, Caps: caps.Full(), Requirements: []string{"cuda>=12.2"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+			Request{Legacy: true, Devices: []string{"1"}, Caps: caps.Full(), Requirements: exprs("cuda>=12.2"), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"legacy image with devices empty is void", spec(false, "CUDA_VERSION=12.2.0", "NVIDIA_VISIBLE_DEVICES="), nil, Request{Void: true, Legacy: true}},
 		{"not legacy with NVIDIA_REQUIRE_CUDA", spec(false, "CUDA_VERSION=12.2.0", "NVIDIA_REQUIRE_CUDA=cuda>=12.2"), nil, Request{Void: true}},
 		{"swarm resource replaces", spec(false, "NVIDIA_VISIBLE_DEVICES=all", "DOCKER_RESOURCE_GPU=GPU-a,GPU-b"), cfgWith(func(c *config.Config) { c.SwarmResource = "DOCKER_RESOURCE_GPU,DOCKER_RESOURCE_NVIDIA" }),
@@ -132,17 +148,17 @@ func TestFromSpec(t *testing.T) {
 		{"annotations ignored in legacy mode", withAnnotations(spec(false, "NVIDIA_VISIBLE_DEVICES=0"), map[string]string{"cdi.k8s.io/a": "nvidia.com/gpu=1"}), cfgWith(func(c *config.Config) { c.Runtime.Mode = "legacy" }),
 			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"mig privileged", spec(true, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all", "NVIDIA_MIG_MONITOR_DEVICES=all"), nil,
-			Request{Privileged: true, Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), MIGConfig: "all", MIGMonitor: "all", DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+			Request{Privileged: true, Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), MIGConfig: true, MIGMonitor: true, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"mig ignored when void", spec(false, "NVIDIA_MIG_CONFIG_DEVICES=all"), nil, Request{Void: true}},
 		{"imex channels", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=0, 1,1,007"), nil,
-			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), IMEXChannels: []string{"0", "1", "7"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), IMEXChannels: []int{0, 1, 7}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"imex all ignored", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=all"), nil,
 			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES",
 				Warnings: []string{`NVIDIA_IMEX_CHANNELS="all": "all" is not honoured for IMEX channels; name the channels`}}},
 		{"imex requests ignored by feature", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=x"), cfgWith(func(c *config.Config) { c.Features.IgnoreIMEXChannelRequests = true }),
 			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"imex from mounts first", withMounts(spec(true, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=5"), devMount("/var/run/nvidia-container-devices/imex/3")), cfgWith(volumeMounts),
-			Request{Privileged: true, Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), IMEXChannels: []string{"3"}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
+			Request{Privileged: true, Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), IMEXChannels: []int{3}, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"imex env unprivileged strict", withMounts(spec(false, "NVIDIA_IMEX_CHANNELS=5"), devMount("/var/run/nvidia-container-devices/0")), cfgWith(func(c *config.Config) { volumeMounts(c); strict(c) }),
 			Request{Devices: []string{"0"}, Caps: capSet(caps.Utility, caps.Compute), DeviceSource: "volume-mounts",
 				Warnings: []string{"ignoring the IMEX channels requested by NVIDIA_IMEX_CHANNELS in an unprivileged container (accept-nvidia-visible-devices-envvar-when-unprivileged = false)"}}},
@@ -183,13 +199,13 @@ func TestFromSpecErrors(t *testing.T) {
 			}),
 			`NVIDIA_DRIVER_CAPABILITIES="graphics": capability graphics is not supported by this host (supported-driver-capabilities = "compute,utility" in /etc/nvidia-container-runtime/config.toml)`},
 		{"bad requirement", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=abc"),
-			nil, `container request: NVIDIA_REQUIRE_CUDA="cuda>=abc": requirement error: invalid expression "cuda>=abc"`},
+			nil, `requirement error: container request: NVIDIA_REQUIRE_CUDA="cuda>=abc": invalid expression "cuda>=abc"`},
 		{"bad CUDA_VERSION", spec(false, "CUDA_VERSION=twelve"), nil, `CUDA_VERSION="twelve": not a CUDA version`},
 		{"mig unprivileged", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"),
 			nil, `NVIDIA_MIG_CONFIG_DEVICES="all": only a privileged container (CAP_SYS_ADMIN in its bounding set) may ask`},
 		{"mig monitor unprivileged", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_MONITOR_DEVICES=all"), nil, `NVIDIA_MIG_MONITOR_DEVICES="all": only a privileged`},
-		{"bad imex", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=0,-1"), nil, `NVIDIA_IMEX_CHANNELS="0,-1": IMEX channel "-1": want a decimal channel number from 0 to 1048575`},
-		{"imex too big", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1048576"), nil, `IMEX channel "1048576"`},
+		{"bad imex", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=0,-1"), nil, `input error: container request: NVIDIA_IMEX_CHANNELS="0,-1": invalid IMEX channel: -1 (want a decimal number from 0 to 1048575)`},
+		{"imex too big", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1048576"), nil, `invalid IMEX channel: 1048576`},
 		{"bad cdi name", spec(false, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu="), nil, `NVIDIA_VISIBLE_DEVICES="nvidia.com/gpu=": invalid CDI device name "nvidia.com/gpu="`},
 		{"bad annotation", withAnnotations(spec(false), map[string]string{"cdi.k8s.io/x": "gpu0"}), nil, `annotation cdi.k8s.io/x="gpu0": invalid CDI device name "gpu0"`},
 		{"bad cdi mount", withMounts(spec(false), devMount("/var/run/nvidia-container-devices/cdi/nvidia.com/gpu")),
@@ -211,6 +227,67 @@ func TestFromSpecErrors(t *testing.T) {
 	_, err := FromSpec(spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_X=bad"), nil)
 	if !errors.As(err, &re) || re.Var != "NVIDIA_REQUIRE_X" || re.Value != "bad" {
 		t.Errorf("error = %#v", err)
+	}
+}
+
+// TestFromSpecPhases: errors carry the phase nvidia-container-cli would
+// name (errors.As finds it) and an *Error naming the variable, and the
+// phase is printed once.
+func TestFromSpecPhases(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   []string
+		phase phase.Phase
+		v     string
+		text  string
+	}{
+		{"malformed requirement", []string{"NVIDIA_REQUIRE_ARCH=arch>>8"}, phase.Requirement, "NVIDIA_REQUIRE_ARCH",
+			`requirement error: container request: NVIDIA_REQUIRE_ARCH="arch>>8": invalid expression "arch>>8": "arch>>8": unknown operator ">>" (want = != < <= > >=)`},
+		{"mig-config not all", []string{"NVIDIA_MIG_CONFIG_DEVICES=0"}, phase.MIGConfig, "NVIDIA_MIG_CONFIG_DEVICES",
+			`mig-config error: container request: NVIDIA_MIG_CONFIG_DEVICES="0": only 'all' devices are currently supported`},
+		{"mig-monitor not all", []string{"NVIDIA_MIG_MONITOR_DEVICES=1,2"}, phase.MIGMonitor, "NVIDIA_MIG_MONITOR_DEVICES",
+			`mig-monitor error: container request: NVIDIA_MIG_MONITOR_DEVICES="1,2": only 'all' devices are currently supported`},
+		{"imex", []string{"NVIDIA_IMEX_CHANNELS=x"}, phase.Input, "NVIDIA_IMEX_CHANNELS",
+			`input error: container request: NVIDIA_IMEX_CHANNELS="x": invalid IMEX channel: x (want a decimal number from 0 to 1048575)`},
+		{"capability", []string{"NVIDIA_DRIVER_CAPABILITIES=gpu"}, phase.Input, "NVIDIA_DRIVER_CAPABILITIES",
+			`input error: container request: NVIDIA_DRIVER_CAPABILITIES="gpu": unknown driver capability "gpu" (valid: all, compat32,compute,display,graphics,ngx,utility,video)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := FromSpec(spec(true, append([]string{"NVIDIA_VISIBLE_DEVICES=0"}, tt.env...)...), nil)
+			var pe *phase.Error
+			var re *Error
+			if !errors.As(err, &pe) || pe.Phase != tt.phase || !errors.As(err, &re) || re.Var != tt.v {
+				t.Fatalf("FromSpec = %v, want a %s error naming %s", err, tt.phase, tt.v)
+			}
+			if err.Error() != tt.text {
+				t.Errorf("error\n%s\nwant\n%s", err, tt.text)
+			}
+		})
+	}
+	var pe *phase.Error
+	if _, err := FromSpec(nil, nil); !errors.As(err, &pe) || pe.Phase != phase.Input {
+		t.Errorf("nil spec: %v, want an input error", err)
+	}
+}
+
+func TestIMEXChannels(t *testing.T) {
+	got, err := IMEXChannels([]string{"3", "0", "03", "1048575"})
+	if err != nil || !reflect.DeepEqual(got, []int{3, 0, 1048575}) {
+		t.Errorf("IMEXChannels = %v, %v", got, err)
+	}
+	for _, bad := range []string{"1048576", "-1", "x", "", "4294967296"} {
+		if _, err := IMEXChannels([]string{bad}); err == nil || err.Error() != "invalid IMEX channel: "+bad+" (want a decimal number from 0 to 1048575)" {
+			t.Errorf("IMEXChannels(%q) = %v", bad, err)
+		}
+	}
+}
+
+func TestMIGDevices(t *testing.T) {
+	for v, ok := range map[string]bool{"all": true, "ALL": true, " all ": true, "0": false, "": false, "all,0": false} {
+		if err := MIGDevices(v); (err == nil) != ok || (err != nil && !errors.Is(err, ErrMIGNotAll)) {
+			t.Errorf("MIGDevices(%q) = %v", v, err)
+		}
 	}
 }
 

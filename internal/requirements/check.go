@@ -77,10 +77,10 @@ type Failure struct {
 }
 
 // UnsatisfiedError reports a requirement that does not hold on this host.
+// Its text has no phase prefix: callers that print NVIDIA's "requirement
+// error: " wrap it (internal/phase).
 type UnsatisfiedError struct {
-	// Requirement is the requirement's text as given.
-	Requirement string
-	// Expr is the parsed requirement.
+	// Expr is the requirement (its Source is the text as given).
 	Expr Expr
 	// Failures has one entry per alternative, in order.
 	Failures []Failure
@@ -88,8 +88,8 @@ type UnsatisfiedError struct {
 	Facts Facts
 }
 
-// NVIDIAMessage is libnvidia-container's text for the failure, without the
-// "requirement error: " prefix: it quotes the first alternative and, when
+// NVIDIAMessage is libnvidia-container's text for the failure (after its
+// "requirement error: " prefix): it quotes the first alternative and, when
 // that starts with cuda>=, adds NVIDIA's advice.
 func (e *UnsatisfiedError) NVIDIAMessage() string {
 	first := ""
@@ -125,7 +125,6 @@ func (e *UnsatisfiedError) Advice() string {
 
 func (e *UnsatisfiedError) Error() string {
 	var b strings.Builder
-	b.WriteString("requirement error: ")
 	b.WriteString(e.NVIDIAMessage())
 	if len(e.Failures) > 0 {
 		// NVIDIA's text quotes the first alternative; say which of its
@@ -282,7 +281,7 @@ func explain(f Failure, facts Facts) string {
 // Check evaluates every requirement against the host facts and returns nil
 // when all hold. Notes about unknown host values are logged with slog at
 // debug level (a tool's stderr stays clean); use Evaluate to get them.
-func Check(reqs []string, facts Facts) error {
+func Check(reqs []Expr, facts Facts) error {
 	res, err := Evaluate(reqs, facts)
 	for _, n := range res.Notes {
 		slog.Debug("requirement check", "note", n)
@@ -290,18 +289,17 @@ func Check(reqs []string, facts Facts) error {
 	return err
 }
 
-// Evaluate checks every requirement against the host facts. Each
-// requirement must hold for every device in facts.Devices (or once with no
-// device, in which case arch and brand conditions hold). A condition on a
-// host value that is unknown ("" in facts) or not a version is taken as
-// true and noted in the result, except a cuda condition, which an unknown
-// or unparsable CUDA version never satisfies (see Facts.CUDA).
+// Evaluate checks every requirement, as parsed by Parse, against the host
+// facts. Each requirement must hold for every device in facts.Devices (or
+// once with no device, in which case arch and brand conditions hold). A
+// condition on a host value that is unknown ("" in facts) or not a version
+// is taken as true and noted in the result, except a cuda condition, which
+// an unknown or unparsable CUDA version never satisfies (see Facts.CUDA).
 //
-// The first requirement that does not parse yields a *SyntaxError; the
-// first one that does not hold yields an *UnsatisfiedError. Requirements are
-// checked in order, and a requirement is checked device by device, so the
-// error names the first device it fails for.
-func Evaluate(reqs []string, facts Facts) (Result, error) {
+// The first requirement that does not hold yields an *UnsatisfiedError.
+// Requirements are checked in order, and a requirement is checked device by
+// device, so the error names the first device it fails for.
+func Evaluate(reqs []Expr, facts Facts) (Result, error) {
 	var res Result
 	noted := map[string]bool{}
 	note := func(n string) {
@@ -310,20 +308,12 @@ func Evaluate(reqs []string, facts Facts) (Result, error) {
 			res.Notes = append(res.Notes, n)
 		}
 	}
-	exprs := make([]Expr, len(reqs))
-	for i, r := range reqs {
-		e, err := Parse(r)
-		if err != nil {
-			return res, err
-		}
-		exprs[i] = e
-	}
 	devices := facts.Devices
 	if len(devices) == 0 {
 		devices = []DeviceFacts{{}}
 	}
 	noDevice := len(facts.Devices) == 0
-	for i, e := range exprs {
+	for _, e := range reqs {
 		for di := range devices {
 			var dev *DeviceFacts
 			if !noDevice {
@@ -331,7 +321,7 @@ func Evaluate(reqs []string, facts Facts) (Result, error) {
 			}
 			failures, ok := evalExpr(e, facts, dev, note)
 			if !ok {
-				return res, &UnsatisfiedError{Requirement: reqs[i], Expr: e, Failures: failures, Facts: facts}
+				return res, &UnsatisfiedError{Expr: e, Failures: failures, Facts: facts}
 			}
 		}
 	}

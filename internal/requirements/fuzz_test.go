@@ -34,7 +34,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("canonical form not stable: %q -> %q", e.String(), again.String())
 		}
 		for _, facts := range []Facts{h100, {}, {CUDA: "12.2", Driver: "535.1", Devices: []DeviceFacts{{Index: "0:1", Arch: "8.0", Brand: "Tesla"}}}} {
-			if _, err := Evaluate([]string{s}, facts); err != nil {
+			if _, err := Evaluate([]Expr{e}, facts); err != nil {
 				var u *UnsatisfiedError
 				if !errors.As(err, &u) {
 					t.Fatalf("Evaluate(%q): error %T, want *UnsatisfiedError", s, err)

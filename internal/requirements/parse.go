@@ -101,7 +101,9 @@ func (e Expr) String() string {
 	return strings.Join(parts, " ")
 }
 
-// SyntaxError reports an expression that cannot be parsed.
+// SyntaxError reports an expression that cannot be parsed. Its text has no
+// phase prefix: callers that print NVIDIA's "requirement error: " wrap it
+// (internal/phase).
 type SyntaxError struct {
 	// Input is the whole expression.
 	Input string
@@ -113,9 +115,9 @@ type SyntaxError struct {
 
 func (e *SyntaxError) Error() string {
 	if e.Item != "" {
-		return fmt.Sprintf("requirement error: invalid expression %q: %q: %s", e.Input, e.Item, e.Reason)
+		return fmt.Sprintf("invalid expression %q: %q: %s", e.Input, e.Item, e.Reason)
 	}
-	return fmt.Sprintf("requirement error: invalid expression %q: %s", e.Input, e.Reason)
+	return fmt.Sprintf("invalid expression %q: %s", e.Input, e.Reason)
 }
 
 // isOpChar reports whether b can be part of an operator.

@@ -68,7 +68,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"", "empty expression"},
 		{"   ", "empty expression"},
-		{"cuda>=abc", `requirement error: invalid expression "cuda>=abc": "cuda>=abc": cuda version "abc" must be numbers`},
+		{"cuda>=abc", `invalid expression "cuda>=abc": "cuda>=abc": cuda version "abc" must be numbers`},
 		{"cuda==12", `unknown operator "=="`},
 		{"cuda=>12", `unknown operator "=>"`},
 		{"cuda<>12", `unknown operator "<>"`},
@@ -101,8 +101,9 @@ func TestParseErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), tt.wantSub) {
 			t.Errorf("Parse(%q) = %q, want it to contain %q", tt.in, err, tt.wantSub)
 		}
-		if !strings.HasPrefix(err.Error(), "requirement error: invalid expression ") {
-			t.Errorf("Parse(%q) = %q: want NVIDIA's prefix", tt.in, err)
+		// The phase prefix ("requirement error: ") is the caller's.
+		if !strings.HasPrefix(err.Error(), "invalid expression ") {
+			t.Errorf("Parse(%q) = %q: want the message without a phase prefix", tt.in, err)
 		}
 	}
 }
@@ -144,6 +145,21 @@ var h100 = Facts{
 	Devices: []DeviceFacts{
 		{Index: "0", UUID: "GPU-8c1c8a5b-62c8-4a39-5a9e-0f1d6e1f3b2a", Arch: "9.0", Brand: "Nvidia"},
 	},
+}
+
+// parsed parses requirement expressions, failing the test on a syntax
+// error.
+func parsed(tb testing.TB, reqs ...string) []Expr {
+	tb.Helper()
+	out := make([]Expr, len(reqs))
+	for i, r := range reqs {
+		e, err := Parse(r)
+		if err != nil {
+			tb.Fatalf("Parse(%q): %v", r, err)
+		}
+		out[i] = e
+	}
+	return out
 }
 
 func TestEvaluate(t *testing.T) {
@@ -190,7 +206,8 @@ func TestEvaluate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := Evaluate(tt.reqs, tt.facts)
+			reqs := parsed(t, tt.reqs...)
+			res, err := Evaluate(reqs, tt.facts)
 			if tt.ok != (err == nil) {
 				t.Fatalf("Evaluate(%q) = %v, want ok=%v", tt.reqs, err, tt.ok)
 			}
@@ -200,7 +217,7 @@ func TestEvaluate(t *testing.T) {
 			if len(res.Notes) != tt.notes {
 				t.Errorf("notes = %q, want %d", res.Notes, tt.notes)
 			}
-			if err := Check(tt.reqs, tt.facts); tt.ok != (err == nil) {
+			if err := Check(reqs, tt.facts); tt.ok != (err == nil) {
 				t.Errorf("Check disagrees with Evaluate: %v", err)
 			}
 		})
@@ -208,14 +225,14 @@ func TestEvaluate(t *testing.T) {
 }
 
 func TestUnsatisfiedMessage(t *testing.T) {
-	err := Check([]string{"cuda>=13.1"}, h100)
+	err := Check(parsed(t, "cuda>=13.1"), h100)
 	if err == nil {
 		t.Fatal("want error")
 	}
 	msg := err.Error()
 	for _, want := range []string{
 		// NVIDIA's text, which scripts grep for.
-		"requirement error: unsatisfied condition: cuda>=13.1, please update your driver to a newer version, or use an earlier cuda container",
+		"unsatisfied condition: cuda>=13.1, please update your driver to a newer version, or use an earlier cuda container",
 		// The condition that failed and the host's values.
 		"or use an earlier cuda container (the image needs CUDA >= 13.1, but the host driver 580.159.04 supports CUDA 13.0)",
 		"update the host driver, use an image built for an older CUDA, or set NVIDIA_DISABLE_REQUIRE=true to skip this check",
@@ -225,14 +242,14 @@ func TestUnsatisfiedMessage(t *testing.T) {
 		}
 	}
 	var u *UnsatisfiedError
-	if !errors.As(err, &u) || u.Requirement != "cuda>=13.1" || len(u.Failures) != 1 || u.Failures[0].Host != "13.0" {
+	if !errors.As(err, &u) || u.Expr.Source != "cuda>=13.1" || len(u.Failures) != 1 || u.Failures[0].Host != "13.0" {
 		t.Errorf("UnsatisfiedError = %+v", u)
 	}
 }
 
 func TestUnsatisfiedMessageAlternatives(t *testing.T) {
 	req := cudaImageRequire("13.1", []int{535})
-	err := Check([]string{req}, h100)
+	err := Check(parsed(t, req), h100)
 	if err == nil {
 		t.Fatal("want error")
 	}
@@ -257,16 +274,16 @@ func TestUnsatisfiedMessageByKey(t *testing.T) {
 		want []string
 		nv   string
 	}{
-		{"driver>=600", []string{"unsatisfied condition: driver>=600 (the image needs driver >= 600, but the host driver is 580.159.04)", "update the host driver"}, "requirement error: unsatisfied condition: driver>=600 ("},
+		{"driver>=600", []string{"unsatisfied condition: driver>=600 (the image needs driver >= 600, but the host driver is 580.159.04)", "update the host driver"}, "unsatisfied condition: driver>=600 ("},
 		{"arch>=10.0", []string{"(the image needs compute capability (arch) >= 10.0, but GPU 0 (GPU-8c1c8a5b-62c8-4a39-5a9e-0f1d6e1f3b2a) has 9.0)", "run the container on a GPU the image supports"}, ""},
 		{"brand=tesla", []string{"(the image needs brand tesla, but GPU 0 (GPU-8c1c8a5b-62c8-4a39-5a9e-0f1d6e1f3b2a) is Nvidia)"}, ""},
 		{"brand!=nvidia", []string{"the image does not run on brand nvidia, and GPU 0"}, ""},
 		{"cuda<13", []string{"the image needs CUDA < 13, but the host driver 580.159.04 supports CUDA 13.0", "use an image whose requirements this host meets"}, ""},
 		// NVIDIA quotes the first alternative even when another failed.
-		{"driver>=500,cuda>=14", []string{"requirement error: unsatisfied condition: driver>=500,cuda>=14 (cuda>=14 fails: the image needs CUDA >= 14"}, ""},
+		{"driver>=500,cuda>=14", []string{"unsatisfied condition: driver>=500,cuda>=14 (cuda>=14 fails: the image needs CUDA >= 14"}, ""},
 	}
 	for _, tt := range tests {
-		err := Check([]string{tt.req}, h100)
+		err := Check(parsed(t, tt.req), h100)
 		if err == nil {
 			t.Errorf("%s: want error", tt.req)
 			continue
@@ -284,17 +301,18 @@ func TestUnsatisfiedMessageByKey(t *testing.T) {
 
 func TestMIGDeviceName(t *testing.T) {
 	f := Facts{CUDA: "12.2", Driver: "535.1", Devices: []DeviceFacts{{Index: "0:1", UUID: "MIG-x", Arch: "8.0", Brand: "Tesla"}}}
-	err := Check([]string{"arch>=9.0"}, f)
+	err := Check(parsed(t, "arch>=9.0"), f)
 	if err == nil || !strings.Contains(err.Error(), "MIG device 0:1 (MIG-x) has 8.0") {
 		t.Errorf("got %v", err)
 	}
 }
 
-func TestEvaluateSyntaxError(t *testing.T) {
-	_, err := Evaluate([]string{"cuda>=12", "cuda>=abc"}, h100)
-	var se *SyntaxError
-	if !errors.As(err, &se) || se.Input != "cuda>=abc" {
-		t.Fatalf("got %v", err)
+// TestUnsatisfiedNoPrefix: the error text is the message alone; the
+// "requirement error: " prefix is added once, by the caller's phase error.
+func TestUnsatisfiedNoPrefix(t *testing.T) {
+	err := Check(parsed(t, "cuda>=13.1"), h100)
+	if err == nil || !strings.HasPrefix(err.Error(), "unsatisfied condition: cuda>=13.1") {
+		t.Errorf("Check = %v, want the message without a phase prefix", err)
 	}
 }
 
@@ -307,7 +325,7 @@ func BenchmarkParseCUDA13(b *testing.B) {
 }
 
 func BenchmarkCheckCUDA13(b *testing.B) {
-	reqs := []string{require130}
+	reqs := parsed(b, require130)
 	for b.Loop() {
 		if err := Check(reqs, h100); err != nil {
 			b.Fatal(err)
@@ -316,7 +334,7 @@ func BenchmarkCheckCUDA13(b *testing.B) {
 }
 
 func BenchmarkCheckUnsatisfied(b *testing.B) {
-	reqs := []string{cudaImageRequire("13.1", []int{535, 550, 570})}
+	reqs := parsed(b, cudaImageRequire("13.1", []int{535, 550, 570}))
 	for b.Loop() {
 		if err := Check(reqs, h100); err == nil {
 			b.Fatal("want error")
@@ -330,11 +348,11 @@ func BenchmarkCheckUnsatisfied(b *testing.B) {
 // named as such, and an unknown one reads as unknown in the summary of the
 // other alternatives.
 func TestUnparsableCUDAMessages(t *testing.T) {
-	err := Check([]string{"cuda>=13.0"}, Facts{CUDA: "n/a", Driver: "535.261.03"})
+	err := Check(parsed(t, "cuda>=13.0"), Facts{CUDA: "n/a", Driver: "535.261.03"})
 	if want := `the host driver 535.261.03 reports CUDA version "n/a", which is not a version`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("error %v lacks %q", err, want)
 	}
-	err = Check([]string{"driver>=999 cuda>=13.0 cuda>=12.0"}, Facts{Driver: "535.261.03"})
+	err = Check(parsed(t, "driver>=999 cuda>=13.0 cuda>=12.0"), Facts{Driver: "535.261.03"})
 	if want := "2 fail on cuda>= (13.0, 12.0; the host driver's CUDA version is unknown)"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("error %v lacks %q", err, want)
 	}
@@ -344,7 +362,7 @@ func TestUnparsableCUDAMessages(t *testing.T) {
 // unknown fails with an error that says so, why, and what to do.
 func TestUnknownCUDAMessage(t *testing.T) {
 	facts := Facts{Driver: "535.261.03", CUDAUnknown: "driver probe: nctk-driverprobe is missing"}
-	err := Check([]string{"cuda>=13.0"}, facts)
+	err := Check(parsed(t, "cuda>=13.0"), facts)
 	if !IsUnsatisfied(err) {
 		t.Fatalf("Check = %v, want an unsatisfied requirement", err)
 	}

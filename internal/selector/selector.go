@@ -51,7 +51,9 @@ type Selection struct {
 // Empty reports whether nothing is selected.
 func (s Selection) Empty() bool { return len(s.GPUs) == 0 && len(s.MIG) == 0 }
 
-// Error reports a token that names no device of this host.
+// Error reports a token that names no device of this host. Its text has
+// no phase prefix: callers that print NVIDIA's "device error: " wrap it
+// (internal/phase).
 type Error struct {
 	// Token is the offending list item.
 	Token string
@@ -62,7 +64,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	msg := fmt.Sprintf("device error: %s: unknown device", e.Token)
+	msg := fmt.Sprintf("%s: unknown device", e.Token)
 	if e.Reason != "" {
 		msg += " (" + e.Reason + ")"
 	}
@@ -73,7 +75,7 @@ func (e *Error) Error() string {
 }
 
 // NoGPUError reports a device request on a host where discovery found no
-// GPU.
+// GPU. Like Error, its text has no phase prefix.
 type NoGPUError struct {
 	// Request is the device list as asked.
 	Request string
@@ -88,7 +90,7 @@ func (e *NoGPUError) Error() string {
 	if src == "" {
 		src = "the device list"
 	}
-	return fmt.Sprintf("device error: no NVIDIA GPU found on this host but %s asks for %q", src, e.Request)
+	return fmt.Sprintf("no NVIDIA GPU found on this host but %s asks for %q", src, e.Request)
 }
 
 // Split splits a comma-separated device list into tokens, trimming

@@ -149,7 +149,7 @@ func TestResolveErrors(t *testing.T) {
 			t.Errorf("Token = %q, want %q", de.Token, tt.token)
 		}
 		msg := err.Error()
-		if !strings.HasPrefix(msg, "device error: "+tt.token+": unknown device") || !strings.Contains(msg, tt.reason) {
+		if !strings.HasPrefix(msg, tt.token+": unknown device") || !strings.Contains(msg, tt.reason) {
 			t.Errorf("Resolve(%q) = %q, want reason %q", tt.token, msg, tt.reason)
 		}
 		if !strings.Contains(msg, "host has GPUs 0-3: 0 GPU-01111111-2222-3333-4444-555555555555 (00000000:07:00.0), 1 GPU-") ||
@@ -170,7 +170,7 @@ func TestResolveNoGPU(t *testing.T) {
 			if !errors.As(err, &ne) {
 				t.Fatalf("Resolve(%q) = %v, want *NoGPUError", tok, err)
 			}
-			want := fmt.Sprintf("device error: no NVIDIA GPU found on this host but NVIDIA_VISIBLE_DEVICES asks for %q", tok)
+			want := fmt.Sprintf("no NVIDIA GPU found on this host but NVIDIA_VISIBLE_DEVICES asks for %q", tok)
 			if err.Error() != want {
 				t.Errorf("got %q, want %q", err, want)
 			}
@@ -228,7 +228,11 @@ func TestFacts(t *testing.T) {
 	if !reflect.DeepEqual(f, want) {
 		t.Errorf("Facts = %+v", f)
 	}
-	if err := requirements.Check([]string{"arch>=9.0"}, f); err == nil || !strings.Contains(err.Error(), "GPU 2 (GPU-2") {
+	arch, err := requirements.Parse("arch>=9.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := requirements.Check([]requirements.Expr{arch}, f); err == nil || !strings.Contains(err.Error(), "GPU 2 (GPU-2") {
 		t.Errorf("Check = %v", err)
 	}
 	if f := (Selection{}).Facts(nil); len(f.Devices) != 0 || f.CUDA != "" {

@@ -21,8 +21,8 @@ import (
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
-	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/planner"
 )
 
 // BenchmarkCreate measures what a GPU request adds to `create`: in each
@@ -57,7 +57,7 @@ import (
 //	hook-<h>-ms    edited − edited-no-<h>
 //
 // and, measured in this process, the wrapper's steps: discover-ms (driver
-// discovery over the fixture root), prepare-ms (inject.Prepare: request,
+// discovery over the fixture root), prepare-ms (planner.Prepare: request,
 // image layout, discovery, selection, plan), write-ms (load
 // config.json, apply the plan, write it atomically) and inproc-ms (the
 // wrapper's whole Run up to the exec of runc: config.toml, arguments, all of
@@ -221,7 +221,7 @@ func wrapperSteps(b *testing.B, cfgPath string, env []string, spec []byte, rootf
 	// A second bundle (same absolute root.path) for the spec writes.
 	scratch := filepath.Join(e2e.TempDir(b, "scratch"), "config.json")
 	for range n {
-		job, _, err := inject.SpecJob(doc.Spec(), rootfs, cfg)
+		job, _, err := planner.SpecJob(doc.Spec(), rootfs, cfg)
 		if err != nil || job == nil {
 			b.Fatalf("SpecJob: %v", err)
 		}
@@ -232,7 +232,7 @@ func wrapperSteps(b *testing.B, cfgPath string, env []string, spec []byte, rootf
 		disc = append(disc, time.Since(start))
 
 		start = time.Now()
-		res, _, err := inject.Prepare(context.Background(), doc.Spec(), rootfs, cfg)
+		res, _, err := planner.Prepare(context.Background(), doc.Spec(), rootfs, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

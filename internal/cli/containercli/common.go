@@ -1,9 +1,10 @@
 package containercli
 
 import (
-	"strings"
-
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
+	"github.com/nctk/nctk/internal/phase"
+	"github.com/nctk/nctk/internal/request"
+	"github.com/nctk/nctk/internal/selector"
 )
 
 // migIMEXOptions are the MIG and IMEX options list and configure share;
@@ -27,43 +28,37 @@ func componentOptions() []nvc.Option {
 	}
 }
 
-// phaseError is a command failure with NVIDIA's phase word.
-type phaseError struct {
-	phase string
-	err   error
-}
-
-func (e *phaseError) Error() string { return e.phase + ": " + e.err.Error() }
-func (e *phaseError) Unwrap() error { return e.err }
-
 // sharedFlags are the settings list and configure read from the options
 // they share (migIMEXOptions but compat32, componentOptions).
 type sharedFlags struct {
 	migConfig, migMonitor bool
-	imex                  []uint32
+	imex                  []int
 	noPersistenced        bool
 	noFabricManager       bool
 	noGSPFirmware         bool
 }
 
 // set applies p when it is one of the shared options; ok is false for
-// any other option. A bad --mig-config/--mig-monitor value is a
-// *phaseError; a bad IMEX channel is a plain error (an input error).
+// any other option. Values are checked by the request package's
+// validators, those of the OCI spec's variables: a --mig-config or
+// --mig-monitor value other than all is a mig-config or mig-monitor
+// *phase.Error, a bad IMEX channel an input *phase.Error.
 func (f *sharedFlags) set(p nvc.Parsed) (ok bool, err error) {
 	switch name := p.Name(); name {
-	case "mig-config", "mig-monitor":
-		if !strings.EqualFold(p.Value, "all") {
-			return true, &phaseError{name, errOnlyAll}
+	case "mig-config":
+		if err := request.MIGDevices(p.Value); err != nil {
+			return true, &phase.Error{Phase: phase.MIGConfig, Err: err}
 		}
-		if name == "mig-config" {
-			f.migConfig = true
-		} else {
-			f.migMonitor = true
+		f.migConfig = true
+	case "mig-monitor":
+		if err := request.MIGDevices(p.Value); err != nil {
+			return true, &phase.Error{Phase: phase.MIGMonitor, Err: err}
 		}
+		f.migMonitor = true
 	case "imex-channel":
-		ids, err := parseIMEXChannels(p.Value)
+		ids, err := request.IMEXChannels(selector.Split(p.Value))
 		if err != nil {
-			return true, err
+			return true, &phase.Error{Phase: phase.Input, Err: err}
 		}
 		f.imex = append(f.imex, ids...)
 	case "no-persistenced":
@@ -76,4 +71,11 @@ func (f *sharedFlags) set(p nvc.Parsed) (ok bool, err error) {
 		return false, nil
 	}
 	return true, nil
+}
+
+// request copies the shared settings into r.
+func (f *sharedFlags) request(r *request.Request) {
+	r.MIGConfig, r.MIGMonitor = f.migConfig, f.migMonitor
+	r.IMEXChannels = f.imex
+	r.NoPersistenced, r.NoFabricManager, r.NoGSPFirmware = f.noPersistenced, f.noFabricManager, f.noGSPFirmware
 }

@@ -14,10 +14,13 @@ import (
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/configure"
-	"github.com/nctk/nctk/internal/discover"
-	"github.com/nctk/nctk/internal/inject"
+	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/planner"
+	"github.com/nctk/nctk/internal/request"
+	"github.com/nctk/nctk/internal/requirements"
 	"github.com/nctk/nctk/internal/rootfs"
+	"github.com/nctk/nctk/internal/selector"
 )
 
 // maxRequire is NVIDIA's limit on --require options.
@@ -50,29 +53,29 @@ func configureOptions() []nvc.Option {
 
 // configureRequest is a parsed configure command line.
 type configureRequest struct {
-	pid      int // 0: standalone mode
-	rootfs   string
-	devices  []string
-	requires []string
-	ldconfig string // as given ("" = default)
-	caps     caps.Set
-	sharedFlags
+	pid    int // 0: standalone mode
+	rootfs string
+	// req is what to inject: the options' devices, capabilities, parsed
+	// requirements, MIG, IMEX and component settings, validated as
+	// request.FromSpec validates the same values in an OCI spec.
+	req                  request.Request
+	ldconfig             string // as given ("" = default)
 	noCgroups, noDevBind bool
 	compatMode           string
 }
 
+// parseConfigure interprets configure's options and operand. Errors are
+// *phase.Error, or *nvc.UsageError for a missing or extra operand.
 func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, error) {
-	r := &configureRequest{caps: caps.Set{}}
+	r := &configureRequest{req: request.Request{Caps: caps.Set{}}}
+	var shared sharedFlags
 	compat := map[string]bool{}
 	input := func(format string, args ...any) error {
-		return &phaseError{"input", fmt.Errorf(format, args...)}
+		return &phase.Error{Phase: phase.Input, Err: fmt.Errorf(format, args...)}
 	}
 	for _, p := range parsed {
-		if ok, err := r.set(p); ok {
+		if ok, err := shared.set(p); ok {
 			if err != nil {
-				if pe := (*phaseError)(nil); !errors.As(err, &pe) {
-					err = &phaseError{"input", err}
-				}
 				return nil, err
 			}
 			continue
@@ -85,20 +88,20 @@ func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, 
 			}
 			r.pid = int(n)
 		case "device":
-			for _, d := range strings.Split(p.Value, ",") {
-				if d = strings.TrimSpace(d); d != "" {
-					r.devices = append(r.devices, d)
-				}
-			}
+			r.req.Devices = append(r.req.Devices, selector.Split(p.Value)...)
 		case "require":
-			if len(r.requires) == maxRequire {
+			if len(r.req.Requirements) == maxRequire {
 				return nil, input("too many requirements (at most %d --require)", maxRequire)
 			}
-			r.requires = append(r.requires, p.Value)
+			expr, err := requirements.Parse(p.Value)
+			if err != nil {
+				return nil, &phase.Error{Phase: phase.Requirement, Err: err}
+			}
+			r.req.Requirements = append(r.req.Requirements, expr)
 		case "ldconfig":
 			r.ldconfig = p.Value
 		case "compute", "utility", "video", "graphics", "display", "ngx", "compat32":
-			r.caps[caps.Capability(name)] = true
+			r.req.Caps[caps.Capability(name)] = true
 		case "no-cgroups":
 			r.noCgroups = true
 		case "no-devbind":
@@ -136,13 +139,14 @@ func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, 
 		return nil, input("invalid rootfs directory")
 	}
 	r.rootfs = path.Clean(r.rootfs)
+	shared.request(&r.req)
 	return r, nil
 }
 
 // configureSteps are the two halves of configure: computing the plan and
 // applying it. Tests replace them.
 type configureSteps struct {
-	plan  func(ctx context.Context, j inject.Job) (*inject.Result, error)
+	plan  func(ctx context.Context, j planner.Job) (*planner.Result, error)
 	apply func(ctx context.Context, p *plan.Plan, c configure.Container, o configure.Options) error
 }
 
@@ -152,7 +156,7 @@ type configureSteps struct {
 // container whose init process is --pid (configure.Apply). It matches
 // containercli.Commands.Configure.
 func Configure(e *app.Env, g *nvc.Globals, args []string) int {
-	return configureWith(e, g, args, configureSteps{plan: inject.Run, apply: configure.Apply})
+	return configureWith(e, g, args, configureSteps{plan: planner.Run, apply: configure.Apply})
 }
 
 func configureWith(e *app.Env, g *nvc.Globals, args []string, steps configureSteps) int {
@@ -162,9 +166,9 @@ func configureWith(e *app.Env, g *nvc.Globals, args []string, steps configureSte
 	}
 	req, err := parseConfigure(parsed, operands)
 	if err != nil {
-		var ce *phaseError
-		if errors.As(err, &ce) {
-			return nvc.Fail(e, ce.phase, ce.err)
+		var pe *phase.Error
+		if errors.As(err, &pe) {
+			return nvc.Fail(e, string(pe.Phase), pe.Err)
 		}
 		return nvc.UsageFail(e, nvc.Prog+" configure", err)
 	}
@@ -174,19 +178,17 @@ func configureWith(e *app.Env, g *nvc.Globals, args []string, steps configureSte
 	}
 	defer closeLog()
 	if err := runConfigure(context.Background(), e, g, req, log, steps); err != nil {
-		var ce *phaseError
-		if errors.As(err, &ce) {
-			log.Error(ce.phase+" error", "error", ce.err)
-			// Some errors (requirements) carry the phase prefix already.
-			msg := strings.TrimPrefix(ce.err.Error(), ce.phase+" error: ")
-			return nvc.Fail(e, ce.phase, errors.New(msg))
+		var pe *phase.Error
+		if !errors.As(err, &pe) {
+			pe = &phase.Error{Phase: configure.PhaseContainer, Err: err}
 		}
-		return nvc.Fail(e, "container", err)
+		log.Error(string(pe.Phase)+" error", "error", pe.Err)
+		return nvc.Fail(e, string(pe.Phase), pe.Err)
 	}
 	return 0
 }
 
-// runConfigure plans and applies req.
+// runConfigure plans and applies req. Errors are *phase.Error.
 func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configureRequest, log *slog.Logger, steps configureSteps) error {
 	c := configure.Container{PID: req.pid, Rootfs: req.rootfs}
 	if c.PID == 0 {
@@ -196,40 +198,28 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	}
 	target, err := containerTarget(c)
 	if err != nil {
-		return &phaseError{"container", err}
+		return &phase.Error{Phase: configure.PhaseContainer, Err: err}
 	}
 	log.Info("container", "pid", c.PID, "rootfs", c.Rootfs, "libdir", target.LibDir, "lib32dir", target.Lib32Dir, "bindir", target.BinDir)
 	if g.LoadKmods {
 		nvc.LoadKmods(g, log)
 	}
-	imex := make([]int, len(req.imex))
-	for i, id := range req.imex {
-		imex[i] = int(id)
-	}
-	job := inject.Job{
-		Driver:          g.DiscoverOptions(e, log),
-		Devices:         req.devices,
-		Caps:            req.caps,
-		Requirements:    req.requires,
-		MIGConfig:       req.migConfig,
-		MIGMonitor:      req.migMonitor,
-		IMEXChannels:    imex,
-		NoPersistenced:  req.noPersistenced,
-		NoFabricManager: req.noFabricManager,
-		NoGSPFirmware:   req.noGSPFirmware,
-		Target:          target,
-		Logger:          log,
+	job := planner.Job{
+		Request: req.req,
+		Driver:  g.DiscoverOptions(e, log),
+		Target:  target,
+		Logger:  log,
 	}
 	res, err := steps.plan(ctx, job)
 	if err != nil {
-		return &phaseError{injectPhase(err), unwrapInject(err)}
+		return err
 	}
 	if len(res.Selection.MIG) > 0 {
-		if req.migConfig {
-			return &phaseError{"mig-config", errors.New("cannot enable mig-config with specific MIG devices selected")}
+		if req.req.MIGConfig {
+			return &phase.Error{Phase: phase.MIGConfig, Err: errors.New("cannot enable mig-config with specific MIG devices selected")}
 		}
-		if req.migMonitor {
-			return &phaseError{"mig-monitor", errors.New("cannot enable mig-monitor with specific MIG devices selected")}
+		if req.req.MIGMonitor {
+			return &phase.Error{Phase: phase.MIGMonitor, Err: errors.New("cannot enable mig-monitor with specific MIG devices selected")}
 		}
 	}
 	ldconfig := req.ldconfig
@@ -253,9 +243,9 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	if err := steps.apply(ctx, res.Plan, c, opts); err != nil {
 		var ce *configure.Error
 		if errors.As(err, &ce) {
-			return &phaseError{ce.Phase, ce.Err}
+			return &phase.Error{Phase: phase.Phase(ce.Phase), Err: ce.Err}
 		}
-		return &phaseError{"mount", err}
+		return &phase.Error{Phase: configure.PhaseMount, Err: err}
 	}
 	return nil
 }
@@ -274,27 +264,4 @@ func containerTarget(c configure.Container) (plan.Target, error) {
 	}
 	defer r.Close()
 	return r.Target().Plan(), nil
-}
-
-// injectPhase maps a discovery or planning error to NVIDIA's phase word; a
-// host with no usable driver is an initialization error, as in NVIDIA's
-// CLI, and any other discovery error a detection error.
-func injectPhase(err error) string {
-	var noDriver *discover.NoDriverError
-	var mismatch *discover.VersionMismatchError
-	if errors.As(err, &noDriver) || errors.As(err, &mismatch) {
-		return "initialization"
-	}
-	if p := inject.PhaseOf(err); p != "" {
-		return string(p)
-	}
-	return "detection"
-}
-
-func unwrapInject(err error) error {
-	var ie *inject.Error
-	if errors.As(err, &ie) {
-		return ie.Err
-	}
-	return err
 }

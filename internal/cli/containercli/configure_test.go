@@ -11,25 +11,45 @@ import (
 	"strings"
 	"testing"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/configure"
 	"github.com/nctk/nctk/internal/discover"
-	"github.com/nctk/nctk/internal/inject"
+	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/planner"
+	"github.com/nctk/nctk/internal/request"
+	"github.com/nctk/nctk/internal/requirements"
 	"github.com/nctk/nctk/internal/selector"
 )
 
+// unsatisfied is the error of checking req against a driver supporting
+// CUDA 12.2.
+func unsatisfied(t *testing.T, req string) error {
+	t.Helper()
+	e, err := requirements.Parse(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = requirements.Check([]requirements.Expr{e}, requirements.Facts{CUDA: "12.2", Driver: "535.261.03"})
+	if err == nil {
+		t.Fatalf("%s holds with CUDA 12.2", req)
+	}
+	return err
+}
+
 // configureRun records what configure asked the planner and the applier.
 type configureRun struct {
-	job       inject.Job
+	job       planner.Job
 	container configure.Container
 	opts      configure.Options
 	applied   bool
 	planErr   error
 	applyErr  error
-	result    *inject.Result
+	result    *planner.Result
 	stdout    string
 	stderr    string
 	code      int
@@ -47,7 +67,7 @@ func runConfigureCmd(t *testing.T, r *configureRun, argv ...string) {
 		t.Fatalf("test argv lacks configure: %v", argv)
 	}
 	steps := configureSteps{
-		plan: func(_ context.Context, j inject.Job) (*inject.Result, error) {
+		plan: func(_ context.Context, j planner.Job) (*planner.Result, error) {
 			r.job = j
 			if r.planErr != nil {
 				return nil, r.planErr
@@ -55,7 +75,7 @@ func runConfigureCmd(t *testing.T, r *configureRun, argv ...string) {
 			if r.result != nil {
 				return r.result, nil
 			}
-			return &inject.Result{Plan: &plan.Plan{}, Driver: &discover.Driver{Version: "535.261.03"}}, nil
+			return &planner.Result{Plan: &plan.Plan{}, Driver: &discover.Driver{Version: "535.261.03"}}, nil
 		},
 		apply: func(_ context.Context, _ *plan.Plan, c configure.Container, o configure.Options) error {
 			r.applied, r.container, r.opts = true, c, o
@@ -85,16 +105,21 @@ func TestConfigureCommandLine(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	if !reflect.DeepEqual(r.job.Devices, []string{"0", "GPU-abc", "2"}) {
-		t.Errorf("devices = %v", r.job.Devices)
+	jr := r.job.Request
+	if !reflect.DeepEqual(jr.Devices, []string{"0", "GPU-abc", "2"}) {
+		t.Errorf("devices = %v", jr.Devices)
 	}
-	if !reflect.DeepEqual(r.job.Caps, caps.Set{caps.Compute: true, caps.Utility: true, caps.Compat32: true}) {
-		t.Errorf("caps = %v", r.job.Caps)
+	if !reflect.DeepEqual(jr.Caps, caps.Set{caps.Compute: true, caps.Utility: true, caps.Compat32: true}) {
+		t.Errorf("caps = %v", jr.Caps)
 	}
-	if !reflect.DeepEqual(r.job.Requirements, []string{"cuda>=12.0", "driver>=535"}) || !reflect.DeepEqual(r.job.IMEXChannels, []int{1, 3}) {
-		t.Errorf("job = %+v", r.job)
+	var reqs []string
+	for _, e := range jr.Requirements {
+		reqs = append(reqs, e.Source)
 	}
-	if !r.job.NoPersistenced || !r.job.NoFabricManager || !r.job.NoGSPFirmware || r.job.Driver.Root != "/run/nvidia/driver" {
+	if !reflect.DeepEqual(reqs, []string{"cuda>=12.0", "driver>=535"}) || !reflect.DeepEqual(jr.IMEXChannels, []int{1, 3}) {
+		t.Errorf("request = %+v", jr)
+	}
+	if !jr.NoPersistenced || !jr.NoFabricManager || !jr.NoGSPFirmware || r.job.Driver.Root != "/run/nvidia/driver" {
 		t.Errorf("job = %+v", r.job)
 	}
 	if r.job.Target.LibDir != "/usr/lib/x86_64-linux-gnu" || r.job.Target.BinDir != "/usr/bin" {
@@ -117,7 +142,7 @@ func TestConfigureCommandLine(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	if r.job.Devices != nil || r.opts.CUDACompatMode != "mount" || r.opts.Ldconfig != "" || !r.opts.NoDevBind || r.container.Rootfs != rootfs {
+	if r.job.Request.Devices != nil || r.opts.CUDACompatMode != "mount" || r.opts.Ldconfig != "" || !r.opts.NoDevBind || r.container.Rootfs != rootfs {
 		t.Errorf("job %+v options %+v container %+v", r.job, r.opts, r.container)
 	}
 	r = configureRun{}
@@ -149,24 +174,26 @@ func TestConfigureErrors(t *testing.T) {
 		{"unknown option", []string{"configure", "--bogus", rootfs}, nil, 64, "bogus"},
 		{"mig-config not all", []string{"configure", "--mig-config=0", "--pid", pid, rootfs}, nil, 1, "mig-config error: only 'all' devices are currently supported"},
 		{"bad imex", []string{"configure", "--imex-channel=x", "--pid", pid, rootfs}, nil, 1, "input error: invalid IMEX channel"},
+		{"bad requirement", []string{"configure", "--require=cuda>>12", "--pid", pid, rootfs}, nil, 1,
+			`nvidia-container-cli: requirement error: invalid expression "cuda>>12": "cuda>>12": unknown operator ">>"`},
 		{"bad compat mode", []string{"configure", "--cuda-compat-mode=maybe", "--pid", pid, rootfs}, nil, 1, "invalid cuda-compat-mode: maybe"},
 		{"two compat modes", []string{"configure", "--cuda-compat-mode=mount", "--cuda-compat-mode=ldconfig", "--pid", pid, rootfs}, nil, 1, "only one cuda-compat-mode"},
 		{"too many requirements", append(reqs, "--pid", pid, rootfs), nil, 1, "too many requirements"},
 		{"missing rootfs dir", []string{"configure", "--pid", pid, filepath.Join(rootfs, "missing")}, nil, 1, "container error: open container root"},
 		{"requirement", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
-			r.planErr = &inject.Error{Phase: inject.PhaseRequirement, Err: errors.New("unsatisfied condition: cuda>=13.1")}
+			r.planErr = &phase.Error{Phase: phase.Requirement, Err: errors.New("unsatisfied condition: cuda>=13.1")}
 		}, 1, "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=13.1\n"},
-		{"requirement with prefix", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
-			r.planErr = &inject.Error{Phase: inject.PhaseRequirement, Err: errors.New("requirement error: unsatisfied condition: cuda>=13.1")}
-		}, 1, "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=13.1\n"},
+		{"unsatisfied requirement", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
+			r.planErr = &phase.Error{Phase: phase.Requirement, Err: unsatisfied(t, "cuda>=13.1")}
+		}, 1, "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=13.1, please update your driver"},
 		{"no driver", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
-			r.planErr = &inject.Error{Phase: inject.PhaseDetection, Err: &discover.NoDriverError{Root: "/", Err: os.ErrNotExist}}
+			r.planErr = &phase.Error{Phase: phase.Initialization, Err: &discover.NoDriverError{Root: "/", Err: os.ErrNotExist}}
 		}, 1, "nvidia-container-cli: initialization error: "},
 		{"unknown device", []string{"configure", "--device=9", "--pid", pid, rootfs}, func(r *configureRun) {
-			r.planErr = &inject.Error{Phase: inject.PhaseDevice, Err: errors.New("9: unknown device")}
-		}, 1, "device error: 9: unknown device"},
+			r.planErr = &phase.Error{Phase: phase.Device, Err: &selector.Error{Token: "9"}}
+		}, 1, "nvidia-container-cli: device error: 9: unknown device\n"},
 		{"mig-config with MIG selected", []string{"configure", "--mig-config=all", "--device=0:0", "--pid", pid, rootfs}, func(r *configureRun) {
-			r.result = &inject.Result{Plan: &plan.Plan{}, Selection: selector.Selection{MIG: make([]selector.SelectedMIG, 1)}}
+			r.result = &planner.Result{Plan: &plan.Plan{}, Selection: selector.Selection{MIG: make([]selector.SelectedMIG, 1)}}
 		}, 1, "mig-config error: cannot enable mig-config with specific MIG devices selected"},
 		{"apply fails", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
 			r.applyErr = &configure.Error{Phase: configure.PhaseLdcache, Err: errors.New("process /sbin/ldconfig failed")}
@@ -182,6 +209,9 @@ func TestConfigureErrors(t *testing.T) {
 			if r.code != tt.code || !strings.Contains(r.stderr, tt.stderr) {
 				t.Errorf("exit %d, stderr %q; want %d and %q", r.code, r.stderr, tt.code, tt.stderr)
 			}
+			if r.code == 1 && strings.Count(r.stderr, " error: ") != 1 {
+				t.Errorf("stderr %q: want the phase named once", r.stderr)
+			}
 			if r.code != 0 && r.applied && r.applyErr == nil {
 				t.Error("applied despite the error")
 			}
@@ -194,5 +224,64 @@ func TestConfigureHelp(t *testing.T) {
 	runConfigureCmd(t, &r, "configure", "--help")
 	if r.code != 0 || !strings.Contains(r.stdout, "--no-cgroups") || !strings.Contains(r.stdout, "--cuda-compat-mode") {
 		t.Errorf("help: exit %d\n%s", r.code, r.stdout)
+	}
+}
+
+// TestRequestErrorsMatchRuntime: a value the runtime reads from the OCI
+// spec and configure from its options is checked by the same code, so the
+// same input fails in the same phase with the same message (the runtime's
+// error adds the variable it came from).
+func TestRequestErrorsMatchRuntime(t *testing.T) {
+	tests := []struct {
+		env, option string
+		phase       phase.Phase
+		msg         string
+	}{
+		{"NVIDIA_IMEX_CHANNELS=x", "--imex-channel=x", phase.Input, "invalid IMEX channel: x (want a decimal number from 0 to 1048575)"},
+		{"NVIDIA_IMEX_CHANNELS=1,1048576", "--imex-channel=1,1048576", phase.Input, "invalid IMEX channel: 1048576 (want a decimal number from 0 to 1048575)"},
+		{"NVIDIA_IMEX_CHANNELS=-1", "--imex-channel=-1", phase.Input, "invalid IMEX channel: -1 (want a decimal number from 0 to 1048575)"},
+		{"NVIDIA_REQUIRE_CUDA=cuda>>12", "--require=cuda>>12", phase.Requirement, `invalid expression "cuda>>12": "cuda>>12": unknown operator ">>" (want = != < <= > >=)`},
+		{"NVIDIA_REQUIRE_CUDA=brand>=tesla", "--require=brand>=tesla", phase.Requirement, `invalid expression "brand>=tesla": "brand>=tesla": brand takes only = and !=, not >=`},
+		{"NVIDIA_MIG_CONFIG_DEVICES=0", "--mig-config=0", phase.MIGConfig, "only 'all' devices are currently supported"},
+		{"NVIDIA_MIG_MONITOR_DEVICES=0,1", "--mig-monitor=0,1", phase.MIGMonitor, "only 'all' devices are currently supported"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.option, func(t *testing.T) {
+			// Runtime path: the container's environment.
+			spec := &specs.Spec{Process: &specs.Process{
+				Env:          []string{"NVIDIA_VISIBLE_DEVICES=0", tt.env},
+				Capabilities: &specs.LinuxCapabilities{Bounding: []string{"CAP_SYS_ADMIN"}},
+			}}
+			_, rtErr := request.FromSpec(spec, nil)
+			var rtPhase *phase.Error
+			var rtReq *request.Error
+			if !errors.As(rtErr, &rtPhase) || !errors.As(rtErr, &rtReq) {
+				t.Fatalf("FromSpec = %v, want a *phase.Error wrapping a *request.Error", rtErr)
+			}
+			wantVar, _, _ := strings.Cut(tt.env, "=")
+			if rtPhase.Phase != tt.phase || rtReq.Var != wantVar || rtReq.Err.Error() != tt.msg {
+				t.Errorf("runtime: phase %s, %s: %q; want %s, %s: %q", rtPhase.Phase, rtReq.Var, rtReq.Err, tt.phase, wantVar, tt.msg)
+			}
+			// nvidia-container-cli configure: the same value as an option.
+			parsed, operands, err := nvc.Parse(configureOptions(), []string{tt.option, "/rootfs"}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, cliErr := parseConfigure(parsed, operands)
+			var cliPhase *phase.Error
+			if !errors.As(cliErr, &cliPhase) {
+				t.Fatalf("parseConfigure = %v, want a *phase.Error", cliErr)
+			}
+			if cliPhase.Phase != tt.phase || cliPhase.Err.Error() != tt.msg {
+				t.Errorf("configure: phase %s: %q; want %s: %q", cliPhase.Phase, cliPhase.Err, tt.phase, tt.msg)
+			}
+			// Both print the phase once, in NVIDIA's wording.
+			want := string(tt.phase) + " error: "
+			for _, err := range []error{rtErr, cliErr} {
+				if !strings.HasPrefix(err.Error(), want) || strings.Count(err.Error(), " error: ") != 1 {
+					t.Errorf("%q: want one %q prefix", err, want)
+				}
+			}
+		})
 	}
 }

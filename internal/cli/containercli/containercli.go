@@ -19,6 +19,7 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/planner"
 	"github.com/nctk/nctk/internal/version"
 )
 
@@ -122,7 +123,7 @@ func discoverDriver(e *app.Env, g *nvc.Globals, log *slog.Logger, probe bool) (*
 	o.Probe = probe
 	d, err := discover.Discover(o)
 	if err != nil {
-		return nil, injectPhase(err), err
+		return nil, string(planner.DiscoveryPhase(err)), err
 	}
 	return d, "", nil
 }

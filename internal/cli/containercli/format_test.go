@@ -242,9 +242,9 @@ func TestListLines(t *testing.T) {
 
 func TestListOptionErrors(t *testing.T) {
 	for args, want := range map[string]string{
-		"--mig-config=0":         "mig-config: only 'all' devices are currently supported",
-		"--imex-channel=x":       "invalid IMEX channel: x",
-		"--imex-channel=1048576": "invalid IMEX channel: 1048576",
+		"--mig-config=0":         "mig-config error: only 'all' devices are currently supported",
+		"--imex-channel=x":       "input error: invalid IMEX channel: x",
+		"--imex-channel=1048576": "input error: invalid IMEX channel: 1048576",
 	} {
 		parsed, _, err := nvc.Parse(listOptions(), strings.Fields(args), false)
 		if err != nil {

@@ -1,7 +1,6 @@
 package containercli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -103,6 +102,3 @@ func writeInfoCSV(w io.Writer, d *discover.Driver) {
 			g.UUID, g.BusID, orUnknown(g.Arch))
 	}
 }
-
-// errOnlyAll is NVIDIA's message for --mig-config/--mig-monitor values.
-var errOnlyAll = errors.New("only 'all' devices are currently supported")

@@ -6,13 +6,13 @@ import (
 	"io"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/selector"
 )
 
@@ -100,24 +100,6 @@ func parseList(parsed []nvc.Parsed) (*listRequest, error) {
 	return r, nil
 }
 
-// parseIMEXChannels reads a comma-separated list of decimal channel ids
-// below 2^20.
-func parseIMEXChannels(v string) ([]uint32, error) {
-	var out []uint32
-	for _, s := range strings.Split(v, ",") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		n, err := strconv.ParseUint(s, 10, 32)
-		if err != nil || n >= 1<<20 {
-			return nil, fmt.Errorf("invalid IMEX channel: %s (want a decimal number below %d)", s, 1<<20)
-		}
-		out = append(out, uint32(n))
-	}
-	return out, nil
-}
-
 func runList(e *app.Env, g *nvc.Globals, args []string) int {
 	parsed, operands, code, done := parseCommand(e, "list", listOptions(), args)
 	if done {
@@ -128,9 +110,9 @@ func runList(e *app.Env, g *nvc.Globals, args []string) int {
 	}
 	req, err := parseList(parsed)
 	if err != nil {
-		var pe *phaseError
+		var pe *phase.Error
 		if errors.As(err, &pe) {
-			return nvc.Fail(e, pe.phase, pe.err)
+			return nvc.Fail(e, string(pe.Phase), pe.Err)
 		}
 		return nvc.Fail(e, "input", err)
 	}
@@ -190,7 +172,7 @@ func listLines(d *discover.Driver, r *listRequest, root string) ([]string, strin
 				if errors.As(err, &nog) {
 					nog.Source = "--device"
 				}
-				return nil, "device", trimPhase(err, "device error: ")
+				return nil, "device", err
 			}
 			sel = s
 		}
@@ -320,15 +302,6 @@ func mergeCaps(a, b caps.Set) caps.Set {
 func allOnly(devices []string) bool {
 	toks := selector.Split(strings.Join(devices, ","))
 	return len(toks) > 0 && !slices.ContainsFunc(toks, func(t string) bool { return !strings.EqualFold(t, "all") })
-}
-
-// trimPhase drops a phase prefix an error already carries, so that it is
-// not printed twice.
-func trimPhase(err error, prefix string) error {
-	if s, ok := strings.CutPrefix(err.Error(), prefix); ok {
-		return errors.New(s)
-	}
-	return err
 }
 
 func join(root, p string) string {

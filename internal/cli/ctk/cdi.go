@@ -13,8 +13,9 @@ import (
 	"github.com/nctk/nctk/internal/cli/lookpath"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/discover"
-	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/planner"
+	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/selector"
 )
 
@@ -131,9 +132,9 @@ func cdiGenerate(e *env, args []string) error {
 
 	// Discovery's own records (every library of every capability looked
 	// for) are not passed on: what was not found is logged at debug level
-	// by inject, and a spec for the files that exist is what is asked for.
-	job := inject.Job{Driver: discover.Options{Root: driverRoot, DevRoot: devRoot},
-		Devices: deviceIDs, Logger: e.log}
+	// by the planner, and a spec for the files that exist is what is asked for.
+	job := planner.Job{Driver: discover.Options{Root: driverRoot, DevRoot: devRoot},
+		Request: request.Request{Devices: deviceIDs}, Logger: e.log}
 	spec, err := cdispec.Generate(context.Background(), job, o)
 	if err != nil {
 		return err

@@ -267,14 +267,18 @@ func cliArgs(cfg *config.Config, req request.Request, debug bool, pid int, rootf
 	if d := strings.Join(devices, ","); d != "" && !req.None {
 		a = append(a, "--device="+d)
 	}
-	if req.MIGConfig != "" {
-		a = append(a, "--mig-config="+req.MIGConfig)
+	if req.MIGConfig {
+		a = append(a, "--mig-config=all")
 	}
-	if req.MIGMonitor != "" {
-		a = append(a, "--mig-monitor="+req.MIGMonitor)
+	if req.MIGMonitor {
+		a = append(a, "--mig-monitor=all")
 	}
 	if len(req.IMEXChannels) > 0 {
-		a = append(a, "--imex-channel="+strings.Join(req.IMEXChannels, ","))
+		ids := make([]string, len(req.IMEXChannels))
+		for i, id := range req.IMEXChannels {
+			ids[i] = strconv.Itoa(id)
+		}
+		a = append(a, "--imex-channel="+strings.Join(ids, ","))
 	}
 	for _, c := range capOrder() {
 		if req.Caps.Has(c) {
@@ -282,7 +286,7 @@ func cliArgs(cfg *config.Config, req request.Request, debug bool, pid int, rootf
 		}
 	}
 	for _, r := range req.Requirements {
-		a = append(a, "--require="+r)
+		a = append(a, "--require="+r.Source)
 	}
 	return append(a, "--pid="+strconv.Itoa(pid), rootfs)
 }

@@ -1,7 +1,7 @@
 package runtime
 
 // This file is the seam to the packages around the wrapper: the config file
-// (internal/config) and the injection orchestration (internal/inject, via a
+// (internal/config) and the injection orchestration (internal/planner, via a
 // Planner).
 
 import (
@@ -13,8 +13,8 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
-	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/planner"
 )
 
 // LoadConfig finds and parses config.toml as NVIDIA's tools do
@@ -56,11 +56,11 @@ type PlannerFunc func(ctx context.Context, in Input) (*plan.Plan, error)
 // Prepare calls f.
 func (f PlannerFunc) Prepare(ctx context.Context, in Input) (*plan.Plan, error) { return f(ctx, in) }
 
-// defaultPlanner is the production planner: internal/inject, the path every
+// defaultPlanner is the production planner: internal/planner, the path every
 // nctk tool computes its injection plan with.
 func defaultPlanner() Planner {
 	return PlannerFunc(func(ctx context.Context, in Input) (*plan.Plan, error) {
-		res, req, err := inject.Prepare(ctx, in.Spec, in.Rootfs, in.Config)
+		res, req, err := planner.Prepare(ctx, in.Spec, in.Rootfs, in.Config)
 		if err != nil {
 			return nil, err
 		}

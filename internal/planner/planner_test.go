@@ -1,9 +1,10 @@
-package inject
+package planner
 
 import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +13,9 @@ import (
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/driverprobe"
 	"github.com/nctk/nctk/internal/fixture"
+	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/requirements"
 )
 
@@ -33,42 +36,45 @@ func TestRun(t *testing.T) {
 	cache := t.TempDir()
 	job := func(devs []string, reqs ...string) Job {
 		return Job{
-			Driver:       discover.Options{Root: root.Path, ProbeConfig: driverprobe.Config{CacheDir: cache}},
-			Devices:      devs,
-			Caps:         caps.Default(),
-			Requirements: reqs,
-			Target:       plan.DebianTarget(),
+			Driver:  discover.Options{Root: root.Path, ProbeConfig: driverprobe.Config{CacheDir: cache}},
+			Request: request.Request{Devices: devs, Caps: caps.Default(), Requirements: parsed(t, reqs...)},
+			Target:  plan.DebianTarget(),
 		}
 	}
 	tests := []struct {
 		name    string
 		job     Job
 		gpus    []int
-		phase   Phase
+		phase   phase.Phase
 		errText []string
 		cuda    string
+		probed  bool // the full probe (arch, brand) ran
 	}{
 		{name: "GPUs 1 and 3", job: job([]string{"1", "3"}), gpus: []int{1, 3}},
 		{name: "all", job: job([]string{"all"}), gpus: []int{0, 1, 2, 3}},
 		{name: "none", job: job(nil)},
 		{name: "CUDA image requirement holds", job: job([]string{"0"}, cudaImageRequirement), gpus: []int{0}, cuda: "12.2"},
-		{name: "newer CUDA than the driver", job: job([]string{"0"}, "cuda>=13.1"), phase: PhaseRequirement,
-			errText: []string{"cuda>=13.1", "12.2", root.Version, "please update your driver"}},
-		{name: "brand needs the GPU", job: job([]string{"0"}, "cuda>=13.0 brand=tesla,driver>=535"), gpus: []int{0}, cuda: "12.2"},
-		{name: "unknown device", job: job([]string{"7"}), phase: PhaseDevice, errText: []string{"7", "unknown device"}},
-		{name: "malformed requirement", job: job([]string{"0"}, "cuda>>12"), phase: PhaseRequirement, errText: []string{"cuda>>12"}},
+		{name: "newer CUDA than the driver", job: job([]string{"0"}, "cuda>=13.1"), phase: phase.Requirement,
+			errText: []string{"requirement error: unsatisfied condition: cuda>=13.1", "12.2", root.Version, "please update your driver"}},
+		{name: "brand needs the GPU", job: job([]string{"0"}, "cuda>=13.0 brand=tesla,driver>=535"), gpus: []int{0}, cuda: "12.2", probed: true},
+		{name: "unknown device", job: job([]string{"7"}), phase: phase.Device, errText: []string{"device error: 7: unknown device"}},
+		{name: "unknown device with a device requirement", job: job([]string{"7"}, "arch>=8.0"), phase: phase.Device, errText: []string{"device error: 7: unknown device"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := Run(context.Background(), tc.job)
 			if tc.phase != "" {
-				if PhaseOf(err) != tc.phase {
+				var pe *phase.Error
+				if !errors.As(err, &pe) || pe.Phase != tc.phase {
 					t.Fatalf("Run error %v, want phase %s", err, tc.phase)
 				}
 				for _, s := range tc.errText {
 					if !strings.Contains(err.Error(), s) {
 						t.Errorf("error %q lacks %q", err, s)
 					}
+				}
+				if n := strings.Count(err.Error(), " error: "); n != 1 {
+					t.Errorf("error %q names its phase %d times, want once", err, n)
 				}
 				return
 			}
@@ -94,6 +100,19 @@ func TestRun(t *testing.T) {
 			if n := len(nodes) - len(tc.gpus); n != 3 { // nvidiactl, nvidia-uvm, nvidia-uvm-tools
 				t.Errorf("plan devices %v: want the selected GPUs and 3 control nodes", nodes)
 			}
+			// The fixture's GPUs cannot be reached, so the full probe shows
+			// as a warning; the selection, made once, is of the driver's
+			// GPUs as the probe left them.
+			probed := slices.ContainsFunc(r.Driver.Warnings, func(w string) bool { return strings.HasPrefix(w, "architecture unknown for GPU") })
+			if probed != tc.probed {
+				t.Errorf("full probe ran: %v, want %v (warnings %q)", probed, tc.probed, r.Driver.Warnings)
+			}
+			for _, g := range r.Selection.GPUs {
+				i := slices.IndexFunc(r.Driver.GPUs, func(d discover.GPU) bool { return d.Index == g.Index })
+				if i < 0 || !reflect.DeepEqual(g, r.Driver.GPUs[i]) {
+					t.Errorf("selected GPU %d differs from the driver's", g.Index)
+				}
+			}
 			if tc.cuda != "" && r.Driver.CUDAVersion != tc.cuda {
 				t.Errorf("CUDA version %q, want %q", r.Driver.CUDAVersion, tc.cuda)
 			}
@@ -107,7 +126,8 @@ func TestRun(t *testing.T) {
 func TestRequirementProbeIsCached(t *testing.T) {
 	root := fixture.Build(t, fixture.Spec{Layout: fixture.GKE, GPUs: 2})
 	j := Job{Driver: discover.Options{Root: root.Path, ProbeConfig: driverprobe.Config{CacheDir: t.TempDir()}},
-		Devices: []string{"all"}, Caps: caps.Default(), Requirements: []string{cudaImageRequirement}, Target: plan.DebianTarget()}
+		Request: request.Request{Devices: []string{"all"}, Caps: caps.Default(), Requirements: parsed(t, cudaImageRequirement)},
+		Target:  plan.DebianTarget()}
 	var sources []discover.Source
 	for range 2 {
 		r, err := Run(context.Background(), j)
@@ -134,18 +154,41 @@ func TestNeedsDeviceFacts(t *testing.T) {
 		{[]string{"cuda>=12.0", "arch>=8.0"}, true},
 		{[]string{"cuda>=13.0"}, false},
 		{[]string{"driver>=600 arch=9.0"}, true},
-		{[]string{"not an expression"}, false},
+		{nil, false},
 	}
 	for _, tc := range tests {
-		if got := needsDeviceFacts(tc.reqs, f); got != tc.want {
+		if got := needsDeviceFacts(parsed(t, tc.reqs...), f); got != tc.want {
 			t.Errorf("needsDeviceFacts(%q) = %v, want %v", tc.reqs, got, tc.want)
 		}
 	}
 }
 
-func TestRequestJobErrors(t *testing.T) {
-	var ie *Error
-	if _, err := Run(context.Background(), Job{Driver: discover.Options{Root: t.TempDir()}}); !errors.As(err, &ie) || ie.Phase != PhaseDetection {
-		t.Errorf("no driver: %v, want a detection error", err)
+func TestRunPhases(t *testing.T) {
+	_, err := Run(context.Background(), Job{Driver: discover.Options{Root: t.TempDir()}})
+	var pe *phase.Error
+	var nd *discover.NoDriverError
+	if !errors.As(err, &pe) || pe.Phase != phase.Initialization || !errors.As(err, &nd) {
+		t.Errorf("no driver: %v, want an initialization error wrapping *discover.NoDriverError", err)
 	}
+	if !strings.HasPrefix(err.Error(), "initialization error: no NVIDIA driver found") {
+		t.Errorf("no driver: %q, want NVIDIA's wording", err)
+	}
+	if got := DiscoveryPhase(errors.New("ld.so.cache: truncated")); got != phase.Detection {
+		t.Errorf("DiscoveryPhase of another error = %s, want detection", got)
+	}
+}
+
+// parsed parses requirement expressions, failing the test on a syntax
+// error.
+func parsed(t *testing.T, reqs ...string) []requirements.Expr {
+	t.Helper()
+	var out []requirements.Expr
+	for _, r := range reqs {
+		e, err := requirements.Parse(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
 }
