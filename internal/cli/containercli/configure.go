@@ -13,6 +13,7 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
+	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/configure"
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/inject"
@@ -54,7 +55,7 @@ type configureRequest struct {
 	rootfs   string
 	devices  []string
 	requires []string
-	ldconfig string // as given ("" = default)
+	ldconfig config.Ldconfig // as given (zero: the default)
 	caps     caps.Set
 	sharedFlags
 	noCgroups, noDevBind bool
@@ -96,7 +97,11 @@ func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, 
 			}
 			r.requires = append(r.requires, p.Value)
 		case "ldconfig":
-			r.ldconfig = p.Value
+			l, err := config.ParseLdconfig(p.Value)
+			if err != nil {
+				return nil, input("invalid ldconfig: %w", err)
+			}
+			r.ldconfig = l
 		case "compute", "utility", "video", "graphics", "display", "ngx", "compat32":
 			r.caps[caps.Capability(name)] = true
 		case "no-cgroups":
@@ -233,11 +238,13 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 		}
 	}
 	ldconfig := req.ldconfig
-	if ldconfig != "" && !strings.HasPrefix(ldconfig, "@") {
+	if ldconfig.InContainer() {
 		// NVIDIA would run the image's own binary as root on the host side
-		// (CVE-2024-0136/0137); the host's ldconfig does the same job.
-		log.Warn("ldconfig is a container path; using the host's ldconfig instead", "ldconfig", ldconfig)
-		ldconfig = ""
+		// (CVE-2024-0136/0137); the host's ldconfig does the same job. The
+		// hook passes a container path only when config.toml's
+		// features.allow-ldconfig-from-container accepts it.
+		log.Warn("ldconfig is a container path; using the host's ldconfig instead", "ldconfig", ldconfig.String())
+		ldconfig = config.Ldconfig{}
 	}
 	opts := configure.Options{
 		NoCgroups:      req.noCgroups,
