@@ -157,7 +157,7 @@ func DefaultFor(root string) *Config {
 		CLI: CLIConfig{
 			Environment: []string{},
 			LoadKmods:   true,
-			Ldconfig:    "@/sbin/ldconfig",
+			Ldconfig:    "@" + DefaultLdconfig,
 		},
 		Runtime: RuntimeConfig{
 			Debug:    "/dev/null",
@@ -177,8 +177,8 @@ func DefaultFor(root string) *Config {
 		Hook: HookConfig{Path: "nvidia-container-runtime-hook"},
 		CTK:  CTKConfig{Path: "nvidia-ctk"},
 	}
-	if fi, err := os.Stat(filepath.Join(root, "sbin/ldconfig.real")); err == nil && !fi.IsDir() {
-		c.CLI.Ldconfig = "@/sbin/ldconfig.real"
+	if fi, err := os.Stat(filepath.Join(root, DefaultLdconfig+".real")); err == nil && !fi.IsDir() {
+		c.CLI.Ldconfig = "@" + DefaultLdconfig + ".real"
 	}
 	if isSUSE(root) {
 		c.CLI.User = "root:video"
@@ -321,8 +321,10 @@ func (c *Config) SwarmResourceVars() []string {
 // with a fallback only add warnings.
 func (c *Config) Validate() error {
 	var errs []error
-	if l := c.CLI.Ldconfig; l != "" && !strings.HasPrefix(l, "@") && !c.Features.AllowLdconfigFromContainer {
-		errs = append(errs, fmt.Errorf("nvidia-container-cli.ldconfig = %q: must be a host path starting with @ (such as @/sbin/ldconfig); a path inside the container needs features.allow-ldconfig-from-container", l))
+	if l, err := c.LdconfigSetting(); err != nil {
+		errs = append(errs, err)
+	} else if l.InContainer() {
+		c.warn(fmt.Sprintf("nvidia-container-cli.ldconfig = %q is a container path: nctk runs the host's %s instead (the hook still passes the container path to nvidia-container-cli)", l, DefaultLdconfig))
 	}
 	if strings.TrimSpace(c.SupportedDriverCapabilities) == "" {
 		c.warn("supported-driver-capabilities is empty: every capability is supported")

@@ -257,7 +257,7 @@ func TestParseErrors(t *testing.T) {
 		{"disable-require = \n", "config f.toml: line 1, column 19"},
 		{"[a\n", "config f.toml: line 1"},
 		{"[x]\n[x]\n", "line 2"},
-		{"[nvidia-container-cli]\nldconfig = \"/sbin/ldconfig\"\n", `nvidia-container-cli.ldconfig = "/sbin/ldconfig": must be a host path starting with @`},
+		{"[nvidia-container-cli]\nldconfig = \"/sbin/ldconfig\"\n", `nvidia-container-cli.ldconfig = "/sbin/ldconfig" is a container path (no "@"), refused unless features.allow-ldconfig-from-container = true: write a host path starting with @`},
 		{"supported-driver-capabilities = \"compute,gpu\"\n", `supported-driver-capabilities = "compute,gpu": unknown driver capability "gpu"`},
 		{"[nvidia-container-runtime]\nlog-level = \"verbose\"\n", `log-level = "verbose": want one of`},
 		{"[nvidia-container-runtime]\nmode = \"magic\"\n", `mode = "magic": want auto, legacy, cdi, jit-cdi or csv`},
@@ -278,8 +278,12 @@ func TestParseErrors(t *testing.T) {
 
 func TestValidateAllowsContainerLdconfigWithFeature(t *testing.T) {
 	doc := "[nvidia-container-cli]\nldconfig = \"/sbin/ldconfig\"\n[features]\nallow-ldconfig-from-container = true\n"
-	if _, err := Parse([]byte(doc), "f"); err != nil {
-		t.Error(err)
+	c, err := Parse([]byte(doc), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Warnings) != 1 || !strings.Contains(c.Warnings[0], `nvidia-container-cli.ldconfig = "/sbin/ldconfig" is a container path: nctk runs the host's /sbin/ldconfig instead`) {
+		t.Errorf("warnings = %q", c.Warnings)
 	}
 }
 

@@ -54,6 +54,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
 )
@@ -106,9 +107,10 @@ type Options struct {
 	// NoDevBind does not mount device nodes (--no-devbind); their cgroup
 	// rules are still added.
 	NoDevBind bool
-	// Ldconfig is the configured ldconfig ("@/sbin/ldconfig"; "" for the
-	// default); see rootfs.HostLdconfigPath.
-	Ldconfig string
+	// Ldconfig is the host ldconfig run for CUDA compat libraries (the
+	// zero Ldconfig: the default; see config.Ldconfig.HostPath). A
+	// container path is refused.
+	Ldconfig config.Ldconfig
 	// NoPivot makes the ldconfig sandbox use MS_MOVE+chroot (--no-pivot).
 	NoPivot bool
 	// CUDACompatMode is ldconfig, mount or disabled ("" = disabled). Both
@@ -331,9 +333,9 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 	// The host ldconfig runs only for CUDA compat libraries (see Apply);
 	// it is copied now, before the container's mount namespace is entered.
 	if compatEnabled(p, opts) {
-		hp, err := rootfs.HostLdconfigPath(opts.Ldconfig)
+		hp, err := opts.Ldconfig.HostPath()
 		if err != nil {
-			return fail(PhaseLdcache, err)
+			return fail(PhaseLdcache, fmt.Errorf("ldconfig: %w", err))
 		}
 		l, err := rootfs.PrepareLdconfig(hp)
 		if err != nil {

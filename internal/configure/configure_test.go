@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/plan"
 )
@@ -257,7 +258,7 @@ func TestApplyFailuresRollBack(t *testing.T) {
 		}, PhaseLdcache, "exit status 1"},
 		{"container ldconfig refused", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
 			withCompat(t, c, d, p, o)
-			o.Ldconfig = "/sbin/ldconfig"
+			o.Ldconfig = config.Ldconfig{Path: "/sbin/ldconfig"}
 		}, PhaseLdcache, "container path"},
 		{"bad compat mode", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
 			o.CUDACompatMode = "yes"

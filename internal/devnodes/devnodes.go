@@ -30,39 +30,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nctk/nctk/internal/devnum"
+	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/procfs"
 )
 
-// Fixed minors of the driver-wide nodes on the GPU major (195).
 const (
-	MinorCtl     = 255 // /dev/nvidiactl
-	MinorModeset = 254 // /dev/nvidia-modeset
-	MinorUVM     = 0   // /dev/nvidia-uvm (nvidia-uvm major)
-	MinorUVMTool = 1   // /dev/nvidia-uvm-tools (nvidia-uvm major)
-
 	// DefaultMode is the driver's default DeviceFileMode.
-	DefaultMode fs.FileMode = 0o666
-	// CapsDir is the directory of the nvidia-caps nodes under /dev.
-	CapsDir = "nvidia-caps"
+	DefaultMode uint32 = 0o666
+	// CapsDir is the directory of the nvidia-caps nodes.
+	CapsDir = "/dev/nvidia-caps"
 )
-
-// Node is a character device node.
-type Node struct {
-	// Path is relative to the dev root's /dev: "nvidiactl", "nvidia0",
-	// "nvidia-caps/nvidia-cap1".
-	Path         string
-	Major, Minor uint32
-	Mode         fs.FileMode // permission bits
-	UID, GID     int
-}
-
-// Dev returns the node's device number.
-func (n Node) Dev() uint64 { return unix.Mkdev(n.Major, n.Minor) }
-
-// ID returns "<major>:<minor>", the node's name under /dev/char.
-func (n Node) ID() string { return fmt.Sprintf("%d:%d", n.Major, n.Minor) }
-
-func (n Node) String() string { return fmt.Sprintf("/dev/%s (%s)", n.Path, n.ID()) }
 
 // Set selects kinds of nodes.
 type Set struct {
@@ -81,7 +59,7 @@ func All() Set { return Set{Control: true, GPUs: true, Caps: true} }
 // Expected returns the nodes the loaded driver implies, read from the proc
 // files under procRoot, sorted by path. A driver that is not loaded (no
 // nvidia major in /proc/devices) is an error.
-func Expected(procRoot string, s Set) ([]Node, error) {
+func Expected(procRoot string, s Set) ([]discover.DeviceNode, error) {
 	devs, err := procfs.ReadDevices(filepath.Join(procRoot, procfs.DevicesPath))
 	if err != nil {
 		return nil, err
@@ -95,14 +73,14 @@ func Expected(procRoot string, s Set) ([]Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	node := func(path string, major, minor uint32) Node {
-		return Node{Path: path, Major: major, Minor: minor, Mode: mode, UID: uid, GID: gid}
+	node := func(path string, major, minor uint32) discover.DeviceNode {
+		return discover.DeviceNode{Path: path, Major: major, Minor: minor, Mode: mode, UID: uid, GID: gid}
 	}
-	var nodes []Node
+	var nodes []discover.DeviceNode
 	if s.Control {
-		nodes = append(nodes, node("nvidiactl", gpuMajor, MinorCtl), node("nvidia-modeset", gpuMajor, MinorModeset))
+		nodes = append(nodes, node("/dev/nvidiactl", gpuMajor, devnum.MinorCtl), node("/dev/nvidia-modeset", gpuMajor, devnum.MinorModeset))
 		if uvm, ok := devs.CharMajor(procfs.DevNVIDIAUVM); ok {
-			nodes = append(nodes, node("nvidia-uvm", uvm, MinorUVM), node("nvidia-uvm-tools", uvm, MinorUVMTool))
+			nodes = append(nodes, node("/dev/nvidia-uvm", uvm, devnum.MinorUVM), node("/dev/nvidia-uvm-tools", uvm, devnum.MinorUVMTools))
 		}
 	}
 	if s.GPUs {
@@ -111,7 +89,7 @@ func Expected(procRoot string, s Set) ([]Node, error) {
 			return nil, err
 		}
 		for _, m := range minors {
-			nodes = append(nodes, node("nvidia"+strconv.Itoa(int(m)), gpuMajor, m))
+			nodes = append(nodes, node("/dev/nvidia"+strconv.Itoa(int(m)), gpuMajor, m))
 		}
 	}
 	if s.Caps {
@@ -128,7 +106,7 @@ func Expected(procRoot string, s Set) ([]Node, error) {
 }
 
 // fileParams returns the mode and owner the driver gives its nodes.
-func fileParams(procRoot string) (fs.FileMode, int, int, error) {
+func fileParams(procRoot string) (mode, uid, gid uint32, err error) {
 	path := filepath.Join(procRoot, procfs.ParamsPath)
 	params, err := procfs.ReadParams(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -137,18 +115,18 @@ func fileParams(procRoot string) (fs.FileMode, int, int, error) {
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	mode, uid, gid := DefaultMode, 0, 0
+	mode = DefaultMode
 	if v, ok, err := params.Uint(procfs.ParamDeviceFileMode); err != nil {
 		return 0, 0, 0, fmt.Errorf("%s: %w", path, err)
 	} else if ok {
 		if v > 0o777 {
 			return 0, 0, 0, fmt.Errorf("%s: %s %d is not a permission mode", path, procfs.ParamDeviceFileMode, v)
 		}
-		mode = fs.FileMode(v)
+		mode = uint32(v)
 	}
 	for _, p := range []struct {
 		key string
-		dst *int
+		dst *uint32
 	}{{procfs.ParamDeviceFileUID, &uid}, {procfs.ParamDeviceFileGID, &gid}} {
 		v, ok, err := params.Uint(p.key)
 		if err != nil {
@@ -158,7 +136,7 @@ func fileParams(procRoot string) (fs.FileMode, int, int, error) {
 			if v > 1<<31-1 {
 				return 0, 0, 0, fmt.Errorf("%s: %s %d out of range", path, p.key, v)
 			}
-			*p.dst = int(v)
+			*p.dst = uint32(v)
 		}
 	}
 	return mode, uid, gid, nil
@@ -182,7 +160,7 @@ func gpuMinors(procRoot string) ([]uint32, error) {
 		if err != nil {
 			return nil, err
 		}
-		if info.Minor < 0 || info.Minor >= MinorModeset {
+		if info.Minor < 0 || info.Minor > devnum.MaxGPUMinor {
 			return nil, fmt.Errorf("%s: device minor %d collides with the driver-wide nodes", path, info.Minor)
 		}
 		m := uint32(info.Minor)
@@ -197,7 +175,7 @@ func gpuMinors(procRoot string) ([]uint32, error) {
 }
 
 // capNodes returns the MIG config and monitor capability nodes.
-func capNodes(procRoot string, major uint32, uid, gid int) ([]Node, error) {
+func capNodes(procRoot string, major, uid, gid uint32) ([]discover.DeviceNode, error) {
 	minors, err := procfs.ReadMIGMinors(filepath.Join(procRoot, procfs.MIGMinorsPath))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -205,10 +183,10 @@ func capNodes(procRoot string, major uint32, uid, gid int) ([]Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	var nodes []Node
+	var nodes []discover.DeviceNode
 	for _, c := range []struct {
 		name string
-		mode fs.FileMode // the driver's default when its access file is absent
+		mode uint32 // the driver's default when its access file is absent
 	}{{procfs.MIGConfig, 0o400}, {procfs.MIGMonitor, 0o444}} {
 		minor, ok := minors[c.name]
 		if !ok {
@@ -226,18 +204,30 @@ func capNodes(procRoot string, major uint32, uid, gid int) ([]Node, error) {
 					filepath.Join(procRoot, procfs.MIGMinorsPath), minor)
 			}
 			if access.Mode != 0 {
-				mode = fs.FileMode(access.Mode) & fs.ModePerm
+				mode = uint32(access.Mode) & uint32(fs.ModePerm)
 			}
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
-		nodes = append(nodes, Node{Path: CapsDir + "/nvidia-cap" + strconv.Itoa(int(minor)), Major: major, Minor: minor, Mode: mode, UID: uid, GID: gid})
+		nodes = append(nodes, discover.DeviceNode{Path: CapsDir + "/nvidia-cap" + strconv.Itoa(int(minor)), Major: major, Minor: minor, Mode: mode, UID: uid, GID: gid})
 	}
 	return nodes, nil
 }
 
 // devDir returns devRoot's /dev directory.
 func devDir(devRoot string) string { return filepath.Join(devRoot, "dev") }
+
+// devRel returns n.Path relative to /dev, refusing a path outside it.
+func devRel(n discover.DeviceNode) (string, error) {
+	rel, ok := strings.CutPrefix(n.Path, "/dev/")
+	if !ok || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("node path %q is not below /dev", n.Path)
+	}
+	return rel, nil
+}
+
+// perm returns n's permission bits.
+func perm(n discover.DeviceNode) uint32 { return n.Mode & uint32(fs.ModePerm) }
 
 // Status is what happened to one node or link.
 type Status int
@@ -270,7 +260,7 @@ func (s Status) String() string {
 
 // Result is the outcome for one node.
 type Result struct {
-	Node   Node
+	Node   discover.DeviceNode
 	Path   string // absolute path of the node
 	Status Status
 	Detail string
@@ -292,7 +282,7 @@ func (e *MismatchError) Error() string {
 // owner differ (the administrator may have changed them; Detail says so);
 // other entries at a node's path are reported in a *MismatchError after
 // every node was handled. Creating needs CAP_MKNOD.
-func CreateNodes(devRoot string, nodes []Node, dryRun bool) ([]Result, error) {
+func CreateNodes(devRoot string, nodes []discover.DeviceNode, dryRun bool) ([]Result, error) {
 	dev := devDir(devRoot)
 	var results, bad []Result
 	for _, n := range nodes {
@@ -311,11 +301,12 @@ func CreateNodes(devRoot string, nodes []Node, dryRun bool) ([]Result, error) {
 	return results, nil
 }
 
-func createNode(dev string, n Node, dryRun bool) (Result, error) {
-	if !filepath.IsLocal(n.Path) {
-		return Result{}, fmt.Errorf("node path %q is not below /dev", n.Path)
+func createNode(dev string, n discover.DeviceNode, dryRun bool) (Result, error) {
+	rel, err := devRel(n)
+	if err != nil {
+		return Result{}, err
 	}
-	path := filepath.Join(dev, n.Path)
+	path := filepath.Join(dev, rel)
 	r := Result{Node: n, Path: path}
 	st, err := os.Lstat(path)
 	switch {
@@ -332,7 +323,7 @@ func createNode(dev string, n Node, dryRun bool) (Result, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return r, fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
 	}
-	if err := unix.Mknod(path, unix.S_IFCHR|uint32(n.Mode.Perm()), int(n.Dev())); err != nil {
+	if err := unix.Mknod(path, unix.S_IFCHR|perm(n), int(n.Dev())); err != nil {
 		if errors.Is(err, fs.ErrExist) { // created meanwhile: check it
 			if st, err := os.Lstat(path); err == nil {
 				r.Status, r.Detail = checkNode(st, n)
@@ -342,10 +333,10 @@ func createNode(dev string, n Node, dryRun bool) (Result, error) {
 		return r, fmt.Errorf("mknod %s %s: %w", path, n.ID(), err)
 	}
 	// mknod applied the umask; set the exact mode and owner.
-	if err := unix.Fchmodat(unix.AT_FDCWD, path, uint32(n.Mode.Perm()), 0); err != nil {
+	if err := unix.Fchmodat(unix.AT_FDCWD, path, perm(n), 0); err != nil {
 		return r, fmt.Errorf("chmod %s: %w", path, err)
 	}
-	if err := os.Lchown(path, n.UID, n.GID); err != nil {
+	if err := os.Lchown(path, int(n.UID), int(n.GID)); err != nil {
 		return r, fmt.Errorf("chown %s: %w", path, err)
 	}
 	r.Status = Created
@@ -353,7 +344,7 @@ func createNode(dev string, n Node, dryRun bool) (Result, error) {
 }
 
 // checkNode compares an existing entry with the node it should be.
-func checkNode(st fs.FileInfo, n Node) (Status, string) {
+func checkNode(st fs.FileInfo, n discover.DeviceNode) (Status, string) {
 	if st.Mode().Type() != fs.ModeDevice|fs.ModeCharDevice {
 		return Mismatch, fmt.Sprintf("is %s, want character device %s", describeType(st.Mode()), n.ID())
 	}
@@ -365,10 +356,10 @@ func checkNode(st fs.FileInfo, n Node) (Status, string) {
 		return Mismatch, fmt.Sprintf("is character device %d:%d, want %s", unix.Major(got), unix.Minor(got), n.ID())
 	}
 	var notes []string
-	if st.Mode().Perm() != n.Mode.Perm() {
-		notes = append(notes, fmt.Sprintf("mode %04o (driver default %04o)", st.Mode().Perm(), n.Mode.Perm()))
+	if uint32(st.Mode().Perm()) != perm(n) {
+		notes = append(notes, fmt.Sprintf("mode %04o (driver default %04o)", st.Mode().Perm(), perm(n)))
 	}
-	if int(sys.Uid) != n.UID || int(sys.Gid) != n.GID {
+	if sys.Uid != n.UID || sys.Gid != n.GID {
 		notes = append(notes, fmt.Sprintf("owner %d:%d (driver default %d:%d)", sys.Uid, sys.Gid, n.UID, n.GID))
 	}
 	return Exists, strings.Join(notes, ", ")
@@ -394,11 +385,11 @@ func describeType(m fs.FileMode) string {
 
 // Scan returns the NVIDIA character device nodes that exist under
 // devRoot/dev (nvidia*, nvidia-caps/*, nvidia-caps-imex-channels/*), with
-// their device numbers, sorted by path.
-func Scan(devRoot string) ([]Node, error) {
+// their device numbers and host paths, sorted by path.
+func Scan(devRoot string) ([]discover.DeviceNode, error) {
 	dev := devDir(devRoot)
-	var nodes []Node
-	for _, pattern := range []string{"nvidia*", CapsDir + "/*", "nvidia-caps-imex-channels/*"} {
+	var nodes []discover.DeviceNode
+	for _, pattern := range []string{"nvidia*", strings.TrimPrefix(CapsDir, "/dev/") + "/*", "nvidia-caps-imex-channels/*"} {
 		matches, err := filepath.Glob(filepath.Join(dev, pattern))
 		if err != nil {
 			return nil, fmt.Errorf("scanning %s: %w", dev, err)
@@ -419,8 +410,9 @@ func Scan(devRoot string) ([]Node, error) {
 			if err != nil {
 				return nil, err
 			}
-			nodes = append(nodes, Node{Path: rel, Major: unix.Major(uint64(sys.Rdev)), Minor: unix.Minor(uint64(sys.Rdev)),
-				Mode: st.Mode().Perm(), UID: int(sys.Uid), GID: int(sys.Gid)})
+			nodes = append(nodes, discover.DeviceNode{Path: "/dev/" + filepath.ToSlash(rel), HostPath: m,
+				Major: unix.Major(uint64(sys.Rdev)), Minor: unix.Minor(uint64(sys.Rdev)),
+				Mode: uint32(st.Mode().Perm()), UID: sys.Uid, GID: sys.Gid})
 		}
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Path < nodes[j].Path })
@@ -429,7 +421,7 @@ func Scan(devRoot string) ([]Node, error) {
 
 // LinkResult is the outcome for one /dev/char symlink.
 type LinkResult struct {
-	Node   Node
+	Node   discover.DeviceNode
 	Link   string // absolute path of the link
 	Target string // what it points to (relative when under the same root)
 	Status Status
@@ -437,16 +429,20 @@ type LinkResult struct {
 }
 
 // CreateCharSymlinks makes charDir/<major>:<minor> a symlink to each node
-// (devRoot/dev/<path>), relative like udev's (/dev/char/195:0 ->
+// (its Path under devRoot), relative like udev's (/dev/char/195:0 ->
 // ../nvidia0). A link already pointing at the node, or at another path
 // that is the same device, is kept; any other entry is reported in a
 // *MismatchError after every link was handled.
-func CreateCharSymlinks(devRoot, charDir string, nodes []Node, dryRun bool) ([]LinkResult, error) {
+func CreateCharSymlinks(devRoot, charDir string, nodes []discover.DeviceNode, dryRun bool) ([]LinkResult, error) {
 	dev := devDir(devRoot)
 	var results []LinkResult
 	var bad []Result
 	for _, n := range nodes {
-		target := filepath.Join(dev, n.Path)
+		rel, err := devRel(n)
+		if err != nil {
+			return results, err
+		}
+		target := filepath.Join(dev, rel)
 		link := filepath.Join(charDir, n.ID())
 		if rel, err := filepath.Rel(charDir, target); err == nil {
 			target = rel
@@ -480,7 +476,7 @@ func CreateCharSymlinks(devRoot, charDir string, nodes []Node, dryRun bool) ([]L
 	return results, nil
 }
 
-func checkLink(link string, st fs.FileInfo, target string, n Node) (Status, string) {
+func checkLink(link string, st fs.FileInfo, target string, n discover.DeviceNode) (Status, string) {
 	if st.Mode()&fs.ModeSymlink == 0 {
 		return Mismatch, fmt.Sprintf("is %s, want a symbolic link to %s", describeType(st.Mode()), target)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/discover"
 )
 
 const procDevices = `Character devices:
@@ -60,7 +62,7 @@ func fakeProc(t testing.TB, params string) string {
 	return root
 }
 
-func paths(nodes []Node) []string {
+func paths(nodes []discover.DeviceNode) []string {
 	var out []string
 	for _, n := range nodes {
 		out = append(out, n.Path+"="+n.ID())
@@ -75,9 +77,9 @@ func TestExpected(t *testing.T) {
 		set  Set
 		want []string
 	}{
-		{"control", Set{Control: true}, []string{"nvidia-modeset=195:254", "nvidia-uvm=238:0", "nvidia-uvm-tools=238:1", "nvidiactl=195:255"}},
-		{"gpus", Set{GPUs: true}, []string{"nvidia0=195:0", "nvidia3=195:3"}},
-		{"caps", Set{Caps: true}, []string{"nvidia-caps/nvidia-cap1=241:1", "nvidia-caps/nvidia-cap2=241:2"}},
+		{"control", Set{Control: true}, []string{"/dev/nvidia-modeset=195:254", "/dev/nvidia-uvm=238:0", "/dev/nvidia-uvm-tools=238:1", "/dev/nvidiactl=195:255"}},
+		{"gpus", Set{GPUs: true}, []string{"/dev/nvidia0=195:0", "/dev/nvidia3=195:3"}},
+		{"caps", Set{Caps: true}, []string{"/dev/nvidia-caps/nvidia-cap1=241:1", "/dev/nvidia-caps/nvidia-cap2=241:2"}},
 		{"none", Set{}, nil},
 	}
 	for _, tt := range tests {
@@ -95,11 +97,14 @@ func TestExpected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	modes := map[string]fs.FileMode{}
+	modes := map[string]uint32{}
 	for _, n := range all {
 		modes[n.Path] = n.Mode
+		if n.HostPath != "" {
+			t.Errorf("%s: host path %q for a node only expected", n.Path, n.HostPath)
+		}
 	}
-	if modes["nvidiactl"] != 0o666 || modes["nvidia-caps/nvidia-cap1"] != 0o400 || modes["nvidia-caps/nvidia-cap2"] != 0o444 {
+	if modes["/dev/nvidiactl"] != 0o666 || modes["/dev/nvidia-caps/nvidia-cap1"] != 0o400 || modes["/dev/nvidia-caps/nvidia-cap2"] != 0o444 {
 		t.Errorf("modes = %v", modes)
 	}
 }
@@ -124,6 +129,7 @@ func TestExpectedErrors(t *testing.T) {
 		{"no driver", "proc/devices", "Character devices:\n  1 mem\n", "is the NVIDIA driver loaded"},
 		{"bad devices", "proc/devices", "garbage\n", "proc/devices"},
 		{"bad minor", "proc/driver/nvidia/gpus/0000:41:00.0/information", gpuInformation("0000:41:00.0", 255), "collides"},
+		{"modeset minor", "proc/driver/nvidia/gpus/0000:41:00.0/information", gpuInformation("0000:41:00.0", 254), "collides"},
 		{"dup minor", "proc/driver/nvidia/gpus/0000:c1:00.0/information", gpuInformation("0000:c1:00.0", 0), "also that of"},
 		{"bad mode", "proc/driver/nvidia/params", "DeviceFileMode: 4096\n", "not a permission mode"},
 		{"cap minor", "proc/driver/nvidia/capabilities/mig/config", "DeviceFileMinor: 7\n", "mig-minors says 1"},
@@ -189,7 +195,7 @@ func TestCreateNodes(t *testing.T) {
 		if err := unix.Lstat(r.Path, &st); err != nil {
 			t.Fatal(err)
 		}
-		if st.Mode&unix.S_IFMT != unix.S_IFCHR || uint64(st.Rdev) != r.Node.Dev() || fs.FileMode(st.Mode&0o777) != r.Node.Mode {
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR || uint64(st.Rdev) != r.Node.Dev() || st.Mode&0o777 != r.Node.Mode {
 			t.Errorf("%s: mode %o rdev %d:%d, want char %s mode %o", r.Path, st.Mode, unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev)), r.Node.ID(), r.Node.Mode)
 		}
 	}
@@ -206,7 +212,7 @@ func TestCreateNodes(t *testing.T) {
 		if r.Status != Exists {
 			t.Errorf("second run %s: %v", r.Path, r.Status)
 		}
-		if r.Node.Path == "nvidia0" && !strings.Contains(r.Detail, "mode 0600") {
+		if r.Node.Path == "/dev/nvidia0" && !strings.Contains(r.Detail, "mode 0600") {
 			t.Errorf("nvidia0 detail = %q", r.Detail)
 		}
 	}
@@ -216,6 +222,11 @@ func TestCreateNodes(t *testing.T) {
 	}
 	if got, want := paths(scanned), paths(nodes); !reflect.DeepEqual(got, want) {
 		t.Errorf("Scan = %v, want %v", got, want)
+	}
+	for _, n := range scanned {
+		if want := filepath.Join(devRoot, n.Path); n.HostPath != want {
+			t.Errorf("Scan: %s: host path %q, want %q", n.Path, n.HostPath, want)
+		}
 	}
 
 	// Wrong entries are reported and left alone.
@@ -250,6 +261,24 @@ func TestCreateNodes(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(filepath.Join(dev, "nvidiactl")); string(data) != "x" {
 		t.Errorf("a mismatching file was replaced")
+	}
+}
+
+// TestNodePathOutsideDev: a node whose path is not below /dev is refused
+// before anything is created.
+func TestNodePathOutsideDev(t *testing.T) {
+	devRoot := t.TempDir()
+	for _, p := range []string{"/etc/shadow", "/dev/../etc/shadow", "nvidia0", "/dev/"} {
+		nodes := []discover.DeviceNode{{Path: p, Major: 195, Minor: 0, Mode: 0o666}}
+		if _, err := CreateNodes(devRoot, nodes, false); err == nil || !strings.Contains(err.Error(), "not below /dev") {
+			t.Errorf("CreateNodes(%q) = %v, want a not-below-/dev error", p, err)
+		}
+		if _, err := CreateCharSymlinks(devRoot, filepath.Join(devRoot, "char"), nodes, false); err == nil || !strings.Contains(err.Error(), "not below /dev") {
+			t.Errorf("CreateCharSymlinks(%q) = %v, want a not-below-/dev error", p, err)
+		}
+	}
+	if entries, _ := os.ReadDir(devRoot); len(entries) != 0 {
+		t.Errorf("dev root has %d entries, want none", len(entries))
 	}
 }
 
@@ -336,7 +365,7 @@ func FuzzExpected(f *testing.F) {
 			return
 		}
 		for _, n := range nodes {
-			if !filepath.IsLocal(n.Path) || n.Mode&^fs.ModePerm != 0 {
+			if rel, ok := strings.CutPrefix(n.Path, "/dev/"); !ok || !filepath.IsLocal(rel) || n.Mode&^uint32(fs.ModePerm) != 0 {
 				t.Fatalf("bad node %+v", n)
 			}
 		}

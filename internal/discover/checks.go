@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"path"
+
+	"github.com/nctk/nctk/internal/devnum"
 )
 
 // CheckDevices reports, as *DeviceNodeError values joined together, the
@@ -15,12 +17,12 @@ func (d *Driver) CheckDevices(gpus []GPU) error {
 	var errs []error
 	if !d.hasControl("nvidiactl") {
 		errs = append(errs, &DeviceNodeError{Path: "/dev/nvidiactl", HostPath: d.devHostPath("/dev/nvidiactl"),
-			Major: nvidiaMajor, Minor: nvidiactlMinor, Missing: true})
+			Major: devnum.MajorNVIDIA, Minor: devnum.MinorCtl, Missing: true})
 	}
 	for _, g := range gpus {
 		if g.Node.Path == "" {
 			p := fmt.Sprintf("/dev/nvidia%d", g.Minor)
-			errs = append(errs, &DeviceNodeError{Path: p, HostPath: d.devHostPath(p), Major: nvidiaMajor,
+			errs = append(errs, &DeviceNodeError{Path: p, HostPath: d.devHostPath(p), Major: devnum.MajorNVIDIA,
 				Minor: uint32(g.Minor), Missing: true})
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nctk/nctk/internal/devnum"
 	"github.com/nctk/nctk/internal/procfs"
 )
 
@@ -29,16 +30,6 @@ func DefaultSearchPath() []string {
 		"/usr/local/nvidia/bin", "/usr/lib/nvidia/current",
 	}
 }
-
-// Character device majors the driver uses for fixed nodes.
-const (
-	nvidiaMajor      = 195
-	nvidiactlMinor   = 255
-	modesetMinor     = 254
-	uvmMinor         = 0
-	uvmToolsMinor    = 1
-	procDriverNVIDIA = "/proc/driver/nvidia"
-)
 
 // discoverer carries the state of one Discover call.
 type discoverer struct {
@@ -236,10 +227,10 @@ func (x *discoverer) controlNodes() error {
 		path         string
 		major, minor int64
 	}{
-		{"/dev/nvidiactl", nvidiaMajor, nvidiactlMinor},
-		{"/dev/nvidia-uvm", uvm, uvmMinor},
-		{"/dev/nvidia-uvm-tools", uvm, uvmToolsMinor},
-		{"/dev/nvidia-modeset", nvidiaMajor, modesetMinor},
+		{"/dev/nvidiactl", devnum.MajorNVIDIA, devnum.MinorCtl},
+		{"/dev/nvidia-uvm", uvm, devnum.MinorUVM},
+		{"/dev/nvidia-uvm-tools", uvm, devnum.MinorUVMTools},
+		{"/dev/nvidia-modeset", devnum.MajorNVIDIA, devnum.MinorModeset},
 	} {
 		node, ok, err := x.node(n.path, n.major, n.minor)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nctk/nctk/internal/devnum"
 	"github.com/nctk/nctk/internal/procfs"
 )
 
@@ -59,7 +60,7 @@ func (x *discoverer) gpus() error {
 			return fmt.Errorf("GPUs %s and %s both claim device minor %d in %s", gpus[i-1].BusID, g.BusID, g.Minor, dir)
 		}
 		p := fmt.Sprintf("/dev/nvidia%d", g.Minor)
-		node, ok, err := x.node(p, nvidiaMajor, int64(g.Minor))
+		node, ok, err := x.node(p, devnum.MajorNVIDIA, int64(g.Minor))
 		if err != nil {
 			return err
 		}

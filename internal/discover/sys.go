@@ -12,5 +12,6 @@ func statT(fi fs.FileInfo) (*syscall.Stat_t, bool) {
 	return st, ok
 }
 
-func devMajor(rdev uint64) uint32 { return unix.Major(rdev) }
-func devMinor(rdev uint64) uint32 { return unix.Minor(rdev) }
+func devMajor(rdev uint64) uint32         { return unix.Major(rdev) }
+func devMinor(rdev uint64) uint32         { return unix.Minor(rdev) }
+func devMkdev(major, minor uint32) uint64 { return unix.Mkdev(major, minor) }

@@ -11,6 +11,7 @@
 package discover
 
 import (
+	"fmt"
 	"log/slog"
 	"path"
 	"slices"
@@ -100,11 +101,13 @@ type File struct {
 	Dir bool
 }
 
-// DeviceNode is a character device the driver provides.
+// DeviceNode is a character device the driver provides: one discovery
+// found, and one internal/devnodes expects or creates.
 type DeviceNode struct {
 	// Path is the node's path as seen inside the dev root (/dev/nvidia0).
 	Path string
-	// HostPath is Path joined with the dev root.
+	// HostPath is Path joined with the dev root ("" for a node that is only
+	// expected, not found: devnodes.Expected).
 	HostPath string
 	Major    uint32
 	Minor    uint32
@@ -113,6 +116,12 @@ type DeviceNode struct {
 	UID  uint32
 	GID  uint32
 }
+
+// Dev returns the node's device number.
+func (n DeviceNode) Dev() uint64 { return devMkdev(n.Major, n.Minor) }
+
+// ID returns "<major>:<minor>", the node's name under /dev/char.
+func (n DeviceNode) ID() string { return fmt.Sprintf("%d:%d", n.Major, n.Minor) }
 
 // MIGDevice is a MIG instance on a GPU.
 type MIGDevice struct {

@@ -18,39 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultLdconfig is the host ldconfig used when none is configured (with
-// ".real" preferred when it exists, as on Ubuntu).
-const DefaultLdconfig = "/sbin/ldconfig"
-
 // childLdconfig is argv[1] of the re-executed ldconfig sandbox child.
 const childLdconfig = "__nctk-ldconfig"
-
-// HostLdconfigPath turns a configured ldconfig (NVIDIA's
-// nvidia-container-cli.ldconfig: "@/sbin/ldconfig", "@" marking a host
-// path) into the host path to run: "" means DefaultLdconfig, and X.real is
-// preferred over X when it exists. A path without "@" names the container's
-// own binary; nctk never runs that (CVE-2024-0136/0137) and reports an
-// error.
-func HostLdconfigPath(configured string) (string, error) {
-	p := configured
-	switch {
-	case p == "":
-		p = DefaultLdconfig
-	case strings.HasPrefix(p, "@"):
-		p = p[1:]
-	default:
-		return "", fmt.Errorf("ldconfig %q is a container path: only host ldconfig paths (\"@/sbin/ldconfig\") are supported", configured)
-	}
-	if !path.IsAbs(p) {
-		return "", fmt.Errorf("ldconfig %q: not an absolute host path", configured)
-	}
-	if !strings.HasSuffix(p, ".real") {
-		if st, err := os.Stat(p + ".real"); err == nil && st.Mode().IsRegular() {
-			return p + ".real", nil
-		}
-	}
-	return p, nil
-}
 
 // Ldconfig is a sealed in-memory copy of the host's ldconfig binary: what is
 // executed is the copy made when it was prepared, which nothing (least of
@@ -116,8 +85,9 @@ func (l *Ldconfig) Close() error {
 
 // LdconfigOptions configure a confined ldconfig run.
 type LdconfigOptions struct {
-	// Ldconfig is the configured ldconfig ("@/sbin/ldconfig"; see
-	// HostLdconfigPath). Used by RunLdconfig only.
+	// Ldconfig is the absolute host path of the ldconfig binary to copy
+	// and run (config.Ldconfig.HostPath resolves a configured one). Used
+	// by RunLdconfig only, which requires it.
 	Ldconfig string
 	// NoPivot uses MS_MOVE+chroot instead of pivot_root (rootfs on ramfs).
 	// pivot_root failing with EINVAL falls back to it anyway.
@@ -147,17 +117,16 @@ type childConfig struct {
 	Dirs    []string `json:"dirs"`
 }
 
-// RunLdconfig runs the host's ldconfig (opts.Ldconfig) confined to the
+// RunLdconfig runs the host's ldconfig at opts.Ldconfig confined to the
 // container root at rootPath (a path in the caller's mount namespace) over
 // dirs: `ldconfig -f /etc/ld.so.conf -C /etc/ld.so.cache DIR…`, which
 // rebuilds the container's ld.so.cache and creates the libraries' SONAME
 // links.
 func RunLdconfig(ctx context.Context, rootPath string, dirs []string, opts LdconfigOptions) error {
-	hp, err := HostLdconfigPath(opts.Ldconfig)
-	if err != nil {
-		return err
+	if !path.IsAbs(opts.Ldconfig) {
+		return fmt.Errorf("run ldconfig: %q is not an absolute host path", opts.Ldconfig)
 	}
-	l, err := PrepareLdconfig(hp)
+	l, err := PrepareLdconfig(opts.Ldconfig)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nctk/nctk/internal/config"
 )
 
 // hostLib returns a real shared library of the host to put in test roots.
@@ -33,35 +35,12 @@ func copyFile(t testing.TB, src, dst string) {
 	must(t, os.WriteFile(dst, b, 0o755))
 }
 
-func TestHostLdconfigPath(t *testing.T) {
-	d := t.TempDir()
-	must(t, os.WriteFile(d+"/ldconfig", nil, 0o755))
-	must(t, os.WriteFile(d+"/ldconfig2", nil, 0o755))
-	must(t, os.WriteFile(d+"/ldconfig2.real", nil, 0o755))
-	tests := []struct {
-		in, want, err string
-	}{
-		{"@" + d + "/ldconfig", d + "/ldconfig", ""},
-		{"@" + d + "/ldconfig2", d + "/ldconfig2.real", ""},
-		{"@" + d + "/ldconfig2.real", d + "/ldconfig2.real", ""},
-		{"/sbin/ldconfig", "", "container path"},
-		{"@sbin/ldconfig", "", "not an absolute host path"},
-	}
-	for _, tt := range tests {
-		got, err := HostLdconfigPath(tt.in)
-		if tt.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("HostLdconfigPath(%q) = %q, %v; want error containing %q", tt.in, got, err, tt.err)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("HostLdconfigPath(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
-		}
-	}
-	if got, err := HostLdconfigPath(""); err != nil || !strings.HasPrefix(got, DefaultLdconfig) {
-		t.Errorf("HostLdconfigPath(\"\") = %q, %v", got, err)
-	}
+// hostLdconfig returns the host's default ldconfig as nctk resolves it.
+func hostLdconfig(t testing.TB) string {
+	t.Helper()
+	p, err := config.Ldconfig{}.HostPath()
+	must(t, err)
+	return p
 }
 
 func TestPrepareLdconfig(t *testing.T) {
@@ -103,7 +82,7 @@ func TestRunLdconfigHostile(t *testing.T) {
 	// Hostile: the cache and the SONAME link point at host files.
 	must(t, os.Symlink(e.host+"/etc/ld.so.cache", e.root+"/etc/ld.so.cache"))
 	must(t, os.Symlink(e.host+"/lib/libhost.so.1", filepath.Join(e.root, libdir, soname)))
-	err := RunLdconfig(context.Background(), e.root, []string{libdir, e.host + "/lib"}, LdconfigOptions{})
+	err := RunLdconfig(context.Background(), e.root, []string{libdir, e.host + "/lib"}, LdconfigOptions{Ldconfig: hostLdconfig(t)})
 	must(t, err)
 	e.checkHost(t)
 	st, err := os.Lstat(e.root + "/etc/ld.so.cache")
@@ -128,7 +107,7 @@ func TestRunLdconfigDropIn(t *testing.T) {
 	e := newEnv(t)
 	copyFile(t, lib, filepath.Join(e.root, "/usr/local/nvidia/lib64", filepath.Base(lib)))
 	// No /etc at all (busybox-like): ldconfig must still write the cache.
-	err := RunLdconfig(context.Background(), e.root, []string{"/usr/local/nvidia/lib64"}, LdconfigOptions{ConfDropIn: true, NoPivot: true})
+	err := RunLdconfig(context.Background(), e.root, []string{"/usr/local/nvidia/lib64"}, LdconfigOptions{Ldconfig: hostLdconfig(t), ConfDropIn: true, NoPivot: true})
 	must(t, err)
 	conf, err := os.ReadFile(e.root + "/etc/ld.so.conf.d/00-nctk.conf")
 	if err != nil || !strings.Contains(string(conf), "/usr/local/nvidia/lib64\n") {
@@ -147,21 +126,24 @@ func TestRunLdconfigErrors(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
 	ctx := context.Background()
-	if err := RunLdconfig(ctx, e.root, []string{"relative"}, LdconfigOptions{}); err == nil {
+	ld := hostLdconfig(t)
+	if err := RunLdconfig(ctx, e.root, []string{"relative"}, LdconfigOptions{Ldconfig: ld}); err == nil {
 		t.Error("relative directory accepted")
 	}
-	if err := RunLdconfig(ctx, e.root+"/missing", nil, LdconfigOptions{}); err == nil {
+	if err := RunLdconfig(ctx, e.root+"/missing", nil, LdconfigOptions{Ldconfig: ld}); err == nil {
 		t.Error("missing root accepted")
 	}
-	if err := RunLdconfig(ctx, e.root, nil, LdconfigOptions{Ldconfig: "/sbin/ldconfig"}); err == nil || !strings.Contains(err.Error(), "container path") {
-		t.Errorf("container ldconfig: %v", err)
+	for _, bad := range []string{"", "sbin/ldconfig"} {
+		if err := RunLdconfig(ctx, e.root, nil, LdconfigOptions{Ldconfig: bad}); err == nil || !strings.Contains(err.Error(), "not an absolute host path") {
+			t.Errorf("ldconfig %q: %v", bad, err)
+		}
 	}
 	// A failing "ldconfig" reports its status and output.
 	d := t.TempDir()
 	bin := buildProbe(t, d, `package main
 import ("fmt"; "os")
 func main() { fmt.Println("probe failing on purpose"); os.Exit(3) }`)
-	err := RunLdconfig(ctx, e.root, nil, LdconfigOptions{Ldconfig: "@" + bin})
+	err := RunLdconfig(ctx, e.root, nil, LdconfigOptions{Ldconfig: bin})
 	if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "probe failing on purpose") {
 		t.Errorf("failing ldconfig: %v", err)
 	}
@@ -170,7 +152,7 @@ func main() { fmt.Println("probe failing on purpose"); os.Exit(3) }`)
 import "time"
 func main() { time.Sleep(time.Hour) }`)
 	start := time.Now()
-	err = RunLdconfig(ctx, e.root, nil, LdconfigOptions{Ldconfig: "@" + bin, Timeout: 300 * time.Millisecond})
+	err = RunLdconfig(ctx, e.root, nil, LdconfigOptions{Ldconfig: bin, Timeout: 300 * time.Millisecond})
 	if err == nil || time.Since(start) > 10*time.Second {
 		t.Errorf("hanging ldconfig: %v after %v", err, time.Since(start))
 	}
@@ -259,7 +241,7 @@ func TestLdconfigSandbox(t *testing.T) {
 		}
 		must(t, os.WriteFile(e.root+"/sys/file", nil, 0o644))
 		must(t, os.WriteFile(e.root+"/marker", nil, 0o644))
-		err := RunLdconfig(context.Background(), e.root, []string{"/usr/lib", e.host}, LdconfigOptions{Ldconfig: "@" + bin, NoPivot: noPivot})
+		err := RunLdconfig(context.Background(), e.root, []string{"/usr/lib", e.host}, LdconfigOptions{Ldconfig: bin, NoPivot: noPivot})
 		must(t, err)
 		b, err := os.ReadFile(e.root + "/probe.json")
 		must(t, err)
@@ -317,9 +299,7 @@ func BenchmarkRunLdconfig(b *testing.B) {
 	root := b.TempDir()
 	copyFile(b, lib, filepath.Join(root, "/usr/lib/x86_64-linux-gnu", filepath.Base(lib)))
 	must(b, os.MkdirAll(root+"/etc", 0o755))
-	hp, err := HostLdconfigPath("")
-	must(b, err)
-	l, err := PrepareLdconfig(hp)
+	l, err := PrepareLdconfig(hostLdconfig(b))
 	must(b, err)
 	defer l.Close()
 	b.ResetTimer()
@@ -329,8 +309,7 @@ func BenchmarkRunLdconfig(b *testing.B) {
 }
 
 func BenchmarkPrepareLdconfig(b *testing.B) {
-	hp, err := HostLdconfigPath("")
-	must(b, err)
+	hp := hostLdconfig(b)
 	for b.Loop() {
 		l, err := PrepareLdconfig(hp)
 		must(b, err)

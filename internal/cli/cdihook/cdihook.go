@@ -34,6 +34,7 @@ import (
 	"strings"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/procfs"
@@ -362,7 +363,7 @@ func updateLdcache(h *hookEnv, args []string) error {
 	var folders, libs stringList
 	fs.Var(&folders, "folder", "a container directory holding injected libraries (repeatable)")
 	fs.Var(&libs, "lib", "an injected library file or link to one, as a container path: update ld.so.cache in-process (repeatable)")
-	ldconfig := fs.String("ldconfig-path", rootfs.DefaultLdconfig, "the host ldconfig to run (host path)")
+	ldconfigPath := fs.String("ldconfig-path", config.DefaultLdconfig, "the host ldconfig to run (host path; X.real preferred over X)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -376,8 +377,9 @@ func updateLdcache(h *hookEnv, args []string) error {
 			return fmt.Errorf("invalid --lib %q: not an absolute container path", l)
 		}
 	}
-	if !filepath.IsAbs(*ldconfig) {
-		return fmt.Errorf("invalid --ldconfig-path %q: not an absolute host path", *ldconfig)
+	ldconfig, err := config.ParseHostLdconfig(*ldconfigPath)
+	if err != nil {
+		return fmt.Errorf("invalid --ldconfig-path: %w: want an absolute host path", err)
 	}
 	// The root is resolved once: the OCI state on stdin can be read only
 	// once, and the fall back to ldconfig needs it too.
@@ -395,8 +397,12 @@ func updateLdcache(h *hookEnv, args []string) error {
 	if root == "/" {
 		return errors.New("container root is \"/\": refusing to run ldconfig on the host root")
 	}
+	hostPath, err := ldconfig.HostPath()
+	if err != nil {
+		return err
+	}
 	return rootfs.RunLdconfig(context.Background(), root, folders, rootfs.LdconfigOptions{
-		Ldconfig: "@" + *ldconfig, ConfDropIn: true, Log: h.log,
+		Ldconfig: hostPath, ConfDropIn: true, Log: h.log,
 	})
 }
 

@@ -189,7 +189,7 @@ func TestUnknownHooksAndUsage(t *testing.T) {
 		{[]string{"create-symlinks", "--link", "a::relative"}, 1, "absolute container path"},
 		{[]string{"create-symlinks", "positional"}, 1, "unexpected argument"},
 		{[]string{"update-ldcache", "--folder", "relative"}, 1, "not an absolute container path"},
-		{[]string{"update-ldcache", "--ldconfig-path", "sbin/ldconfig"}, 1, "not an absolute host path"},
+		{[]string{"update-ldcache", "--ldconfig-path", "sbin/ldconfig"}, 1, `invalid --ldconfig-path: "sbin/ldconfig" is not an absolute path: want an absolute host path`},
 		{[]string{"update-ldcache", "--lib", "lib/libcuda.so.1"}, 1, "not an absolute container path"},
 		{[]string{"create-symlinks", "-h"}, 0, "-link"},
 	}

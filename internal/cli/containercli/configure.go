@@ -8,11 +8,11 @@ import (
 	"os"
 	"path"
 	"strconv"
-	"strings"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
+	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/configure"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
@@ -59,7 +59,7 @@ type configureRequest struct {
 	// requirements, MIG, IMEX and component settings, validated as
 	// request.FromSpec validates the same values in an OCI spec.
 	req                  request.Request
-	ldconfig             string // as given ("" = default)
+	ldconfig             config.Ldconfig // as given (zero: the default)
 	noCgroups, noDevBind bool
 	compatMode           string
 }
@@ -99,7 +99,11 @@ func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, 
 			}
 			r.req.Requirements = append(r.req.Requirements, expr)
 		case "ldconfig":
-			r.ldconfig = p.Value
+			l, err := config.ParseLdconfig(p.Value)
+			if err != nil {
+				return nil, input("invalid ldconfig: %w", err)
+			}
+			r.ldconfig = l
 		case "compute", "utility", "video", "graphics", "display", "ngx", "compat32":
 			r.req.Caps[caps.Capability(name)] = true
 		case "no-cgroups":
@@ -223,11 +227,13 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 		}
 	}
 	ldconfig := req.ldconfig
-	if ldconfig != "" && !strings.HasPrefix(ldconfig, "@") {
+	if ldconfig.InContainer() {
 		// NVIDIA would run the image's own binary as root on the host side
-		// (CVE-2024-0136/0137); the host's ldconfig does the same job.
-		log.Warn("ldconfig is a container path; using the host's ldconfig instead", "ldconfig", ldconfig)
-		ldconfig = ""
+		// (CVE-2024-0136/0137); the host's ldconfig does the same job. The
+		// hook passes a container path only when config.toml's
+		// features.allow-ldconfig-from-container accepts it.
+		log.Warn("ldconfig is a container path; using the host's ldconfig instead", "ldconfig", ldconfig.String())
+		ldconfig = config.Ldconfig{}
 	}
 	opts := configure.Options{
 		NoCgroups:      req.noCgroups,

@@ -16,6 +16,7 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
+	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/configure"
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/phase"
@@ -128,7 +129,7 @@ func TestConfigureCommandLine(t *testing.T) {
 	if r.container != (configure.Container{PID: os.Getpid(), Rootfs: rootfs}) {
 		t.Errorf("container = %+v", r.container)
 	}
-	want := configure.Options{NoCgroups: true, Ldconfig: "@/sbin/ldconfig", NoPivot: true, CUDACompatMode: "ldconfig", DriverVersion: "535.261.03"}
+	want := configure.Options{NoCgroups: true, Ldconfig: config.Ldconfig{Path: "/sbin/ldconfig", Host: true}, NoPivot: true, CUDACompatMode: "ldconfig", DriverVersion: "535.261.03"}
 	got := r.opts
 	got.Log = nil
 	if got != want {
@@ -142,7 +143,7 @@ func TestConfigureCommandLine(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
-	if r.job.Request.Devices != nil || r.opts.CUDACompatMode != "mount" || r.opts.Ldconfig != "" || !r.opts.NoDevBind || r.container.Rootfs != rootfs {
+	if r.job.Request.Devices != nil || r.opts.CUDACompatMode != "mount" || r.opts.Ldconfig != (config.Ldconfig{}) || !r.opts.NoDevBind || r.container.Rootfs != rootfs {
 		t.Errorf("job %+v options %+v container %+v", r.job, r.opts, r.container)
 	}
 	r = configureRun{}
@@ -177,6 +178,7 @@ func TestConfigureErrors(t *testing.T) {
 		{"bad requirement", []string{"configure", "--require=cuda>>12", "--pid", pid, rootfs}, nil, 1,
 			`nvidia-container-cli: requirement error: invalid expression "cuda>>12": "cuda>>12": unknown operator ">>"`},
 		{"bad compat mode", []string{"configure", "--cuda-compat-mode=maybe", "--pid", pid, rootfs}, nil, 1, "invalid cuda-compat-mode: maybe"},
+		{"relative ldconfig", []string{"configure", "--ldconfig=@sbin/ldconfig", "--pid", pid, rootfs}, nil, 1, `input error: invalid ldconfig: "@sbin/ldconfig" is not an absolute path`},
 		{"two compat modes", []string{"configure", "--cuda-compat-mode=mount", "--cuda-compat-mode=ldconfig", "--pid", pid, rootfs}, nil, 1, "only one cuda-compat-mode"},
 		{"too many requirements", append(reqs, "--pid", pid, rootfs), nil, 1, "too many requirements"},
 		{"missing rootfs dir", []string{"configure", "--pid", pid, filepath.Join(rootfs, "missing")}, nil, 1, "container error: open container root"},

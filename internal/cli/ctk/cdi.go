@@ -116,11 +116,16 @@ func cdiGenerate(e *env, args []string) error {
 	if driverRoot == "" {
 		driverRoot = "/"
 	}
-	if !fs.IsSet("ldconfig-path") {
-		ldconfigPath, _ = strings.CutPrefix(cfg.CLI.Ldconfig, "@")
-	}
-	if ldconfigPath != "" && !filepath.IsAbs(ldconfigPath) {
-		return fmt.Errorf("%s: --ldconfig-path %q: want an absolute host path", e.path, ldconfigPath)
+	// The spec's update-ldcache hook gets the host ldconfig: --ldconfig-path,
+	// else config.toml's as the runtime reads it (none, the hook's default,
+	// for an empty setting or a container path the config accepts).
+	var ldconfig config.Ldconfig
+	if fs.IsSet("ldconfig-path") {
+		if ldconfig, err = config.ParseHostLdconfig(ldconfigPath); err != nil {
+			return fmt.Errorf("%s: --ldconfig-path: %w: want an absolute host path", e.path, err)
+		}
+	} else if ldconfig, err = cfg.HostLdconfig(); err != nil {
+		return fmt.Errorf("%s: %w", e.path, err)
 	}
 	if hookPath == "" {
 		hookPath = findHook(e)
@@ -128,7 +133,7 @@ func cdiGenerate(e *env, args []string) error {
 	if hookPath, err = filepath.Abs(hookPath); err != nil {
 		return fmt.Errorf("%s: --nvidia-cdi-hook-path: %w", e.path, err)
 	}
-	o.Hook = ocispec.HookConfig{Path: hookPath, LdconfigPath: ldconfigPath}
+	o.Hook = ocispec.HookConfig{Path: hookPath, LdconfigPath: ldconfig.Path}
 
 	// Discovery's own records (every library of every capability looked
 	// for) are not passed on: what was not found is logged at debug level

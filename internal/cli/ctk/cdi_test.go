@@ -223,6 +223,65 @@ func TestCDIGenerateFlags(t *testing.T) {
 	}
 }
 
+// TestCDIGenerateLdconfig: the update-ldcache hook's --ldconfig-path is
+// nvidia-container-cli.ldconfig read as the runtime reads it: a container
+// path (no "@") is refused unless features.allow-ldconfig-from-container
+// accepts it, and then the hook is given no path (its default host
+// ldconfig), never the container path as if it were a host one.
+func TestCDIGenerateLdconfig(t *testing.T) {
+	root := cdiTestRoot(t)
+	tests := []struct {
+		name   string
+		config string
+		args   []string
+		want   []string // --ldconfig-path and its value; nil: none
+		err    string
+	}{
+		{name: "host path", config: "[nvidia-container-cli]\nldconfig = \"@/opt/ld/ldconfig\"\n", want: []string{"--ldconfig-path", "/opt/ld/ldconfig"}},
+		{name: "container path refused", config: "[nvidia-container-cli]\nldconfig = \"/usr/sbin/ldconfig\"\n",
+			err: `nvidia-container-cli.ldconfig = "/usr/sbin/ldconfig" is a container path (no "@"), refused unless features.allow-ldconfig-from-container = true`},
+		{name: "container path accepted: the hook's default", config: "[nvidia-container-cli]\nldconfig = \"/usr/sbin/ldconfig\"\n[features]\nallow-ldconfig-from-container = true\n"},
+		{name: "flag over config", config: "[nvidia-container-cli]\nldconfig = \"/usr/sbin/ldconfig\"\n[features]\nallow-ldconfig-from-container = true\n",
+			args: []string{"--ldconfig-path", "/opt/ld/ldconfig"}, want: []string{"--ldconfig-path", "/opt/ld/ldconfig"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := filepath.Join(t.TempDir(), "config.toml")
+			if err := os.WriteFile(cfg, []byte(tt.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"cdi", "generate", "--driver-root", root}, tt.args...)
+			stdout, stderr, code := cdiRun(t, []string{"NVIDIA_CTK_CONFIG_FILE_PATH=" + cfg}, args...)
+			if tt.err != "" {
+				if code == 0 || !strings.Contains(stderr, tt.err) {
+					t.Fatalf("exit %d, stderr %q; want an error containing %q", code, stderr, tt.err)
+				}
+				return
+			}
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			var update []string
+			for _, h := range parseSpecOut(t, []byte(stdout)).ContainerEdits.Hooks {
+				if slices.Contains(h.Args, "update-ldcache") {
+					update = h.Args
+				}
+			}
+			if update == nil {
+				t.Fatal("no update-ldcache hook")
+			}
+			i := slices.Index(update, "--ldconfig-path")
+			var got []string
+			if i >= 0 && i+1 < len(update) {
+				got = update[i : i+2]
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("update-ldcache args %q: --ldconfig-path %q, want %q", update, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestCDIGenerateCapabilities(t *testing.T) {
 	root := cdiTestRoot(t)
 	stdout, stderr, code := cdiRun(t, nil, "cdi", "generate", "--driver-root", root, "--driver-capabilities", "utility")

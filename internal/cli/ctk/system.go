@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nctk/nctk/internal/devnodes"
+	"github.com/nctk/nctk/internal/discover"
 )
 
 // kernelModules are what --load-kernel-modules loads, in order.
@@ -60,7 +61,7 @@ func createDeviceNodes(e *env, args []string) error {
 	return makeNodes(e, nf, nodes)
 }
 
-func makeNodes(e *env, nf nodeFlags, nodes []devnodes.Node) error {
+func makeNodes(e *env, nf nodeFlags, nodes []discover.DeviceNode) error {
 	results, err := devnodes.CreateNodes(nf.devRoot, nodes, nf.dryRun)
 	for _, r := range results {
 		line := fmt.Sprintf("%s: %s (%s, mode %04o)", r.Status, r.Path, r.Node.ID(), r.Node.Mode)
@@ -93,7 +94,7 @@ func createDevCharSymlinks(e *env, args []string) error {
 	if nf.loadModules {
 		loadKernelModules(e, nf.dryRun)
 	}
-	var expected []devnodes.Node
+	var expected []discover.DeviceNode
 	if createAll || createNodes {
 		if expected, err = devnodes.Expected(nf.procRoot, devnodes.All()); err != nil {
 			return err
@@ -123,7 +124,7 @@ func createDevCharSymlinks(e *env, args []string) error {
 }
 
 // mergeNodes adds the nodes of extra whose device numbers a lacks.
-func mergeNodes(a, extra []devnodes.Node) []devnodes.Node {
+func mergeNodes(a, extra []discover.DeviceNode) []discover.DeviceNode {
 	seen := map[string]bool{}
 	for _, n := range a {
 		seen[n.ID()] = true

@@ -210,7 +210,10 @@ func prestart(e *app.Env, configPath string, debug bool, log *slog.Logger, exec 
 	if err != nil {
 		return err
 	}
-	argv := cliArgs(cfg, req, debug, state.Pid, rootfs)
+	argv, err := cliArgs(cfg, req, debug, state.Pid, rootfs)
+	if err != nil {
+		return err
+	}
 	env := cliEnv(e, cfg, searchPath)
 	log.Debug("exec", "path", cli, "argv", argv, "env", env)
 	if err := exec(cli, argv, env); err != nil {
@@ -227,7 +230,16 @@ func loadConfig(e *app.Env, configPath string) (*config.Config, error) {
 }
 
 // cliArgs is NVIDIA's nvidia-container-cli command line for the request.
-func cliArgs(cfg *config.Config, req request.Request, debug bool, pid int, rootfs string) []string {
+// nvidia-container-cli.ldconfig is passed as --ldconfig when set: a host
+// path with its ".real" variant chosen (config.Ldconfig.Normalize), a
+// container path as it is (accepted only with
+// features.allow-ldconfig-from-container; a container path otherwise is
+// the error).
+func cliArgs(cfg *config.Config, req request.Request, debug bool, pid int, rootfs string) ([]string, error) {
+	ldconfig, err := cfg.LdconfigSetting()
+	if err != nil {
+		return nil, err
+	}
 	a := []string{CLIName}
 	if cfg.CLI.Root != "" {
 		a = append(a, "--root="+cfg.CLI.Root)
@@ -254,7 +266,7 @@ func cliArgs(cfg *config.Config, req request.Request, debug bool, pid int, rootf
 		a = append(a, "--user="+cfg.CLI.User)
 	}
 	a = append(a, "configure", "--cuda-compat-mode="+cfg.CUDACompatMode())
-	if l := normalizeLdconfig(cfg.CLI.Ldconfig); l != "" {
+	if l := ldconfig.Normalize().String(); l != "" {
 		a = append(a, "--ldconfig="+l)
 	}
 	if cfg.CLI.NoCgroups {
@@ -288,20 +300,7 @@ func cliArgs(cfg *config.Config, req request.Request, debug bool, pid int, rootf
 	for _, r := range req.Requirements {
 		a = append(a, "--require="+r.Source)
 	}
-	return append(a, "--pid="+strconv.Itoa(pid), rootfs)
-}
-
-// normalizeLdconfig prefers X.real for a host ldconfig "@X", as NVIDIA's
-// hook does (Ubuntu's /sbin/ldconfig is a wrapper script).
-func normalizeLdconfig(l string) string {
-	p, ok := strings.CutPrefix(l, "@")
-	if !ok || strings.HasSuffix(p, ".real") {
-		return l
-	}
-	if st, err := os.Stat(p + ".real"); err == nil && st.Mode().IsRegular() {
-		return "@" + p + ".real"
-	}
-	return l
+	return append(a, "--pid="+strconv.Itoa(pid), rootfs), nil
 }
 
 // findCLI returns nvidia-container-cli's path: nvidia-container-cli.path,

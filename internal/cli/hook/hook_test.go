@@ -98,6 +98,11 @@ func TestPrestartArgv(t *testing.T) {
 	cli := fakeCLI(t)
 	base := "[nvidia-container-cli]\npath = \"" + cli + "\"\n"
 	priv := []string{"CAP_SYS_ADMIN", "CAP_CHOWN"}
+	// Host ldconfigs for the ".real" rule: wrapped has a .real, plain none.
+	ld := t.TempDir()
+	for _, f := range []string{"wrapped", "wrapped.real", "plain"} {
+		must(t, os.WriteFile(filepath.Join(ld, f), nil, 0o755))
+	}
 	tests := []struct {
 		name   string
 		config string
@@ -134,6 +139,13 @@ cuda-compat-mode = "mount"
 			[]string{"--root=/run/nvidia/driver", "--no-create-imex-channels", "--no-pivot", "--debug=/var/log/nvidia-container-toolkit.log",
 				"--ldcache=/etc/ld.so.cache", "--user=root:video", "configure", "--cuda-compat-mode=mount", "--ldconfig=@/nonexistent/ldconfig",
 				"--no-cgroups", "--device=GPU-1234", "--mig-config=all", "--mig-monitor=all", "--imex-channel=0,2", "--compute", "--utility"}},
+		{"host ldconfig: .real preferred", base + "ldconfig = \"@" + ld + "/wrapped\"\n", []string{"NVIDIA_VISIBLE_DEVICES=0"}, nil, nil,
+			[]string{"--load-kmods", "configure", "--cuda-compat-mode=ldconfig", "--ldconfig=@" + ld + "/wrapped.real", "--device=0", "--compute", "--utility"}},
+		{"host ldconfig: missing .real falls back", base + "ldconfig = \"@" + ld + "/plain.real\"\n", []string{"NVIDIA_VISIBLE_DEVICES=0"}, nil, nil,
+			[]string{"--load-kmods", "configure", "--cuda-compat-mode=ldconfig", "--ldconfig=@" + ld + "/plain", "--device=0", "--compute", "--utility"}},
+		{"container ldconfig accepted by the feature: passed as it is", base + "ldconfig = \"/usr/sbin/ldconfig\"\n[features]\nallow-ldconfig-from-container = true\n",
+			[]string{"NVIDIA_VISIBLE_DEVICES=0"}, nil, nil,
+			[]string{"--load-kmods", "configure", "--cuda-compat-mode=ldconfig", "--ldconfig=/usr/sbin/ldconfig", "--device=0", "--compute", "--utility"}},
 		{"-debug", base, []string{"NVIDIA_VISIBLE_DEVICES=all"}, nil, []string{"-debug"},
 			[]string{"--load-kmods", "--debug=/dev/stderr", "configure", "--cuda-compat-mode=ldconfig", "--ldconfig=@/sbin/ldconfig", "--device=all", "--compute", "--utility"}},
 		{"legacy CUDA image", base, []string{"CUDA_VERSION=12.2.0"}, nil, nil,
@@ -223,6 +235,8 @@ func TestPrestartErrors(t *testing.T) {
 		{"missing config", state(1, good), []string{"-config", "/nonexistent.toml", "prestart"}, "nonexistent.toml"},
 		{"mig config unprivileged", state(1, unpriv), []string{"-config", cfg, "prestart"}, "NVIDIA_MIG_CONFIG_DEVICES"},
 		{"cdi mode", state(1, good), []string{"-config", writeConfig(t, "[nvidia-container-cli]\npath = \""+cli+"\"\n[nvidia-container-runtime]\nmode = \"cdi\"\n"), "prestart"}, "not supported"},
+		{"container ldconfig", state(1, good), []string{"-config", writeConfig(t, "[nvidia-container-cli]\npath = \""+cli+"\"\nldconfig = \"/sbin/ldconfig\"\n"), "prestart"},
+			`nvidia-container-cli.ldconfig = "/sbin/ldconfig" is a container path (no "@"), refused unless features.allow-ldconfig-from-container = true`},
 		{"relative cli path", state(1, good), []string{"-config", writeConfig(t, "[nvidia-container-cli]\npath = \"bin/cli\"\n"), "prestart"}, "not an absolute path"},
 	}
 	for _, tt := range tests {

@@ -167,7 +167,13 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 	// a createContainer hook (it mounts inside the container), and only
 	// when the container's procfs will have that directory.
 	procView := p.Proc != nil && r.needsProcView(spec)
-	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: hostLdconfig(cfg),
+	// update-ldcache gets the configured host ldconfig, or none (its own
+	// default) when the setting is empty or an accepted container path.
+	ldconfig, err := cfg.HostLdconfig()
+	if err != nil {
+		return err
+	}
+	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: ldconfig.Path,
 		RootfsDone: true, NoProcView: !procView}
 	if hc.Path == "" && procView {
 		if hc.Path, err = FindHelper(ocispec.HookBinary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {

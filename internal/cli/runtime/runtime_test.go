@@ -514,6 +514,15 @@ func TestFindRuntime(t *testing.T) {
 	}
 }
 
+// hostLdconfigPath is the --ldconfig-path the runtime gives update-ldcache.
+func hostLdconfigPath(c *config.Config) string {
+	l, err := c.HostLdconfig()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return l.Path
+}
+
 func TestLoadConfig(t *testing.T) {
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "config.toml")
@@ -531,7 +540,7 @@ runtimes = ["crun", "/usr/bin/runc"]
 		t.Fatal(err)
 	}
 	if !slices.Equal(c.Runtime.Runtimes, []string{"crun", "/usr/bin/runc"}) || c.Runtime.Debug != "/var/log/nvidia-container-runtime.log" ||
-		hostLdconfig(c) != "/sbin/ldconfig.real" || c.Path != cfgFile || len(c.Warnings) == 0 {
+		hostLdconfigPath(c) != "/sbin/ldconfig.real" || c.Path != cfgFile || len(c.Warnings) == 0 {
 		t.Errorf("config %+v", c)
 	}
 	// Missing file: defaults, unless named explicitly.

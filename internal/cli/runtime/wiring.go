@@ -6,7 +6,6 @@ package runtime
 
 import (
 	"context"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -22,15 +21,6 @@ import (
 // wrapper's stderr is part of what engines parse (containerd reads `state`
 // output with stderr mixed in). Warnings stay in Config.Warnings.
 func LoadConfig(e *app.Env) (*config.Config, error) { return config.Load(e.Environ) }
-
-// hostLdconfig returns the host ldconfig of nvidia-container-cli.ldconfig
-// ("@/sbin/ldconfig" -> "/sbin/ldconfig"); "" when it names a container path.
-func hostLdconfig(c *config.Config) string {
-	if l, ok := strings.CutPrefix(c.CLI.Ldconfig, "@"); ok {
-		return l
-	}
-	return ""
-}
 
 // Input is what the planner gets for one container.
 type Input struct {
