@@ -10,7 +10,6 @@ import (
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/request"
-	"github.com/nctk/nctk/internal/rootfs"
 )
 
 // SpecJob turns a container's OCI spec into a Job: the request from its
@@ -33,12 +32,9 @@ func SpecJob(spec *specs.Spec, rootfsPath string, cfg *config.Config) (*Job, req
 	if err != nil {
 		return nil, req, err
 	}
-	root, err := rootfs.Open(rootfsPath)
-	if err != nil {
+	if j.Target, err = ImageTarget(rootfsPath); err != nil {
 		return nil, req, &Error{Phase: PhaseInput, Err: fmt.Errorf("container rootfs: %w", err)}
 	}
-	j.Target = root.Target().Plan()
-	_ = root.Close()
 	return j, req, nil
 }
 

@@ -453,7 +453,7 @@ func mountProcDriver(h *hookEnv, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	view := &plan.ProcView{HostDir: *hostDir, Files: files, GPUDirs: gpus, Expose: expose}
+	view := &rootfs.ProcView{HostDir: *hostDir, Files: files, GPUDirs: gpus, Expose: expose}
 	if len(view.Files) == 0 {
 		view.Files = []string{"params", "version", "registry"}
 	}

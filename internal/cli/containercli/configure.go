@@ -17,7 +17,6 @@ import (
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/plan"
-	"github.com/nctk/nctk/internal/rootfs"
 )
 
 // maxRequire is NVIDIA's limit on --require options.
@@ -268,12 +267,7 @@ func containerTarget(c configure.Container) (plan.Target, error) {
 	if c.ProcRoot == "" {
 		p = path.Join("/proc", strconv.Itoa(c.PID), "root") + c.Rootfs
 	}
-	r, err := rootfs.Open(p)
-	if err != nil {
-		return plan.Target{}, err
-	}
-	defer r.Close()
-	return r.Target().Plan(), nil
+	return inject.ImageTarget(p)
 }
 
 // injectPhase maps a discovery or planning error to NVIDIA's phase word; a
