@@ -34,6 +34,7 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
@@ -170,7 +171,7 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: hostLdconfig(cfg),
 		RootfsDone: true, NoProcView: !procView}
 	if hc.Path == "" && procView {
-		if hc.Path, err = FindHelper(ocispec.HookBinary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
+		if hc.Path, err = FindHelper(hookargs.Binary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
 			return fmt.Errorf("container hooks: %w", err)
 		}
 	}
