@@ -37,6 +37,7 @@ import (
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/planner"
@@ -336,15 +337,11 @@ func hooks(p *plan.Plan, hc ocispec.HookConfig) []*cdi.Hook {
 	hs := ocispec.Hooks(&q, hc)
 	if p.Proc != nil {
 		hs = append(hs, ocispec.Hook{Path: hc.Path,
-			Args: []string{ocispec.HookBinary, ocispec.HookDisableDeviceNodeModification}, Env: ocispec.HookEnv()})
+			Args: hookargs.Command(hookargs.DisableDeviceNodeModification{}), Env: hookargs.Env()})
 	}
-	ctk := path.Base(hc.Path) == "nvidia-ctk"
 	out := make([]*cdi.Hook, 0, len(hs))
 	for _, h := range hs {
-		args := slices.Clone(h.Args)
-		if ctk {
-			args = append([]string{"nvidia-ctk", "hook"}, args[1:]...)
-		}
+		args := hookargs.CommandFor(hc.Path, h.Args)
 		out = append(out, &cdi.Hook{HookName: "createContainer", Path: h.Path, Args: args, Env: slices.Clone(h.Env)})
 	}
 	return out

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/selector"
 )
@@ -294,8 +295,8 @@ func TestEdits(t *testing.T) {
 		if h.HookName != "createContainer" || h.Path != "/opt/nctk/nvidia-cdi-hook" || h.Args[0] != "nvidia-cdi-hook" {
 			t.Errorf("hook %+v", h)
 		}
-		if !slices.Equal(h.Env, ocispec.HookEnv()) {
-			t.Errorf("hook %s env %q, want %q", h.Args[1], h.Env, ocispec.HookEnv())
+		if !slices.Equal(h.Env, hookargs.Env()) {
+			t.Errorf("hook %s env %q, want %q", h.Args[1], h.Env, hookargs.Env())
 		}
 		subs = append(subs, h.Args[1])
 	}

@@ -317,14 +317,15 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 		}
 	}
 	for _, m := range p.Mounts {
-		s, err := rootfs.OpenSource(m.Source, m.Kind, m.Options)
+		s, err := rootfs.OpenSource(m.Source, sourceKind(m.Kind), m.Options)
 		if err != nil {
 			return fail(PhaseMount, err)
 		}
 		pr.mounts = append(pr.mounts, s)
 	}
 	if p.Proc != nil {
-		pd, err := rootfs.PrepareProcDriver(p.Proc)
+		v := p.Proc
+		pd, err := rootfs.PrepareProcDriver(&rootfs.ProcView{HostDir: v.HostDir, Files: v.Files, GPUDirs: v.GPUDirs, Expose: v.Expose})
 		if err != nil {
 			return fail(PhaseMount, err)
 		}
@@ -344,6 +345,12 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 		pr.ldconfig = l
 	}
 	return pr, nil
+}
+
+// sourceKind is the rootfs kind of a plan mount; an unknown kind is 0,
+// which rootfs.OpenSource refuses.
+func sourceKind(k plan.MountKind) rootfs.Kind {
+	return map[plan.MountKind]rootfs.Kind{plan.KindFile: rootfs.KindFile, plan.KindDir: rootfs.KindDir, plan.KindSocket: rootfs.KindSocket}[k]
 }
 
 func (pr *prepared) Close() {

@@ -9,42 +9,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/plan"
 )
-
-// HookBinary is the name of the helper binary the createContainer hooks run
-// (args[0] of every hook Apply emits).
-const HookBinary = "nvidia-cdi-hook"
-
-// Subcommands of nvidia-cdi-hook that Apply emits.
-const (
-	// HookCreateSymlinks: create-symlinks --link TARGET::LINK ...
-	HookCreateSymlinks = "create-symlinks"
-	// HookUpdateLdcache: update-ldcache [--ldconfig-path P] --folder DIR ...
-	// [--lib PATH ...]. With --lib (the injected library files and the
-	// links to them in the folders) the hook updates ld.so.cache in-process;
-	// with only --folder it runs the confined host ldconfig.
-	HookUpdateLdcache = "update-ldcache"
-	// HookMountProcDriver: mount-proc-driver --host-dir D [--file F]...
-	// [--gpu BUSID]... [--expose REL]... builds the container's filtered
-	// /proc/driver/nvidia (see plan.ProcView).
-	HookMountProcDriver = "mount-proc-driver"
-	// HookDisableDeviceNodeModification is NVIDIA's name for the params
-	// copy with ModifyDeviceFiles 0. Apply does not emit it (the
-	// mount-proc-driver view includes that copy) but removes it when it
-	// re-applies, like the other hooks it owns.
-	HookDisableDeviceNodeModification = "disable-device-node-modification"
-)
-
-// HookPath is the PATH of every hook Apply emits.
-const HookPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-// HookEnv is the complete environment of every hook Apply emits. The OCI
-// runtime passes a hook exactly its env, so nothing from the image (such as
-// LD_PRELOAD in process.env) reaches the hook.
-func HookEnv() []string {
-	return []string{"PATH=" + HookPath, "NVIDIA_CTK_DEBUG=false"}
-}
 
 // legacyHookNames are the basenames of NVIDIA's prestart hook (Docker's
 // --gpus inserts it); Apply removes it, since the plan replaces it.
@@ -52,9 +19,12 @@ func legacyHookNames() []string {
 	return []string{"nvidia-container-runtime-hook", "nvidia-container-toolkit"}
 }
 
-// ownHookNames are the hook subcommands whose entries Apply replaces.
+// ownHookNames are the hook subcommands whose entries Apply replaces: those
+// Hooks emits, and NVIDIA's disable-device-node-modification, which Apply
+// does not emit (the mount-proc-driver view includes its params copy).
 func ownHookNames() []string {
-	return []string{HookCreateSymlinks, HookUpdateLdcache, HookMountProcDriver, HookDisableDeviceNodeModification}
+	return []string{hookargs.NameCreateSymlinks, hookargs.NameUpdateLdcache, hookargs.NameMountProcDriver,
+		hookargs.NameDisableDeviceNodeModification}
 }
 
 // HookConfig says how Apply emits createContainer hooks.
@@ -80,7 +50,8 @@ type HookConfig struct {
 	NoProcView bool
 }
 
-// Hook is one createContainer hook: Args[0] is HookBinary.
+// Hook is one createContainer hook: Args is a hookargs command line
+// (Args[0] is hookargs.Binary).
 type Hook struct {
 	Path string
 	Args []string
@@ -89,66 +60,48 @@ type Hook struct {
 
 // Hooks returns the createContainer hooks that apply p inside the
 // container root after the mounts: symlinks, then the ld.so.cache update,
-// then the /proc/driver/nvidia view.
+// then the /proc/driver/nvidia view, each a call of hc.Path with
+// hookargs.Env.
 func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 	if p == nil {
 		return nil
 	}
-	var hooks []Hook
-	add := func(args ...string) {
-		hooks = append(hooks, Hook{Path: hc.Path, Args: append([]string{HookBinary}, args...), Env: HookEnv()})
-	}
+	var hs []hookargs.Hook
 	if len(p.Symlinks) > 0 && !hc.RootfsDone {
-		args := []string{HookCreateSymlinks}
+		h := hookargs.CreateSymlinks{}
 		for _, s := range p.Symlinks {
-			args = append(args, "--link", s.Target+"::"+s.Link)
+			h.Links = append(h.Links, hookargs.Link{Target: s.Target, Path: s.Link})
 		}
-		add(args...)
+		hs = append(hs, h)
 	}
 	if len(p.LdconfigDirs) > 0 && !hc.RootfsDone {
-		args := []string{HookUpdateLdcache}
-		if hc.LdconfigPath != "" {
-			args = append(args, "--ldconfig-path", hc.LdconfigPath)
-		}
-		for _, d := range p.LdconfigDirs {
-			args = append(args, "--folder", d)
-		}
+		h := hookargs.UpdateLdcache{LdconfigPath: hc.LdconfigPath, Folders: p.LdconfigDirs}
 		if hc.InProcessLdcache {
-			for _, l := range p.LdcacheLibs() {
-				args = append(args, "--lib", l)
-			}
+			h.Libs = p.LdcacheLibs()
 		}
-		add(args...)
+		hs = append(hs, h)
 	}
 	if v := p.Proc; v != nil && !hc.NoProcView {
-		args := []string{HookMountProcDriver, "--host-dir", v.HostDir}
-		for _, f := range v.Files {
-			args = append(args, "--file", f)
-		}
-		for _, g := range v.GPUDirs {
-			args = append(args, "--gpu", g)
-		}
-		for _, x := range v.Expose {
-			args = append(args, "--expose", x)
-		}
-		add(args...)
+		hs = append(hs, hookargs.MountProcDriver{HostDir: v.HostDir, Files: v.Files, GPUs: v.GPUDirs, Expose: v.Expose})
+	}
+	hooks := make([]Hook, 0, len(hs))
+	for _, h := range hs {
+		hooks = append(hooks, Hook{Path: hc.Path, Args: hookargs.Command(h), Env: hookargs.Env()})
 	}
 	return hooks
 }
 
-// ChainSeparator separates hooks chained in one nvidia-cdi-hook call.
-const ChainSeparator = ";"
-
 // Chain merges hooks that run the same binary with the same environment into
-// one call, "nvidia-cdi-hook A ARGS ; B ARGS ; …", which nvidia-cdi-hook runs
-// in order on one OCI state: one process per container instead of one per
-// hook (each start of the binary costs milliseconds on the create path).
+// one call, "nvidia-cdi-hook A ARGS ; B ARGS ; …" (hookargs.Chain), which
+// nvidia-cdi-hook runs in order on one OCI state: one process per container
+// instead of one per hook (each start of the binary costs milliseconds on
+// the create path).
 func Chain(hooks []Hook) []Hook {
 	var out []Hook
 	for _, h := range hooks {
 		if n := len(out); n > 0 && out[n-1].Path == h.Path && slices.Equal(out[n-1].Env, h.Env) &&
 			len(h.Args) > 0 && h.Args[0] == out[n-1].Args[0] {
-			out[n-1].Args = append(append(out[n-1].Args, ChainSeparator), h.Args[1:]...)
+			out[n-1].Args = hookargs.Chain(out[n-1].Args, h.Args)
 			continue
 		}
 		h.Args = slices.Clone(h.Args)
@@ -224,8 +177,8 @@ func validate(p *plan.Plan, hooks []Hook, hc HookConfig) error {
 		if err := checkAbs("symlink", s.Link); err != nil {
 			return err
 		}
-		if s.Target == "" || strings.Contains(s.Target, "::") || strings.Contains(s.Link, "::") {
-			return fmt.Errorf("symlink %q -> %q: target empty or containing \"::\"", s.Link, s.Target)
+		if err := (hookargs.Link{Target: s.Target, Path: s.Link}).Check(); err != nil {
+			return fmt.Errorf("symlink %q -> %q: %w", s.Link, s.Target, err)
 		}
 	}
 	for _, d := range p.LdconfigDirs {
@@ -405,7 +358,7 @@ func isLegacyHook(v any) bool {
 
 // isOwnHook reports whether a createContainer hook entry is one Apply
 // emits: nvidia-cdi-hook with one of Apply's subcommands and exactly
-// HookEnv as its environment (hooks from CDI specs carry another env and
+// hookargs.Env as its environment (hooks from CDI specs carry another env and
 // are left alone).
 func isOwnHook(v any) bool {
 	o, ok := v.(object)
@@ -413,11 +366,11 @@ func isOwnHook(v any) bool {
 		return false
 	}
 	args, _ := o["args"].([]any)
-	if len(args) < 2 || args[0] != HookBinary {
+	if len(args) < 2 || args[0] != hookargs.Binary {
 		return false
 	}
 	sub, _ := args[1].(string)
-	return slices.Contains(ownHookNames(), sub) && equalJSON(o["env"], strings2any(HookEnv()))
+	return slices.Contains(ownHookNames(), sub) && equalJSON(o["env"], strings2any(hookargs.Env()))
 }
 
 func deviceEntry(d plan.Device) object {

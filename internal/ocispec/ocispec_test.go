@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/plan"
 )
 
@@ -217,8 +218,8 @@ func TestApplyContent(t *testing.T) {
 		if h.Path != hookPath || !slices.Equal(h.Args, wantArgs[i]) {
 			t.Errorf("hook %d = %+v, want args %v", i, h, wantArgs[i])
 		}
-		if !slices.Equal(h.Env, HookEnv()) {
-			t.Errorf("hook %d env %v, want %v", i, h.Env, HookEnv())
+		if !slices.Equal(h.Env, hookargs.Env()) {
+			t.Errorf("hook %d env %v, want %v", i, h.Env, hookargs.Env())
 		}
 		for _, kv := range h.Env {
 			if strings.HasPrefix(kv, "LD_PRELOAD") || strings.HasPrefix(kv, "HOSTNAME") {
@@ -226,8 +227,8 @@ func TestApplyContent(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_CTK_DEBUG=false"}; !slices.Equal(HookEnv(), want) {
-		t.Errorf("HookEnv = %v", HookEnv())
+	if want := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_CTK_DEBUG=false"}; !slices.Equal(hookargs.Env(), want) {
+		t.Errorf("HookEnv = %v", hookargs.Env())
 	}
 }
 
@@ -336,6 +337,7 @@ func TestApplyErrorsLeaveDocUnchanged(t *testing.T) {
 		{"relative device", "", func(p *plan.Plan) { p.Devices[0].Path = "dev/x" }, HookConfig{Path: hookPath}, "device path"},
 		{"bad env", "", func(p *plan.Plan) { p.Env = []string{"=x"} }, HookConfig{Path: hookPath}, "KEY=VALUE"},
 		{"symlink separator", "", func(p *plan.Plan) { p.Symlinks[0].Target = "a::b" }, HookConfig{Path: hookPath}, "::"},
+		{"symlink target ending in a colon", "", func(p *plan.Plan) { p.Symlinks[0].Target = "a:" }, HookConfig{Path: hookPath}, "::"},
 		{"proc escape", "", func(p *plan.Plan) { p.Proc.GPUDirs = []string{"../../etc"} }, HookConfig{Path: hookPath}, "component"},
 		{"no hook path", "", func(p *plan.Plan) {}, HookConfig{}, "hook binary"},
 		{"no process", `{"ociVersion":"1.2.0","root":{"path":"r"}}`, func(p *plan.Plan) {}, HookConfig{Path: hookPath}, "no process"},
@@ -575,7 +577,7 @@ func BenchmarkLoadApplySave(b *testing.B) {
 }
 
 func TestChain(t *testing.T) {
-	env := HookEnv()
+	env := hookargs.Env()
 	h := func(path string, env []string, args ...string) Hook { return Hook{Path: path, Args: args, Env: env} }
 	tests := []struct {
 		name string
@@ -629,7 +631,7 @@ func TestHooksLdcacheLibs(t *testing.T) {
 			"--lib", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "--lib", "/usr/lib/x86_64-linux-gnu/libcuda.so"}},
 	} {
 		hs := Hooks(p, HookConfig{Path: hookPath, InProcessLdcache: tc.inProcess})
-		i := slices.IndexFunc(hs, func(h Hook) bool { return len(h.Args) > 1 && h.Args[1] == HookUpdateLdcache })
+		i := slices.IndexFunc(hs, func(h Hook) bool { return len(h.Args) > 1 && h.Args[1] == hookargs.NameUpdateLdcache })
 		if i < 0 || !slices.Equal(hs[i].Args[1:], tc.want) {
 			t.Errorf("InProcessLdcache=%v: hooks %+v, want update-ldcache args %q", tc.inProcess, hs, tc.want)
 		}
@@ -645,9 +647,9 @@ func TestHooksRootfsDoneNoProcView(t *testing.T) {
 		rootfsDone, noProc bool
 		want               []string
 	}{
-		{false, false, []string{HookCreateSymlinks, HookUpdateLdcache, HookMountProcDriver}},
-		{true, false, []string{HookMountProcDriver}},
-		{false, true, []string{HookCreateSymlinks, HookUpdateLdcache}},
+		{false, false, []string{hookargs.NameCreateSymlinks, hookargs.NameUpdateLdcache, hookargs.NameMountProcDriver}},
+		{true, false, []string{hookargs.NameMountProcDriver}},
+		{false, true, []string{hookargs.NameCreateSymlinks, hookargs.NameUpdateLdcache}},
 		{true, true, nil},
 	} {
 		var got []string

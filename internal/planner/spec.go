@@ -10,7 +10,6 @@ import (
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/request"
-	"github.com/nctk/nctk/internal/rootfs"
 )
 
 // SpecJob turns a container's OCI spec into a Job: the request from its
@@ -29,15 +28,14 @@ func SpecJob(spec *specs.Spec, rootfsPath string, cfg *config.Config) (*Job, req
 	if req.Void || (len(req.Devices) == 0 && !req.All && !req.None) {
 		return nil, req, nil
 	}
-	root, err := rootfs.Open(rootfsPath)
+	target, err := ImageTarget(rootfsPath)
 	if err != nil {
 		return nil, req, &phase.Error{Phase: phase.Input, Err: fmt.Errorf("container rootfs: %w", err)}
 	}
-	defer root.Close()
 	return &Job{
 		Request: req,
 		Driver:  discover.Options{Root: cfg.CLI.Root, LdCache: cfg.CLI.LdCache},
-		Target:  root.Target().Plan(),
+		Target:  target,
 	}, req, nil
 }
 

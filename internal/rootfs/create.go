@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/nctk/nctk/internal/plan"
 )
 
 // CreatePlaceholder makes sure an object that a mount of the given kind can
@@ -26,12 +24,12 @@ import (
 //     CVE-2024-0132/0133; deleting the image's file is not ours to decide.
 //
 // The caller owns the returned file.
-func (r *Root) CreatePlaceholder(p string, kind plan.MountKind, mode fs.FileMode) (*os.File, error) {
+func (r *Root) CreatePlaceholder(p string, kind Kind, mode fs.FileMode) (*os.File, error) {
 	cp, err := clean(p)
 	if err != nil {
 		return nil, r.errorf(p, err)
 	}
-	fd, err := r.placeholder(cp, kind == plan.KindDir, uint32(mode.Perm()))
+	fd, err := r.placeholder(cp, kind == KindDir, uint32(mode.Perm()))
 	if err != nil {
 		return nil, err
 	}

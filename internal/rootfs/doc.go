@@ -27,7 +27,7 @@
 //     /proc/self/fd magic links and verify the result by device and inode.
 //   - Existing symlinks are never followed at a destination: a placeholder
 //     whose path is a symlink in the image is an error naming it; a symlink
-//     the plan asks for replaces an existing symlink atomically (renameat)
+//     the caller asks for replaces an existing symlink atomically (renameat)
 //     but never a regular file or directory.
 //
 // Every change a Root makes (directories, placeholder files, symlinks,

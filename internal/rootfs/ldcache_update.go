@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/nctk/nctk/internal/ldcache"
-	"github.com/nctk/nctk/internal/plan"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,7 +56,8 @@ func (r *Root) UpdateLdCache(libs, confDirs []string, log *slog.Logger) error {
 // UpdateLdCacheFor is UpdateLdCache with the library directory entries
 // already known: names are what ldconfig would find in the container's
 // library directories (ldcache.EntriesFor classifies them), for instance
-// read from the host files that will be mounted there (PlanLibraryEntries),
+// read from the host files that will be mounted there
+// (PendingLibraryEntries),
 // before the mounts exist. Nothing is resolved or read for them in the root;
 // the image's cache, the atomic write and the conf drop-in are as in
 // UpdateLdCache. log may be nil.
@@ -122,10 +122,10 @@ func (s *libScan) close() {
 const readFlags = unix.O_RDONLY | unix.O_NOCTTY | unix.O_NONBLOCK
 
 // libraryEntries returns the library directory entries for libs once the
-// plan's file mounts and symlinks (by cleaned container path; nil for
-// none) exist: paths the plan provides are followed by planLibrary, the
+// pending file mounts and symlinks (by cleaned container path; nil for
+// none) exist: paths they provide are followed by pendingLibrary, the
 // others are the image's (libraryEntry).
-func (r *Root) libraryEntries(libs []string, mounts map[string]plan.Mount, links map[string]string) ([]ldcache.DirEntry, error) {
+func (r *Root) libraryEntries(libs []string, mounts map[string]PendingFile, links map[string]string) ([]ldcache.DirEntry, error) {
 	sc := newLibScan()
 	defer sc.close()
 	out := make([]ldcache.DirEntry, 0, len(libs))
@@ -146,7 +146,7 @@ func (r *Root) libraryEntries(libs []string, mounts map[string]plan.Mount, links
 		_, isLink := links[cp]
 		if _, mounted := mounts[cp]; mounted || isLink {
 			de = ldcache.DirEntry{Dir: dir, Name: name, IsLink: isLink}
-			de.Lib, ok, err = r.planLibrary(&sc, cp, mounts, links)
+			de.Lib, ok, err = r.pendingLibrary(&sc, cp, mounts, links)
 		} else {
 			de, ok, err = r.libraryEntry(&sc, cp, dir, name)
 		}
@@ -244,45 +244,65 @@ func (sc *libScan) inspect(f *os.File) (ldcache.Library, bool, error) {
 	return lib, true, nil
 }
 
-// maxLinkHops bounds the chains of plan symlinks PlanLibraryEntries follows
-// (the kernel's limit for path resolution).
+// maxLinkHops bounds the chains of pending symlinks PendingLibraryEntries
+// follows (the kernel's limit for path resolution).
 const maxLinkHops = 40
 
-// PlanLibraryEntries returns the library directory entries that
-// UpdateLdCache would find for libs (container paths of the plan's library
-// mounts and links, as plan.Plan.LdcacheLibs lists them) once p is applied,
-// without its mounts: for a path where p mounts a file, that HOST file
-// (Mount.Source, opened on the host) is inspected, unless the mount carries
-// what discovery already knows about it (Mount.Library); for a path where p
-// creates a symlink, the link's target is followed through p's links and
-// mounts (relative targets against the link's directory), and a target that
-// p does not provide is resolved inside the root, as the loader would.
-// Names ldconfig ignores, and links that lead nowhere, are skipped, as
+// PendingFile is a host file the caller will bind-mount into the root.
+type PendingFile struct {
+	// Path is the container path the file will be mounted at.
+	Path string
+	// Source is the host path of the file.
+	Source string
+	// Library, when known already (from discovery), is what ld.so.cache
+	// records about the file; nil: Source is read.
+	Library *ldcache.Library
+}
+
+// PendingLink is a symlink the caller will create in the root: Path (a
+// container path) pointing to Target.
+type PendingLink struct {
+	Path   string
+	Target string
+}
+
+// Pending is what the caller will create in the root later: file mounts
+// and symlinks.
+type Pending struct {
+	Files []PendingFile
+	Links []PendingLink
+}
+
+// PendingLibraryEntries returns the library directory entries that
+// UpdateLdCache would find for libs (container paths of pending library
+// files and links) once pending exists, without creating any of it: for a
+// path where a file will be mounted, that HOST file (PendingFile.Source,
+// opened on the host) is inspected, unless what it holds is known already
+// (PendingFile.Library); for a path where a link will be created, the
+// link's target is followed through the pending links and files (relative
+// targets against the link's directory), and a target that pending does
+// not provide is resolved inside the root, as the loader would. Names
+// ldconfig ignores, and links that lead nowhere, are skipped, as
 // UpdateLdCache skips them. Nothing in the root is modified.
 //
 // The result is for UpdateLdCacheFor, so that the cache can be written
 // before the container's mounts exist (nvidia-container-runtime does it
 // before the low-level runtime runs).
-func (r *Root) PlanLibraryEntries(p *plan.Plan, libs []string) ([]ldcache.DirEntry, error) {
-	if p == nil {
-		return nil, nil
-	}
-	mounts := map[string]plan.Mount{}
-	for _, m := range p.Mounts {
-		if m.Kind == plan.KindFile {
-			mounts[path.Clean(m.Destination)] = m
-		}
+func (r *Root) PendingLibraryEntries(pending Pending, libs []string) ([]ldcache.DirEntry, error) {
+	mounts := map[string]PendingFile{}
+	for _, f := range pending.Files {
+		mounts[path.Clean(f.Path)] = f
 	}
 	links := map[string]string{}
-	for _, s := range p.Symlinks {
-		links[path.Clean(s.Link)] = s.Target
+	for _, l := range pending.Links {
+		links[path.Clean(l.Path)] = l.Target
 	}
 	return r.libraryEntries(libs, mounts, links)
 }
 
-// planLibrary inspects the file the container path cp will resolve to once
-// the plan's mounts and links (by container path) exist.
-func (r *Root) planLibrary(sc *libScan, cp string, mounts map[string]plan.Mount, links map[string]string) (ldcache.Library, bool, error) {
+// pendingLibrary inspects the file the container path cp will resolve to
+// once the pending mounts and links (by container path) exist.
+func (r *Root) pendingLibrary(sc *libScan, cp string, mounts map[string]PendingFile, links map[string]string) (ldcache.Library, bool, error) {
 	for range maxLinkHops {
 		if m, ok := mounts[cp]; ok {
 			if m.Library != nil {

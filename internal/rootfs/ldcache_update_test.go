@@ -5,17 +5,13 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/nctk/nctk/internal/caps"
-	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/ldcache"
-	"github.com/nctk/nctk/internal/plan"
 )
 
 // injectDriver copies the fixture's 64-bit 535 libraries into libDir of
@@ -229,15 +225,15 @@ func BenchmarkUpdateLdCache(b *testing.B) {
 	b.ReportMetric(float64(len(libs)), "names")
 }
 
-// TestPlanLibraryEntries: the entries read from the host files of a plan's
-// mounts (before any mount exists) give the same ld.so.cache as
-// UpdateLdCache over the same files materialised in the root; links the
-// plan does not resolve (dangling) and non-library names are skipped; and
-// nothing in the root is touched by PlanLibraryEntries.
-func TestPlanLibraryEntries(t *testing.T) {
+// TestPendingLibraryEntries: the entries read from the host files of
+// pending mounts (before any mount exists) give the same ld.so.cache as
+// UpdateLdCache over the same files materialised in the root; pending links
+// that lead nowhere (dangling) and non-library names are skipped; and
+// nothing in the root is touched by PendingLibraryEntries.
+func TestPendingLibraryEntries(t *testing.T) {
 	libDir := "/usr/lib/x86_64-linux-gnu"
 	fx := fixture.Build(t, fixture.Spec{Layout: fixture.Multiarch, GPUs: 1})
-	p := &plan.Plan{LdconfigDirs: []string{libDir}}
+	var p Pending
 	var libs []string
 	for _, l := range fx.Libraries {
 		if l.Is32 {
@@ -245,19 +241,19 @@ func TestPlanLibraryEntries(t *testing.T) {
 		}
 		base := path.Base(l.Path)
 		dst := path.Join(libDir, base)
-		p.Mounts = append(p.Mounts, plan.Mount{Source: filepath.Join(fx.Path, l.Path), Destination: dst, Kind: plan.KindFile})
+		p.Files = append(p.Files, PendingFile{Path: dst, Source: filepath.Join(fx.Path, l.Path)})
 		libs = append(libs, dst)
 		if l.SONAME != "" && l.SONAME != base {
-			p.Symlinks = append(p.Symlinks, plan.Symlink{Link: path.Join(libDir, l.SONAME), Target: base})
+			p.Links = append(p.Links, PendingLink{Path: path.Join(libDir, l.SONAME), Target: base})
 			libs = append(libs, path.Join(libDir, l.SONAME))
 		}
 		if l.Name == "libcuda.so" {
 			// A chain of links: libcuda.so -> libcuda.so.1 -> the file.
-			p.Symlinks = append(p.Symlinks, plan.Symlink{Link: path.Join(libDir, l.Name), Target: l.SONAME})
+			p.Links = append(p.Links, PendingLink{Path: path.Join(libDir, l.Name), Target: l.SONAME})
 			libs = append(libs, path.Join(libDir, l.Name))
 		}
 	}
-	p.Symlinks = append(p.Symlinks, plan.Symlink{Link: libDir + "/libdangling.so.1", Target: "libnowhere.so.1"})
+	p.Links = append(p.Links, PendingLink{Path: libDir + "/libdangling.so.1", Target: "libnowhere.so.1"})
 	libs = append(libs, libDir+"/libdangling.so.1", libDir+"/notalib.txt")
 
 	mk := func() string {
@@ -269,19 +265,19 @@ func TestPlanLibraryEntries(t *testing.T) {
 		}
 		return root
 	}
-	planRoot, realRoot := mk(), mk()
+	pendingRoot, realRoot := mk(), mk()
 
-	r, err := Open(planRoot)
+	r, err := Open(pendingRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	names, err := r.PlanLibraryEntries(p, libs)
+	names, err := r.PendingLibraryEntries(p, libs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(planRoot, libDir)); len(ents) != 0 {
-		t.Errorf("PlanLibraryEntries wrote into the root: %v", ents)
+	if ents, _ := os.ReadDir(filepath.Join(pendingRoot, libDir)); len(ents) != 0 {
+		t.Errorf("PendingLibraryEntries wrote into the root: %v", ents)
 	}
 	for _, n := range names {
 		if n.Name == "libdangling.so.1" || n.Name == "notalib.txt" {
@@ -294,17 +290,17 @@ func TestPlanLibraryEntries(t *testing.T) {
 	r.Commit()
 
 	// The same files and links, really there.
-	for _, m := range p.Mounts {
-		data, err := os.ReadFile(m.Source)
+	for _, f := range p.Files {
+		data, err := os.ReadFile(f.Source)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(realRoot, m.Destination), data, 0o755); err != nil {
+		if err := os.WriteFile(filepath.Join(realRoot, f.Path), data, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, s := range p.Symlinks {
-		if err := os.Symlink(s.Target, filepath.Join(realRoot, s.Link)); err != nil {
+	for _, s := range p.Links {
+		if err := os.Symlink(s.Target, filepath.Join(realRoot, s.Path)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -318,7 +314,7 @@ func TestPlanLibraryEntries(t *testing.T) {
 	}
 	rr.Commit()
 
-	got, err := os.ReadFile(filepath.Join(planRoot, "etc/ld.so.cache"))
+	got, err := os.ReadFile(filepath.Join(pendingRoot, "etc/ld.so.cache"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +323,7 @@ func TestPlanLibraryEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(got) != string(want) {
-		t.Errorf("cache from the plan's host files differs from the cache over the materialised files (%d vs %d bytes)", len(got), len(want))
+		t.Errorf("cache from the pending host files differs from the cache over the materialised files (%d vs %d bytes)", len(got), len(want))
 	}
 	c, err := ldcache.Parse(got)
 	if err != nil {
@@ -335,65 +331,5 @@ func TestPlanLibraryEntries(t *testing.T) {
 	}
 	if l := c.Lookup(ldcache.Class64, "libcuda.so"); len(l) != 2 || l[0].Key != "libcuda.so.1" || l[1].Key != "libcuda.so" {
 		t.Errorf("libcuda entries = %+v", l)
-	}
-}
-
-// TestPlanLibraryEntriesFromDiscovery: a plan built from discovery carries
-// each library's SONAME and cache flags (Mount.Library, from the driver
-// root's ld.so.cache), and PlanLibraryEntries uses them without opening
-// the host files: the entries equal those read from the files, for every
-// layout and with 32-bit libraries, also when the sources cannot be read.
-func TestPlanLibraryEntriesFromDiscovery(t *testing.T) {
-	for _, layout := range fixture.Layouts() {
-		t.Run(string(layout), func(t *testing.T) {
-			fx := fixture.Build(t, fixture.Spec{Layout: layout, GPUs: 1, Compat32: layout == fixture.Multiarch})
-			drv, err := discover.Discover(discover.Options{Root: fx.Path})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := plan.Build(drv, plan.Options{Caps: caps.Full(), Target: plan.DebianTarget()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			read := *p
-			read.Mounts = nil
-			unreadable := *p
-			unreadable.Mounts = nil
-			known := 0
-			for _, m := range p.Mounts {
-				if m.Library != nil {
-					known++
-				}
-				r := m
-				r.Library = nil
-				read.Mounts = append(read.Mounts, r)
-				u := m
-				u.Source = "/nonexistent" + m.Source
-				unreadable.Mounts = append(unreadable.Mounts, u)
-			}
-			if known == 0 {
-				t.Fatal("no mount carries library facts from discovery")
-			}
-			root := t.TempDir()
-			r, err := Open(root)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			libs := p.LdcacheLibs()
-			want, err := r.PlanLibraryEntries(&read, libs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for name, q := range map[string]*plan.Plan{"from discovery": p, "sources unreadable": &unreadable} {
-				got, err := r.PlanLibraryEntries(q, libs)
-				if err != nil {
-					t.Fatalf("%s: %v", name, err)
-				}
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("%s: entries %+v,\nread from the files %+v", name, got, want)
-				}
-			}
-		})
 	}
 }

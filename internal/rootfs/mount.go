@@ -8,8 +8,17 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+)
 
-	"github.com/nctk/nctk/internal/plan"
+// Kind is what a mount source is: the type OpenSource requires of the host
+// object and the placeholder CreatePlaceholder makes for it.
+type Kind int
+
+// The kinds of mount source.
+const (
+	KindFile   Kind = iota + 1 // a regular file
+	KindDir                    // a directory
+	KindSocket                 // a UNIX socket
 )
 
 // MountFlags are the per-mount attributes nctk sets.
@@ -28,19 +37,19 @@ func ParseMountOptions(opts []string) (MountFlags, error) {
 	var f MountFlags
 	for _, o := range opts {
 		switch o {
-		case plan.OptRO:
+		case "ro":
 			f.ReadOnly = true
 		case "rw":
 			f.ReadOnly = false
-		case plan.OptNoSuid:
+		case "nosuid":
 			f.NoSuid = true
-		case plan.OptNoDev:
+		case "nodev":
 			f.NoDev = true
-		case plan.OptNoExec:
+		case "noexec":
 			f.NoExec = true
-		case plan.OptRBind:
+		case "rbind":
 			f.Recursive = true
-		case "bind", plan.OptRPrivate, "private", "rslave", "slave", "suid", "dev", "exec":
+		case "bind", "rprivate", "private", "rslave", "slave", "suid", "dev", "exec":
 		default:
 			return f, fmt.Errorf("unsupported mount option %q", o)
 		}
@@ -117,8 +126,8 @@ func (s *Source) Close() error {
 // (discovery hands over resolved paths) and the object's type must match the
 // kind: a regular file for KindFile, a directory for KindDir, a socket for
 // KindSocket.
-func OpenSource(hostPath string, kind plan.MountKind, opts []string) (*Source, error) {
-	want := map[plan.MountKind]uint32{plan.KindFile: unix.S_IFREG, plan.KindDir: unix.S_IFDIR, plan.KindSocket: unix.S_IFSOCK}[kind]
+func OpenSource(hostPath string, kind Kind, opts []string) (*Source, error) {
+	want := map[Kind]uint32{KindFile: unix.S_IFREG, KindDir: unix.S_IFDIR, KindSocket: unix.S_IFSOCK}[kind]
 	if want == 0 {
 		return nil, fmt.Errorf("mount source %s: unknown mount kind %d", hostPath, kind)
 	}
@@ -130,7 +139,7 @@ func OpenSource(hostPath string, kind plan.MountKind, opts []string) (*Source, e
 		s.Close()
 		return nil, fmt.Errorf("mount source %s: unexpected file type: %s, want %s", hostPath, typeName(t), typeName(want))
 	}
-	s.dir = kind == plan.KindDir
+	s.dir = kind == KindDir
 	if err := s.clone(); err != nil {
 		s.Close()
 		return nil, err
@@ -350,7 +359,7 @@ func sameFile(fd int, want *unix.Stat_t) bool {
 // BindMount opens hostPath (OpenSource rules) and attaches it over dst
 // inside the root. Use OpenSource and Attach when the source must be
 // prepared in another mount namespace.
-func (r *Root) BindMount(hostPath, dst string, kind plan.MountKind, opts []string) error {
+func (r *Root) BindMount(hostPath, dst string, kind Kind, opts []string) error {
 	s, err := OpenSource(hostPath, kind, opts)
 	if err != nil {
 		return r.errorf(dst, err)

@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/procfs"
 )
 
@@ -45,13 +44,26 @@ func (pd *ProcDriver) Close() error {
 	return nil
 }
 
+// ProcView describes a /proc/driver/nvidia view: the host's driver proc
+// directory and which of its entries the container sees.
+type ProcView struct {
+	// HostDir is the driver's proc directory on the host.
+	HostDir string
+	// Files are the names of HostDir's files copied into the view.
+	Files []string
+	// GPUDirs are the bus ids whose gpus/<bus id> directory is bound.
+	GPUDirs []string
+	// Expose are further paths relative to HostDir bound read-only.
+	Expose []string
+}
+
 // PrepareProcDriver reads view.HostDir's files, opens the gpus/<bus id>
 // directory of each selected GPU (trying the 4-hex-digit PCI domain form
 // when the 8-digit one is absent, as drivers on some VMs name them) and the
 // view.Expose entries (files or directories, such as MIG access files).
 // Missing files are skipped; a missing GPU directory or exposed entry is an
 // error.
-func PrepareProcDriver(view *plan.ProcView) (*ProcDriver, error) {
+func PrepareProcDriver(view *ProcView) (*ProcDriver, error) {
 	if view == nil {
 		return nil, errors.New("proc view: nil")
 	}
@@ -76,17 +88,17 @@ func PrepareProcDriver(view *plan.ProcView) (*ProcDriver, error) {
 		}
 		pd.files = append(pd.files, TmpfsFile{Name: name, Data: data, Mode: 0o444})
 	}
-	ro := []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptNoExec}
+	ro := []string{"ro", "nosuid", "nodev", "noexec"}
 	for _, bus := range view.GPUDirs {
 		if !validRel(bus) || strings.Contains(bus, "/") {
 			pd.Close()
 			return nil, fmt.Errorf("proc view: invalid GPU bus id %q", bus)
 		}
 		name := bus
-		src, err := OpenSource(path.Join(view.HostDir, "gpus", name), plan.KindDir, ro)
+		src, err := OpenSource(path.Join(view.HostDir, "gpus", name), KindDir, ro)
 		if err != nil && errors.Is(err, unix.ENOENT) && len(bus) > 4 && strings.HasPrefix(bus, "0000") {
 			name = bus[4:]
-			src, err = OpenSource(path.Join(view.HostDir, "gpus", name), plan.KindDir, ro)
+			src, err = OpenSource(path.Join(view.HostDir, "gpus", name), KindDir, ro)
 		}
 		if err != nil {
 			pd.Close()
@@ -100,9 +112,9 @@ func PrepareProcDriver(view *plan.ProcView) (*ProcDriver, error) {
 			return nil, fmt.Errorf("proc view: invalid exposed path %q", rel)
 		}
 		hp := path.Join(view.HostDir, rel)
-		kind := plan.KindFile
+		kind := KindFile
 		if st, err := os.Lstat(hp); err == nil && st.IsDir() {
-			kind = plan.KindDir
+			kind = KindDir
 		}
 		src, err := OpenSource(hp, kind, ro)
 		if err != nil {

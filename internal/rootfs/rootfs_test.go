@@ -12,8 +12,6 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/nctk/nctk/internal/plan"
 )
 
 func TestMain(m *testing.M) {
@@ -225,7 +223,7 @@ func testPlaceholderHostile(t *testing.T, fallback bool) {
 	r.noOpenat2 = fallback
 
 	for _, p := range []string{"/usr/lib64/libcuda.so.1", "/usr/lib64/libnvidia-ml.so.1"} {
-		f, err := r.CreatePlaceholder(p, plan.KindFile, 0o644)
+		f, err := r.CreatePlaceholder(p, KindFile, 0o644)
 		if !errors.Is(err, ErrSymlink) {
 			t.Errorf("placeholder at symlink %s: err = %v, want ErrSymlink", p, err)
 		}
@@ -236,7 +234,7 @@ func testPlaceholderHostile(t *testing.T, fallback bool) {
 			t.Errorf("error %q does not name %s", err, p)
 		}
 	}
-	f, err := r.CreatePlaceholder("/usr/lib/x86_64-linux-gnu/libcuda.so.535", plan.KindFile, 0o644)
+	f, err := r.CreatePlaceholder("/usr/lib/x86_64-linux-gnu/libcuda.so.535", KindFile, 0o644)
 	must(t, err)
 	f.Close()
 	if _, err := os.Stat(filepath.Join(e.root, e.host, "etc/libcuda.so.535")); err != nil {
@@ -244,19 +242,19 @@ func testPlaceholderHostile(t *testing.T, fallback bool) {
 	}
 	// Existing regular file is reused untouched; a directory is refused for
 	// a file mount and accepted for a directory mount.
-	f, err = r.CreatePlaceholder("/usr/lib64/existing.so", plan.KindFile, 0o644)
+	f, err = r.CreatePlaceholder("/usr/lib64/existing.so", KindFile, 0o644)
 	must(t, err)
 	f.Close()
 	if b, _ := os.ReadFile(e.root + "/usr/lib64/existing.so"); string(b) != "image copy" {
 		t.Errorf("existing file modified: %q", b)
 	}
-	if _, err := r.CreatePlaceholder("/dir", plan.KindFile, 0o644); !errors.Is(err, ErrExists) {
+	if _, err := r.CreatePlaceholder("/dir", KindFile, 0o644); !errors.Is(err, ErrExists) {
 		t.Errorf("file placeholder on a directory: err = %v, want ErrExists", err)
 	}
-	if _, err := r.CreatePlaceholder("/usr/lib64/existing.so", plan.KindDir, 0o755); !errors.Is(err, ErrExists) {
+	if _, err := r.CreatePlaceholder("/usr/lib64/existing.so", KindDir, 0o755); !errors.Is(err, ErrExists) {
 		t.Errorf("dir placeholder on a file: err = %v, want ErrExists", err)
 	}
-	f, err = r.CreatePlaceholder("/dir", plan.KindDir, 0o755)
+	f, err = r.CreatePlaceholder("/dir", KindDir, 0o755)
 	must(t, err)
 	f.Close()
 	e.checkHost(t)
@@ -277,8 +275,8 @@ func TestBindMountHostile(t *testing.T) {
 			r := e.open(t)
 			r.legacyMount = legacy
 
-			opts := []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptRBind, plan.OptRPrivate}
-			must(t, r.BindMount(src, "/usr/lib/x86_64-linux-gnu/libcuda.so.535.1", plan.KindFile, opts))
+			opts := []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
+			must(t, r.BindMount(src, "/usr/lib/x86_64-linux-gnu/libcuda.so.535.1", KindFile, opts))
 			in := filepath.Join(e.root, "etc/libcuda.so.535.1")
 			if b, err := os.ReadFile(in); err != nil || string(b) != "driver" {
 				t.Fatalf("mounted file at %s: %q, %v", in, b, err)
@@ -295,7 +293,7 @@ func TestBindMountHostile(t *testing.T) {
 					t.Errorf("mount options %q lack %s", opt, want)
 				}
 			}
-			err := r.BindMount(src, "/usr/lib64/libcuda.so.1", plan.KindFile, opts)
+			err := r.BindMount(src, "/usr/lib64/libcuda.so.1", KindFile, opts)
 			if !errors.Is(err, ErrSymlink) {
 				t.Errorf("bind onto a symlink: err = %v, want ErrSymlink", err)
 			}
@@ -336,18 +334,19 @@ func TestOpenSourceChecks(t *testing.T) {
 	must(t, os.Symlink(d+"/file", d+"/link"))
 	tests := []struct {
 		path string
-		kind plan.MountKind
+		kind Kind
 		opts []string
 		want string
 	}{
-		{d + "/link", plan.KindFile, nil, "symlink"},
-		{d + "/file", plan.KindDir, nil, "unexpected file type"},
-		{d, plan.KindFile, nil, "unexpected file type"},
-		{d + "/file", plan.KindSocket, nil, "unexpected file type"},
-		{d + "/missing", plan.KindFile, nil, "no such file"},
-		{"relative", plan.KindFile, nil, "not an absolute path"},
-		{d + "/file", plan.KindFile, []string{"bogus"}, `unsupported mount option "bogus"`},
-		{d + "/file", plan.MountKind(42), nil, "unknown mount kind"},
+		{d + "/link", KindFile, nil, "symlink"},
+		{d + "/file", KindDir, nil, "unexpected file type"},
+		{d, KindFile, nil, "unexpected file type"},
+		{d + "/file", KindSocket, nil, "unexpected file type"},
+		{d + "/missing", KindFile, nil, "no such file"},
+		{"relative", KindFile, nil, "not an absolute path"},
+		{d + "/file", KindFile, []string{"bogus"}, `unsupported mount option "bogus"`},
+		{d + "/file", Kind(42), nil, "unknown mount kind"},
+		{d + "/file", 0, nil, "unknown mount kind"},
 	}
 	for _, tt := range tests {
 		s, err := OpenSource(tt.path, tt.kind, tt.opts)
@@ -360,7 +359,7 @@ func TestOpenSourceChecks(t *testing.T) {
 
 func TestOpenDevice(t *testing.T) {
 	requireRoot(t)
-	s, err := OpenDevice("/dev/null", 1, 3, []string{plan.OptRO, plan.OptNoSuid, plan.OptNoExec})
+	s, err := OpenDevice("/dev/null", 1, 3, []string{"ro", "nosuid", "noexec"})
 	must(t, err)
 	s.Close()
 	for _, tt := range []struct {
@@ -371,7 +370,7 @@ func TestOpenDevice(t *testing.T) {
 	}{
 		{"/dev/null", 1, 5, nil, "device 1:3, want 1:5"},
 		{"/etc/passwd", 1, 3, nil, "want a character device"},
-		{"/dev/null", 1, 3, []string{plan.OptNoDev}, "nodev"},
+		{"/dev/null", 1, 3, []string{"nodev"}, "nodev"},
 	} {
 		s, err := OpenDevice(tt.path, tt.major, tt.minor, tt.opts)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -388,7 +387,7 @@ func TestDeviceBind(t *testing.T) {
 	e := newEnv(t)
 	must(t, os.MkdirAll(e.root+"/dev", 0o755))
 	r := e.open(t)
-	s, err := OpenDevice("/dev/null", 1, 3, []string{plan.OptRO, plan.OptNoSuid, plan.OptNoExec})
+	s, err := OpenDevice("/dev/null", 1, 3, []string{"ro", "nosuid", "noexec"})
 	must(t, err)
 	defer s.Close()
 	must(t, r.Attach(s, "/dev/nvidia0"))
@@ -555,7 +554,7 @@ func TestTmpfsAndProcView(t *testing.T) {
 			e.mirror(t, e.host+"/etc")
 			r := e.open(t)
 			r.legacyMount = legacy
-			pd, err := PrepareProcDriver(&plan.ProcView{HostDir: hostProc, Files: []string{"params", "version", "registry"}, GPUDirs: []string{"00000000:02:00.0", "00000003:00:00.0"},
+			pd, err := PrepareProcDriver(&ProcView{HostDir: hostProc, Files: []string{"params", "version", "registry"}, GPUDirs: []string{"00000000:02:00.0", "00000003:00:00.0"},
 				Expose: []string{"capabilities/gpu0/mig/gi1/access", "capabilities/mig"}})
 			must(t, err)
 			defer pd.Close()
@@ -604,7 +603,7 @@ func TestTmpfsAndProcView(t *testing.T) {
 
 func TestPrepareProcDriverErrors(t *testing.T) {
 	d := t.TempDir()
-	for _, v := range []*plan.ProcView{
+	for _, v := range []*ProcView{
 		nil,
 		{HostDir: "relative"},
 		{HostDir: d, Files: []string{"../etc/passwd"}},
@@ -630,7 +629,7 @@ func TestProcDirMissingOnProcfs(t *testing.T) {
 		t.Skip("this host has an NVIDIA driver loaded")
 	}
 	r := e.open(t)
-	pd, err := PrepareProcDriver(&plan.ProcView{HostDir: t.TempDir()})
+	pd, err := PrepareProcDriver(&ProcView{HostDir: t.TempDir()})
 	must(t, err)
 	if err := r.MountProcDriver(pd, nil); err != nil {
 		t.Errorf("MountProcDriver on a procfs without nvidia: %v", err)
@@ -683,7 +682,7 @@ func TestRace(t *testing.T) {
 	for i := range 300 {
 		r, err := Open(e.root)
 		must(t, err)
-		_ = r.BindMount(src, fmt.Sprintf("/usr/lib/x/lib%d.so", i), plan.KindFile, []string{plan.OptRO})
+		_ = r.BindMount(src, fmt.Sprintf("/usr/lib/x/lib%d.so", i), KindFile, []string{"ro"})
 		_ = r.Symlink("target", fmt.Sprintf("/usr/lib/link%d", i))
 		_ = r.Rollback()
 		r.Close()
@@ -734,11 +733,11 @@ func BenchmarkTarget(b *testing.B) {
 
 func BenchmarkCreatePlaceholderExisting(b *testing.B) {
 	r, _ := benchRoot(b)
-	f, err := r.CreatePlaceholder("/usr/lib/x86_64-linux-gnu/libcuda.so.535", plan.KindFile, 0o644)
+	f, err := r.CreatePlaceholder("/usr/lib/x86_64-linux-gnu/libcuda.so.535", KindFile, 0o644)
 	must(b, err)
 	f.Close()
 	for b.Loop() {
-		f, err := r.CreatePlaceholder("/usr/lib/x86_64-linux-gnu/libcuda.so.535", plan.KindFile, 0o644)
+		f, err := r.CreatePlaceholder("/usr/lib/x86_64-linux-gnu/libcuda.so.535", KindFile, 0o644)
 		must(b, err)
 		f.Close()
 	}
@@ -757,9 +756,9 @@ func BenchmarkSymlinkExisting(b *testing.B) {
 func BenchmarkBindMount(b *testing.B) {
 	requireRoot(b)
 	r, d := benchRoot(b)
-	opts := []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev}
+	opts := []string{"ro", "nosuid", "nodev"}
 	for b.Loop() {
-		must(b, r.BindMount(d+"/lib.so", "/usr/lib/x86_64-linux-gnu/libcuda.so.535", plan.KindFile, opts))
+		must(b, r.BindMount(d+"/lib.so", "/usr/lib/x86_64-linux-gnu/libcuda.so.535", KindFile, opts))
 		must(b, r.Rollback())
 	}
 }
@@ -771,7 +770,7 @@ func TestDataSource(t *testing.T) {
 		must(t, os.MkdirAll(e.root+"/proc/driver/nvidia", 0o755))
 		must(t, os.WriteFile(e.root+"/proc/driver/nvidia/params", []byte("ModifyDeviceFiles: 1\n"), 0o444))
 		r := e.open(t)
-		s, err := dataSource("params", []byte("ModifyDeviceFiles: 0\n"), []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptNoExec}, scratch)
+		s, err := dataSource("params", []byte("ModifyDeviceFiles: 0\n"), []string{"ro", "nosuid", "nodev", "noexec"}, scratch)
 		must(t, err)
 		must(t, r.Attach(s, "/proc/driver/nvidia/params"))
 		s.Close()

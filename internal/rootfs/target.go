@@ -4,8 +4,6 @@ import (
 	"runtime"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/nctk/nctk/internal/plan"
 )
 
 // Target is where injected files land in a container image: the
@@ -20,11 +18,6 @@ type Target struct {
 	BinDir string
 	// Multiarch reports a Debian-style multiarch layout.
 	Multiarch bool
-}
-
-// Plan is the target as the plan builder takes it.
-func (t Target) Plan() plan.Target {
-	return plan.Target{LibDir: t.LibDir, Lib32Dir: t.Lib32Dir, BinDir: t.BinDir}
 }
 
 // multiarch holds the Debian multiarch triplets of an architecture.

@@ -2,10 +2,10 @@
 // CDI specs and nvidia-container-runtime's spec edits run inside a new
 // container, before it starts. Also reachable as `nvidia-ctk hook NAME`.
 //
-//	nvidia-cdi-hook [--debug] [--quiet] create-symlinks --link TARGET::LINK...
-//	nvidia-cdi-hook update-ldcache [--ldconfig-path PATH] --folder DIR... [--lib PATH...]
-//	nvidia-cdi-hook disable-device-node-modification
-//	nvidia-cdi-hook mount-proc-driver [--host-dir DIR] [--file NAME]... [--gpu BUSID]... [--expose REL]...
+//	nvidia-cdi-hook [--debug] [--quiet] HOOK [FLAGS] [";" HOOK [FLAGS]]...
+//
+// The hooks and their flags are internal/hookargs's: the one definition of
+// the command line that the writers of hooks use too.
 //
 // Every hook reads the container's OCI state on stdin and finds the
 // container root from it (the "root" field some runtimes add, else root.path
@@ -31,10 +31,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/procfs"
@@ -49,32 +49,12 @@ const maxState = 1 << 20
 // DefaultHostProcDir is where the driver's proc files are on the host.
 const DefaultHostProcDir = "/proc/driver/nvidia"
 
-// hookFunc runs one hook.
-type hookFunc func(h *hookEnv, args []string) error
-
 // hookEnv is what a hook runs with.
 type hookEnv struct {
 	*app.Env
 	name string
 	log  *slog.Logger
 }
-
-// hooks is the table of hook subcommands.
-func hooks() map[string]hookFunc {
-	return map[string]hookFunc{
-		"create-symlinks":                  createSymlinks,
-		"update-ldcache":                   updateLdcache,
-		"disable-device-node-modification": disableDeviceNodeModification,
-		"mount-proc-driver":                mountProcDriver,
-		"noop":                             func(*hookEnv, []string) error { return nil },
-	}
-}
-
-// stringList is a repeatable string flag.
-type stringList []string
-
-func (l *stringList) String() string     { return strings.Join(*l, ",") }
-func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 // envBool reads the first set variable of names as a boolean.
 func envBool(e *app.Env, names ...string) bool {
@@ -138,7 +118,7 @@ func Main(e *app.Env) int {
 	// runtime does this to start one process per container instead of
 	// one per hook). They run in order on the one OCI state read from
 	// stdin; the first failure stops the chain.
-	chain := splitChain(rest)
+	chain := hookargs.SplitChain(rest)
 	if len(chain) > 1 {
 		data, err := e.ReadStdin(maxState)
 		if err != nil {
@@ -162,69 +142,54 @@ func Main(e *app.Env) int {
 	return runHook(e, prog, log, chain[0])
 }
 
-// splitChain splits "a --x ; b --y" into hook invocations, dropping empty ones.
-func splitChain(args []string) [][]string {
-	var out [][]string
-	start := 0
-	for i := 0; i <= len(args); i++ {
-		if i == len(args) || args[i] == ocispec.ChainSeparator {
-			if i > start {
-				out = append(out, args[start:i])
-			}
-			start = i + 1
-		}
-	}
-	return out
-}
-
 // runHook runs one hook invocation: its name and its flags.
 func runHook(e *app.Env, prog string, log *slog.Logger, args []string) int {
 	name := args[0]
-	run, ok := hooks()[name]
-	if !ok {
+	hook, err := hookargs.Parse(args)
+	var unknown *hookargs.UnknownHookError
+	switch {
+	case errors.As(err, &unknown):
 		// A spec from another toolkit version must not break the start.
 		log.Warn("unknown hook; ignored", "hook", name, "args", args[1:])
 		return 0
+	case errors.Is(err, flag.ErrHelp):
+		hookargs.HookUsage(e.Stderr, prog, name)
+		return 0
+	case err != nil:
+		fmt.Fprintf(e.Stderr, "%s %s: %v\n", prog, name, err)
+		return 1
 	}
 	h := &hookEnv{Env: e, name: prog + " " + name, log: log.With("hook", name)}
-	if err := run(h, args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	if err := h.run(hook); err != nil {
 		fmt.Fprintf(e.Stderr, "%s: %v\n", h.name, err)
 		return 1
 	}
 	return 0
 }
 
+// run runs the parsed hook.
+func (h *hookEnv) run(hook hookargs.Hook) error {
+	switch hook := hook.(type) {
+	case hookargs.CreateSymlinks:
+		return createSymlinks(h, hook)
+	case hookargs.UpdateLdcache:
+		return updateLdcache(h, hook)
+	case hookargs.DisableDeviceNodeModification:
+		return disableDeviceNodeModification(h, hook)
+	case hookargs.MountProcDriver:
+		return mountProcDriver(h, hook)
+	case hookargs.Noop:
+		return nil
+	}
+	return fmt.Errorf("hook %s: not implemented", hook.Name())
+}
+
 func usage(w io.Writer, prog string, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "Usage: %s [--debug] [--quiet] HOOK [OPTIONS] [\\; HOOK [OPTIONS]]...\n\nHooks (they read the container's OCI state on stdin):\n"+
-		"  create-symlinks --link TARGET::LINK...            create symlinks in the container\n"+
-		"  update-ldcache [--ldconfig-path P] --folder DIR... [--lib PATH...] update ld.so.cache (in-process with --lib, else the host's ldconfig confined to the container)\n"+
-		"  disable-device-node-modification                  mask /proc/driver/nvidia/params with ModifyDeviceFiles: 0\n"+
-		"  mount-proc-driver [--host-dir D] [--file F]... [--gpu BUSID]... [--expose REL]...\n"+
-		"                                                    the container's filtered /proc/driver/nvidia\n\nGlobal options:\n", prog)
+	fmt.Fprintf(w, "Usage: %s [--debug] [--quiet] HOOK [OPTIONS] [\\; HOOK [OPTIONS]]...\n\nHooks (they read the container's OCI state on stdin):\n", prog)
+	hookargs.Usage(w)
+	fmt.Fprintf(w, "\nGlobal options:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-}
-
-// flags returns a flag set for a hook with the hidden --container-spec.
-func (h *hookEnv) flags() (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet(h.name, flag.ContinueOnError)
-	fs.SetOutput(h.Stderr)
-	spec := fs.String("container-spec", "", "read the OCI spec from this file instead of the state on stdin (tests)")
-	return fs, spec
-}
-
-// parse parses a hook's flags; positional arguments are an error.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return nil
 }
 
 // checkState checks that an OCI state tells the hooks where the container
@@ -311,84 +276,51 @@ func (h *hookEnv) withRootAt(path string, f func(r *rootfs.Root) error) error {
 	return nil
 }
 
-// createSymlinks: --link TARGET::LINK (repeatable) creates LINK -> TARGET
-// inside the container root.
-func createSymlinks(h *hookEnv, args []string) error {
-	fs, spec := h.flags()
-	var links stringList
-	fs.Var(&links, "link", "TARGET::LINK: create LINK pointing to TARGET (repeatable)")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	type pair struct{ target, link string }
-	var pairs []pair
-	for _, l := range links {
-		target, link, ok := strings.Cut(l, "::")
-		if !ok || target == "" || link == "" || strings.Contains(link, "::") {
-			return fmt.Errorf("invalid --link %q: want TARGET::LINK", l)
-		}
-		if !filepath.IsAbs(link) {
-			return fmt.Errorf("invalid --link %q: the link must be an absolute container path", l)
-		}
-		pairs = append(pairs, pair{target, link})
-	}
-	if len(pairs) == 0 {
+// createSymlinks creates each link of c inside the container root.
+func createSymlinks(h *hookEnv, c hookargs.CreateSymlinks) error {
+	if len(c.Links) == 0 {
 		return nil
 	}
-	return h.withRoot(*spec, func(r *rootfs.Root) error {
-		for _, p := range pairs {
-			if err := r.Symlink(p.target, p.link); err != nil {
+	return h.withRoot(c.ContainerSpec, func(r *rootfs.Root) error {
+		for _, l := range c.Links {
+			if err := r.Symlink(l.Target, l.Path); err != nil {
 				return err
 			}
-			h.log.Debug("symlink", "link", p.link, "target", p.target)
+			h.log.Debug("symlink", "link", l.Path, "target", l.Target)
 		}
 		return nil
 	})
 }
 
 // updateLdcache updates the container's ld.so.cache for the injected
-// libraries and records the --folder directories in /etc/ld.so.conf.d so
+// libraries and records the u.Folders directories in /etc/ld.so.conf.d so
 // that the container's own later ldconfig runs keep them.
 //
-// With --lib (container paths of the injected library files and of the
+// With u.Libs (container paths of the injected library files and of the
 // links to them, which nvidia-container-runtime's spec edits pass) the
 // cache is updated in-process (rootfs.UpdateLdCache: the entries ldconfig
 // would record, no second process, no namespaces); if that fails the hook
-// falls back to ldconfig. With only --folder (CDI specs from NVIDIA's
-// tools) it runs the host's ldconfig (--ldconfig-path, default
-// /sbin/ldconfig, .real preferred) confined to the container root over
-// the directories.
-func updateLdcache(h *hookEnv, args []string) error {
-	fs, spec := h.flags()
-	var folders, libs stringList
-	fs.Var(&folders, "folder", "a container directory holding injected libraries (repeatable)")
-	fs.Var(&libs, "lib", "an injected library file or link to one, as a container path: update ld.so.cache in-process (repeatable)")
-	ldconfigPath := fs.String("ldconfig-path", config.DefaultLdconfig, "the host ldconfig to run (host path; X.real preferred over X)")
-	if err := parse(fs, args); err != nil {
-		return err
+// falls back to ldconfig. With only folders (CDI specs from NVIDIA's
+// tools) it runs the host's ldconfig (u.LdconfigPath, default
+// config.DefaultLdconfig, .real preferred) confined to the container root
+// over the directories.
+func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
+	ldconfigPath := u.LdconfigPath
+	if ldconfigPath == "" {
+		ldconfigPath = config.DefaultLdconfig
 	}
-	for _, f := range folders {
-		if !filepath.IsAbs(f) {
-			return fmt.Errorf("invalid --folder %q: not an absolute container path", f)
-		}
-	}
-	for _, l := range libs {
-		if !filepath.IsAbs(l) {
-			return fmt.Errorf("invalid --lib %q: not an absolute container path", l)
-		}
-	}
-	ldconfig, err := config.ParseHostLdconfig(*ldconfigPath)
+	ldconfig, err := config.ParseHostLdconfig(ldconfigPath)
 	if err != nil {
 		return fmt.Errorf("invalid --ldconfig-path: %w: want an absolute host path", err)
 	}
 	// The root is resolved once: the OCI state on stdin can be read only
 	// once, and the fall back to ldconfig needs it too.
-	root, err := h.containerRoot(*spec)
+	root, err := h.containerRoot(u.ContainerSpec)
 	if err != nil {
 		return err
 	}
-	if len(libs) > 0 {
-		err := h.withRootAt(root, func(r *rootfs.Root) error { return r.UpdateLdCache(libs, folders, h.log) })
+	if len(u.Libs) > 0 {
+		err := h.withRootAt(root, func(r *rootfs.Root) error { return r.UpdateLdCache(u.Libs, u.Folders, h.log) })
 		if err == nil {
 			return nil
 		}
@@ -401,7 +333,7 @@ func updateLdcache(h *hookEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	return rootfs.RunLdconfig(context.Background(), root, folders, rootfs.LdconfigOptions{
+	return rootfs.RunLdconfig(context.Background(), root, u.Folders, rootfs.LdconfigOptions{
 		Ldconfig: hostPath, ConfDropIn: true, Log: h.log,
 	})
 }
@@ -409,14 +341,14 @@ func updateLdcache(h *hookEnv, args []string) error {
 // disableDeviceNodeModification masks the container's
 // /proc/driver/nvidia/params with a read-only copy of the host's in which
 // ModifyDeviceFiles is 0, so that driver code in the container never
-// creates device nodes.
-func disableDeviceNodeModification(h *hookEnv, args []string) error {
-	fs, spec := h.flags()
-	hostDir := fs.String("host-dir", DefaultHostProcDir, "the driver's proc directory on the host")
-	if err := parse(fs, args); err != nil {
-		return err
+// creates device nodes. d.HostDir is the host's proc directory, default
+// DefaultHostProcDir.
+func disableDeviceNodeModification(h *hookEnv, d hookargs.DisableDeviceNodeModification) error {
+	hostDir := d.HostDir
+	if hostDir == "" {
+		hostDir = DefaultHostProcDir
 	}
-	hostParams := filepath.Join(*hostDir, "params")
+	hostParams := filepath.Join(hostDir, "params")
 	data, err := procfs.ReadFile(hostParams)
 	if errors.Is(err, os.ErrNotExist) {
 		h.log.Warn("no driver params on the host; nothing to do", "path", hostParams)
@@ -430,7 +362,7 @@ func disableDeviceNodeModification(h *hookEnv, args []string) error {
 		h.log.Debug("ModifyDeviceFiles is already 0")
 		return nil
 	}
-	return h.withRoot(*spec, func(r *rootfs.Root) error {
+	return h.withRoot(d.ContainerSpec, func(r *rootfs.Root) error {
 		target := rootfs.ContainerProcDriver + "/params"
 		if !r.Exists(target) {
 			h.log.Warn("container has no "+target+"; nothing to mask", "root", r.Path())
@@ -446,27 +378,22 @@ func disableDeviceNodeModification(h *hookEnv, args []string) error {
 }
 
 // mountProcDriver builds the container's filtered /proc/driver/nvidia
-// (plan.ProcView): copies of --file (default params, version, registry;
-// params with ModifyDeviceFiles 0), the directories of the --gpu bus ids
-// and the --expose entries, read-only; other GPUs stay invisible.
-func mountProcDriver(h *hookEnv, args []string) error {
-	fs, spec := h.flags()
-	hostDir := fs.String("host-dir", DefaultHostProcDir, "the driver's proc directory on the host")
-	var files, gpus, expose stringList
-	fs.Var(&files, "file", "a file of the host directory to copy (repeatable; default params, version, registry)")
-	fs.Var(&gpus, "gpu", "the bus id of a GPU whose gpus/ directory to expose (repeatable)")
-	fs.Var(&expose, "expose", "a further path below the host directory to bind read-only (repeatable)")
-	if err := parse(fs, args); err != nil {
-		return err
+// (plan.ProcView): copies of m.Files (default params, version, registry;
+// params with ModifyDeviceFiles 0) from m.HostDir (default
+// DefaultHostProcDir), the directories of the m.GPUs bus ids and the
+// m.Expose entries, read-only; other GPUs stay invisible.
+func mountProcDriver(h *hookEnv, m hookargs.MountProcDriver) error {
+	view := rootfs.ProcView{HostDir: m.HostDir, Files: m.Files, GPUDirs: m.GPUs, Expose: m.Expose}
+	if view.HostDir == "" {
+		view.HostDir = DefaultHostProcDir
 	}
-	view := &plan.ProcView{HostDir: *hostDir, Files: files, GPUDirs: gpus, Expose: expose}
 	if len(view.Files) == 0 {
 		view.Files = []string{"params", "version", "registry"}
 	}
-	pd, err := rootfs.PrepareProcDriver(view)
+	pd, err := rootfs.PrepareProcDriver(&view)
 	if err != nil {
 		return err
 	}
 	defer pd.Close()
-	return h.withRoot(*spec, func(r *rootfs.Root) error { return r.MountProcDriver(pd, h.log) })
+	return h.withRoot(m.ContainerSpec, func(r *rootfs.Root) error { return r.MountProcDriver(pd, h.log) })
 }

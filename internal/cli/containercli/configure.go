@@ -19,7 +19,6 @@ import (
 	"github.com/nctk/nctk/internal/planner"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/requirements"
-	"github.com/nctk/nctk/internal/rootfs"
 	"github.com/nctk/nctk/internal/selector"
 )
 
@@ -264,10 +263,5 @@ func containerTarget(c configure.Container) (plan.Target, error) {
 	if c.ProcRoot == "" {
 		p = path.Join("/proc", strconv.Itoa(c.PID), "root") + c.Rootfs
 	}
-	r, err := rootfs.Open(p)
-	if err != nil {
-		return plan.Target{}, err
-	}
-	defer r.Close()
-	return r.Target().Plan(), nil
+	return planner.ImageTarget(p)
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 )
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(childMain())
 	}
-	if filepath.Base(os.Args[0]) == ocispec.HookBinary {
+	if filepath.Base(os.Args[0]) == hookargs.Binary {
 		os.Exit(hookRecorder())
 	}
 	os.Exit(m.Run())

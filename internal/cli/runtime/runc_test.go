@@ -19,7 +19,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nctk/nctk/internal/e2e"
-	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/plan"
 )
 
@@ -69,7 +69,7 @@ func newRealRunc(tb testing.TB, args ...string) *realRuncSetup {
 	// The hook is this test binary (see hookRecorder): it records its
 	// argv, cwd and exact environment in the rootfs, its working directory.
 	s.hookOut = filepath.Join(rootfs, hookRecord)
-	hook := filepath.Join(dir, ocispec.HookBinary)
+	hook := filepath.Join(dir, hookargs.Binary)
 	if err := os.Symlink(self, hook); err != nil {
 		tb.Fatal(err)
 	}
@@ -153,8 +153,8 @@ func TestRealRunc(t *testing.T) {
 			env = append(env, l)
 		}
 	}
-	if !slices.Equal(env, ocispec.HookEnv()) {
-		t.Errorf("hook environment %q, want exactly %q", env, ocispec.HookEnv())
+	if !slices.Equal(env, hookargs.Env()) {
+		t.Errorf("hook environment %q, want exactly %q", env, hookargs.Env())
 	}
 }
 

@@ -34,6 +34,7 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
@@ -176,7 +177,7 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: ldconfig.Path,
 		RootfsDone: true, NoProcView: !procView}
 	if hc.Path == "" && procView {
-		if hc.Path, err = FindHelper(ocispec.HookBinary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
+		if hc.Path, err = FindHelper(hookargs.Binary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
 			return fmt.Errorf("container hooks: %w", err)
 		}
 	}
@@ -220,7 +221,7 @@ func prepareRootfs(path string, p *plan.Plan, log *slog.Logger) (*rootfs.Root, e
 		if len(p.LdconfigDirs) == 0 {
 			return nil
 		}
-		names, err := root.PlanLibraryEntries(p, p.LdcacheLibs())
+		names, err := root.PendingLibraryEntries(pending(p), p.LdcacheLibs())
 		if err != nil {
 			return fmt.Errorf("update ld.so.cache: %w", err)
 		}
@@ -233,6 +234,22 @@ func prepareRootfs(path string, p *plan.Plan, log *slog.Logger) (*rootfs.Root, e
 		return nil, errors.Join(err, closeRoot(root, true))
 	}
 	return root, nil
+}
+
+// pending is what p creates in the container root, as
+// rootfs.Root.PendingLibraryEntries takes it: its file mounts (made later,
+// by the low-level runtime) and its symlinks.
+func pending(p *plan.Plan) rootfs.Pending {
+	var out rootfs.Pending
+	for _, m := range p.Mounts {
+		if m.Kind == plan.KindFile {
+			out.Files = append(out.Files, rootfs.PendingFile{Path: m.Destination, Source: m.Source, Library: m.Library})
+		}
+	}
+	for _, s := range p.Symlinks {
+		out.Links = append(out.Links, rootfs.PendingLink{Path: s.Link, Target: s.Target})
+	}
+	return out
 }
 
 // closeRoot keeps (or, with rollback, undoes) the changes made in root and

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 )
@@ -180,13 +181,13 @@ func TestCreateAndRunEditSpecAndExec(t *testing.T) {
 			// One hook, for the proc view only: the symlinks and the cache
 			// are done in the rootfs before the runtime runs.
 			if len(s.Hooks.CreateContainer) != 1 || s.Hooks.CreateContainer[0].Path != h.hook ||
-				!slices.Equal(s.Hooks.CreateContainer[0].Args, []string{ocispec.HookBinary, ocispec.HookMountProcDriver,
+				!slices.Equal(s.Hooks.CreateContainer[0].Args, []string{hookargs.Binary, hookargs.NameMountProcDriver,
 					"--host-dir", "/proc/driver/nvidia", "--file", "params", "--file", "version", "--gpu", "0000:01:00.0"}) {
 				t.Errorf("hooks %+v", s.Hooks.CreateContainer)
 			}
 			checkRootfsDone(t, filepath.Join(bundle, "rootfs"))
 			for _, hk := range s.Hooks.CreateContainer {
-				if !slices.Equal(hk.Env, ocispec.HookEnv()) {
+				if !slices.Equal(hk.Env, hookargs.Env()) {
 					t.Errorf("hook env %q", hk.Env)
 				}
 			}
@@ -623,7 +624,7 @@ func TestProcViewHook(t *testing.T) {
 				}
 			}
 			switch {
-			case tc.want && (len(cc) != 1 || !strings.HasPrefix(cc[0], ocispec.HookBinary+" "+ocispec.HookMountProcDriver+" ") || strings.Contains(cc[0], ";")):
+			case tc.want && (len(cc) != 1 || !strings.HasPrefix(cc[0], hookargs.Binary+" "+hookargs.NameMountProcDriver+" ") || strings.Contains(cc[0], ";")):
 				t.Errorf("createContainer hooks %q, want the proc view hook only", cc)
 			case !tc.want && len(cc) != 0:
 				t.Errorf("createContainer hooks %q, want none", cc)

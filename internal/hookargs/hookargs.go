@@ -1,0 +1,519 @@
+// Package hookargs is the nvidia-cdi-hook command line: the hook names, the
+// flags of each hook with their spellings, the chain that runs several hooks
+// in one call, and the environment the hooks run with. The writers of hook
+// command lines (internal/ocispec for nvidia-container-runtime's spec edits,
+// internal/cdispec for CDI specs) build them from the typed hooks here
+// (Command); nvidia-cdi-hook (internal/cli/cdihook) reads them back with
+// SplitChain and Parse. No other package spells a hook flag.
+//
+//	nvidia-cdi-hook create-symlinks --link TARGET::LINK...
+//	nvidia-cdi-hook update-ldcache [--ldconfig-path PATH] --folder DIR... [--lib PATH...]
+//	nvidia-cdi-hook disable-device-node-modification [--host-dir DIR]
+//	nvidia-cdi-hook mount-proc-driver [--host-dir DIR] [--file NAME]... [--gpu BUSID]... [--expose REL]...
+//	nvidia-cdi-hook noop
+//	nvidia-cdi-hook HOOK [FLAGS] ";" HOOK [FLAGS]...
+//
+// Every hook also takes --container-spec FILE. The names and the flags
+// NVIDIA's hook has are spelled as NVIDIA spells them, so that a CDI spec
+// written by either toolkit runs with either nvidia-cdi-hook; --lib,
+// --host-dir, mount-proc-driver and the ";" chain are nctk's own and appear
+// only in the spec edits of nctk's runtime, which runs nctk's hook.
+package hookargs
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strings"
+)
+
+// Binary is the name of the hook program: args[0] of every command line
+// Command returns.
+const Binary = "nvidia-cdi-hook"
+
+// The hook names (the subcommands of Binary).
+const (
+	NameCreateSymlinks                = "create-symlinks"
+	NameUpdateLdcache                 = "update-ldcache"
+	NameDisableDeviceNodeModification = "disable-device-node-modification"
+	NameMountProcDriver               = "mount-proc-driver"
+	NameNoop                          = "noop"
+)
+
+// ChainSeparator is the argument that separates hooks chained in one call.
+const ChainSeparator = ";"
+
+// EnvPath is the PATH every hook runs with.
+const EnvPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Env returns the complete environment of a hook call. The OCI runtime
+// passes a hook exactly its env, so nothing from the image (such as
+// LD_PRELOAD in process.env) reaches the hook.
+func Env() []string {
+	return []string{"PATH=" + EnvPath, "NVIDIA_CTK_DEBUG=false"}
+}
+
+// Hook is one hook invocation: a typed value per hook name.
+type Hook interface {
+	// Name is the hook name.
+	Name() string
+	// Args is the invocation's command line after the program name: Name,
+	// then the flags that Parse reads back into an equal value.
+	Args() []string
+}
+
+// Common holds the flags every hook takes.
+type Common struct {
+	// ContainerSpec (--container-spec) is an OCI spec file the hook reads
+	// the container root from instead of the OCI state on stdin; "" reads
+	// stdin.
+	ContainerSpec string
+}
+
+func (c Common) args() []string {
+	if c.ContainerSpec == "" {
+		return nil
+	}
+	return []string{"--" + flagContainerSpec, c.ContainerSpec}
+}
+
+// Flag names.
+const (
+	flagContainerSpec = "container-spec"
+	flagLink          = "link"
+	flagLdconfigPath  = "ldconfig-path"
+	flagFolder        = "folder"
+	flagLib           = "lib"
+	flagHostDir       = "host-dir"
+	flagFile          = "file"
+	flagGPU           = "gpu"
+	flagExpose        = "expose"
+)
+
+// linkSeparator separates a --link value's target from its link.
+const linkSeparator = "::"
+
+// Link is one symlink of create-symlinks: Path, an absolute container
+// path, points to Target (the link's content: relative to Path's directory,
+// or absolute in the container).
+type Link struct {
+	Target string
+	Path   string
+}
+
+// String returns l as a --link value: TARGET::LINK.
+func (l Link) String() string { return l.Target + linkSeparator + l.Path }
+
+// Check reports why l cannot be passed as a --link value that reads back
+// as l: an empty target, "::" in either part, a target ending in ":" (the
+// separator would be found one character early) or a link that is not an
+// absolute path.
+func (l Link) Check() error {
+	switch {
+	case l.Target == "":
+		return errors.New("empty link target")
+	case strings.Contains(l.Target, linkSeparator) || strings.Contains(l.Path, linkSeparator) || strings.HasSuffix(l.Target, ":"):
+		return fmt.Errorf("link target or path containing %q", linkSeparator)
+	case !path.IsAbs(l.Path):
+		return fmt.Errorf("link %q is not an absolute container path", l.Path)
+	}
+	return nil
+}
+
+// ParseLink reads a --link value, TARGET::LINK.
+func ParseLink(v string) (Link, error) {
+	target, link, ok := strings.Cut(v, linkSeparator)
+	if !ok || target == "" || link == "" || strings.Contains(link, linkSeparator) {
+		return Link{}, fmt.Errorf("invalid --%s %q: want TARGET%sLINK", flagLink, v, linkSeparator)
+	}
+	if !path.IsAbs(link) {
+		return Link{}, fmt.Errorf("invalid --%s %q: the link must be an absolute container path", flagLink, v)
+	}
+	return Link{Target: target, Path: link}, nil
+}
+
+// CreateSymlinks creates symlinks in the container.
+type CreateSymlinks struct {
+	Common
+	// Links (--link, repeated) are the symlinks to create, in order.
+	Links []Link
+}
+
+// Name implements Hook.
+func (CreateSymlinks) Name() string { return NameCreateSymlinks }
+
+// Args implements Hook.
+func (h CreateSymlinks) Args() []string {
+	out := []string{h.Name()}
+	for _, l := range h.Links {
+		out = append(out, "--"+flagLink, l.String())
+	}
+	return append(out, h.Common.args()...)
+}
+
+// UpdateLdcache updates the container's ld.so.cache for the injected
+// libraries and records their directories in /etc/ld.so.conf.d.
+type UpdateLdcache struct {
+	Common
+	// LdconfigPath (--ldconfig-path) is the host ldconfig the hook runs;
+	// "" leaves the hook's default.
+	LdconfigPath string
+	// Folders (--folder, repeated) are the container directories holding
+	// the injected libraries.
+	Folders []string
+	// Libs (--lib, repeated; nctk's) are the container paths of the
+	// injected library files and of the links to them: with any, the hook
+	// updates ld.so.cache in-process instead of running ldconfig.
+	Libs []string
+}
+
+// Name implements Hook.
+func (UpdateLdcache) Name() string { return NameUpdateLdcache }
+
+// Args implements Hook.
+func (h UpdateLdcache) Args() []string {
+	out := []string{h.Name()}
+	if h.LdconfigPath != "" {
+		out = append(out, "--"+flagLdconfigPath, h.LdconfigPath)
+	}
+	out = appendEach(out, flagFolder, h.Folders)
+	out = appendEach(out, flagLib, h.Libs)
+	return append(out, h.Common.args()...)
+}
+
+// DisableDeviceNodeModification masks the container's
+// /proc/driver/nvidia/params with a copy in which ModifyDeviceFiles is 0.
+type DisableDeviceNodeModification struct {
+	Common
+	// HostDir (--host-dir; nctk's) is the driver's proc directory on the
+	// host; "" leaves the hook's default.
+	HostDir string
+}
+
+// Name implements Hook.
+func (DisableDeviceNodeModification) Name() string { return NameDisableDeviceNodeModification }
+
+// Args implements Hook.
+func (h DisableDeviceNodeModification) Args() []string {
+	out := []string{h.Name()}
+	if h.HostDir != "" {
+		out = append(out, "--"+flagHostDir, h.HostDir)
+	}
+	return append(out, h.Common.args()...)
+}
+
+// MountProcDriver (nctk's) builds the container's filtered
+// /proc/driver/nvidia.
+type MountProcDriver struct {
+	Common
+	// HostDir (--host-dir) is the driver's proc directory on the host; ""
+	// leaves the hook's default.
+	HostDir string
+	// Files (--file, repeated) are the names of HostDir's files to copy;
+	// none leaves the hook's default.
+	Files []string
+	// GPUs (--gpu, repeated) are the bus ids whose gpus/ directory is
+	// exposed.
+	GPUs []string
+	// Expose (--expose, repeated) are further paths below HostDir bound
+	// read-only.
+	Expose []string
+}
+
+// Name implements Hook.
+func (MountProcDriver) Name() string { return NameMountProcDriver }
+
+// Args implements Hook.
+func (h MountProcDriver) Args() []string {
+	out := []string{h.Name()}
+	if h.HostDir != "" {
+		out = append(out, "--"+flagHostDir, h.HostDir)
+	}
+	out = appendEach(out, flagFile, h.Files)
+	out = appendEach(out, flagGPU, h.GPUs)
+	out = appendEach(out, flagExpose, h.Expose)
+	return append(out, h.Common.args()...)
+}
+
+// Noop does nothing; it takes any arguments and ignores them.
+type Noop struct{}
+
+// Name implements Hook.
+func (Noop) Name() string { return NameNoop }
+
+// Args implements Hook.
+func (h Noop) Args() []string { return []string{h.Name()} }
+
+func appendEach(out []string, flagName string, values []string) []string {
+	for _, v := range values {
+		out = append(out, "--"+flagName, v)
+	}
+	return out
+}
+
+// Command returns the argument vector (program name first) of one call of
+// Binary that runs hooks in order: Binary, then each hook's Args, separated
+// by ChainSeparator.
+func Command(hooks ...Hook) []string {
+	out := []string{Binary}
+	for i, h := range hooks {
+		if i > 0 {
+			out = append(out, ChainSeparator)
+		}
+		out = append(out, h.Args()...)
+	}
+	return out
+}
+
+// Chain returns the argument vector cmd (a hook call, program name first)
+// followed by the hooks of next (another call of the same program, whose
+// program name is dropped): one call that runs both in order. cmd and next
+// are not modified.
+func Chain(cmd, next []string) []string {
+	out := slices.Clone(cmd)
+	if len(next) < 2 {
+		return out
+	}
+	return append(append(out, ChainSeparator), next[1:]...)
+}
+
+// CtkBinary is NVIDIA's nvidia-ctk, which runs the same hooks as
+// `nvidia-ctk hook HOOK…`.
+const CtkBinary = "nvidia-ctk"
+
+// CommandFor returns the argument vector cmd (a hook call, program name
+// first, as Command returns it) as the hook program at binPath runs it:
+// `nvidia-ctk hook HOOK…` when binPath's base name is CtkBinary, else cmd.
+// cmd is not modified.
+func CommandFor(binPath string, cmd []string) []string {
+	if path.Base(binPath) != CtkBinary {
+		return slices.Clone(cmd)
+	}
+	out := []string{CtkBinary, "hook"}
+	if len(cmd) > 1 {
+		out = append(out, cmd[1:]...)
+	}
+	return out
+}
+
+// SplitChain splits the hook arguments of one call (after the program name
+// and its global flags) into the argument lists of its hooks, at each
+// ChainSeparator, dropping empty ones.
+func SplitChain(args []string) [][]string {
+	var out [][]string
+	start := 0
+	for i := 0; i <= len(args); i++ {
+		if i == len(args) || args[i] == ChainSeparator {
+			if i > start {
+				out = append(out, args[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+// UnknownHookError is Parse's error for a hook name this version does not
+// know (from a spec written by another toolkit version).
+type UnknownHookError struct {
+	Name string
+}
+
+func (e *UnknownHookError) Error() string { return fmt.Sprintf("unknown hook %q", e.Name) }
+
+// hookDef is how one hook's flags are defined and read.
+type hookDef struct {
+	synopsis string // the flags, for Usage
+	summary  string // what the hook does, for Usage
+	// define defines the hook's own flags on fs and returns the function
+	// that, after fs is parsed, builds the hook (with the common flags c)
+	// and checks it.
+	define func(fs *flag.FlagSet) func(c Common) (Hook, error)
+}
+
+// hookDefs are the hooks Parse knows, by name.
+func hookDefs() map[string]hookDef {
+	return map[string]hookDef{
+		NameCreateSymlinks: {"--link TARGET::LINK...", "create symlinks in the container", defineCreateSymlinks},
+		NameUpdateLdcache: {"[--ldconfig-path P] --folder DIR... [--lib PATH...]",
+			"update ld.so.cache (in-process with --lib, else the host's ldconfig confined to the container)", defineUpdateLdcache},
+		NameDisableDeviceNodeModification: {"[--host-dir D]",
+			"mask /proc/driver/nvidia/params with ModifyDeviceFiles: 0", defineDisableDeviceNodeModification},
+		NameMountProcDriver: {"[--host-dir D] [--file F]... [--gpu BUSID]... [--expose REL]...",
+			"the container's filtered /proc/driver/nvidia", defineMountProcDriver},
+		NameNoop: {"", "do nothing", nil},
+	}
+}
+
+// Names returns the hook names Parse knows, sorted.
+func Names() []string {
+	names := make([]string, 0, len(hookDefs()))
+	for n := range hookDefs() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// newFlagSet returns the flag set of hook name (def) with the common flags,
+// and the function that reads the parsed flags into a hook.
+func newFlagSet(name string, def hookDef) (*flag.FlagSet, func() (Hook, error)) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c Common
+	fs.StringVar(&c.ContainerSpec, flagContainerSpec, "", "read the OCI spec from this file instead of the OCI state on stdin")
+	build := def.define(fs)
+	return fs, func() (Hook, error) { return build(c) }
+}
+
+// Parse reads one hook invocation: args[0] is the hook name, the rest its
+// flags (as "--flag value", "--flag=value" or with one dash). An unknown
+// name is an *UnknownHookError; -h or --help an error that wraps
+// flag.ErrHelp; positional arguments and invalid values are errors. noop
+// takes any arguments and ignores them.
+func Parse(args []string) (Hook, error) {
+	if len(args) == 0 {
+		return nil, errors.New("no hook name")
+	}
+	name := args[0]
+	def, ok := hookDefs()[name]
+	if !ok {
+		return nil, &UnknownHookError{Name: name}
+	}
+	if def.define == nil {
+		return Noop{}, nil
+	}
+	fs, build := newFlagSet(name, def)
+	if err := fs.Parse(args[1:]); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return build()
+}
+
+// Usage writes the hook names with their flags and what each does.
+func Usage(w io.Writer) {
+	defs := hookDefs()
+	for _, n := range Names() {
+		d := defs[n]
+		fmt.Fprintf(w, "  %s\n        %s\n", strings.TrimSpace(n+" "+d.synopsis), d.summary)
+	}
+}
+
+// HookUsage writes the usage of hook name run by the program prog
+// ("nvidia-cdi-hook", "nvidia-ctk hook") with its flags; nothing for an
+// unknown name.
+func HookUsage(w io.Writer, prog, name string) {
+	def, ok := hookDefs()[name]
+	if !ok {
+		return
+	}
+	fmt.Fprintf(w, "Usage: %s\n  %s\n", strings.TrimSpace(prog+" "+name+" "+def.synopsis), def.summary)
+	if def.define == nil {
+		return
+	}
+	fs, _ := newFlagSet(name, def)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// isSet reports whether the flag name was given.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// checkAbs checks that the values of a flag are absolute paths (what says
+// whose: "container" or "host").
+func checkAbs(flagName, what string, values ...string) error {
+	for _, v := range values {
+		if !path.IsAbs(v) {
+			return fmt.Errorf("invalid --%s %q: not an absolute %s path", flagName, v, what)
+		}
+	}
+	return nil
+}
+
+func defineCreateSymlinks(fs *flag.FlagSet) func(Common) (Hook, error) {
+	var links stringList
+	fs.Var(&links, flagLink, "TARGET::LINK: create LINK pointing to TARGET (repeatable)")
+	return func(c Common) (Hook, error) {
+		h := CreateSymlinks{Common: c}
+		for _, v := range links {
+			l, err := ParseLink(v)
+			if err != nil {
+				return nil, err
+			}
+			h.Links = append(h.Links, l)
+		}
+		return h, nil
+	}
+}
+
+func defineUpdateLdcache(fs *flag.FlagSet) func(Common) (Hook, error) {
+	var folders, libs stringList
+	fs.Var(&folders, flagFolder, "a container directory holding injected libraries (repeatable)")
+	fs.Var(&libs, flagLib, "an injected library file or link to one, as a container path: update ld.so.cache in-process (repeatable)")
+	ldconfig := fs.String(flagLdconfigPath, "", "the host ldconfig to run (host path; default /sbin/ldconfig, .real preferred)")
+	return func(c Common) (Hook, error) {
+		if err := checkAbs(flagFolder, "container", folders...); err != nil {
+			return nil, err
+		}
+		if err := checkAbs(flagLib, "container", libs...); err != nil {
+			return nil, err
+		}
+		if isSet(fs, flagLdconfigPath) {
+			if err := checkAbs(flagLdconfigPath, "host", *ldconfig); err != nil {
+				return nil, err
+			}
+		}
+		return UpdateLdcache{Common: c, LdconfigPath: *ldconfig, Folders: folders, Libs: libs}, nil
+	}
+}
+
+// defineHostDir defines --host-dir and returns the check of its value.
+func defineHostDir(fs *flag.FlagSet) (*string, func() error) {
+	dir := fs.String(flagHostDir, "", "the driver's proc directory on the host (default /proc/driver/nvidia)")
+	return dir, func() error {
+		if !isSet(fs, flagHostDir) {
+			return nil
+		}
+		return checkAbs(flagHostDir, "host", *dir)
+	}
+}
+
+func defineDisableDeviceNodeModification(fs *flag.FlagSet) func(Common) (Hook, error) {
+	dir, check := defineHostDir(fs)
+	return func(c Common) (Hook, error) {
+		if err := check(); err != nil {
+			return nil, err
+		}
+		return DisableDeviceNodeModification{Common: c, HostDir: *dir}, nil
+	}
+}
+
+func defineMountProcDriver(fs *flag.FlagSet) func(Common) (Hook, error) {
+	dir, check := defineHostDir(fs)
+	var files, gpus, expose stringList
+	fs.Var(&files, flagFile, "a file of the host directory to copy (repeatable; default params, version, registry)")
+	fs.Var(&gpus, flagGPU, "the bus id of a GPU whose gpus/ directory to expose (repeatable)")
+	fs.Var(&expose, flagExpose, "a further path below the host directory to bind read-only (repeatable)")
+	return func(c Common) (Hook, error) {
+		if err := check(); err != nil {
+			return nil, err
+		}
+		return MountProcDriver{Common: c, HostDir: *dir, Files: files, GPUs: gpus, Expose: expose}, nil
+	}
+}
