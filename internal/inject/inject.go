@@ -142,7 +142,6 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	}
 	o := plan.Options{
 		Caps:            j.Caps,
-		GPUs:            sel.GPUs,
 		MIGConfig:       j.MIGConfig,
 		MIGMonitor:      j.MIGMonitor,
 		IMEXChannels:    j.IMEXChannels,
@@ -150,10 +149,7 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 		NoFabricManager: j.NoFabricManager,
 		NoGSPFirmware:   j.NoGSPFirmware,
 		Target:          j.Target,
-	}
-	for _, m := range sel.MIG {
-		o.MIG = append(o.MIG, plan.MIGSelection{Parent: m.Parent, Device: m.MIG})
-	}
+	}.Select(sel)
 	p, err := plan.Build(drv, o)
 	if err != nil {
 		return nil, &Error{Phase: PhaseDevice, Err: err}

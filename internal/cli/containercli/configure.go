@@ -224,14 +224,6 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	if err != nil {
 		return &phaseError{injectPhase(err), unwrapInject(err)}
 	}
-	if len(res.Selection.MIG) > 0 {
-		if req.migConfig {
-			return &phaseError{"mig-config", errors.New("cannot enable mig-config with specific MIG devices selected")}
-		}
-		if req.migMonitor {
-			return &phaseError{"mig-monitor", errors.New("cannot enable mig-monitor with specific MIG devices selected")}
-		}
-	}
 	ldconfig := req.ldconfig
 	if ldconfig != "" && !strings.HasPrefix(ldconfig, "@") {
 		// NVIDIA would run the image's own binary as root on the host side
@@ -278,12 +270,16 @@ func containerTarget(c configure.Container) (plan.Target, error) {
 
 // injectPhase maps a discovery or planning error to NVIDIA's phase word; a
 // host with no usable driver is an initialization error, as in NVIDIA's
-// CLI, and any other discovery error a detection error.
+// CLI, MIG config/monitor with specific MIG devices a mig-config or
+// mig-monitor error, and any other discovery error a detection error.
 func injectPhase(err error) string {
 	var noDriver *discover.NoDriverError
 	var mismatch *discover.VersionMismatchError
 	if errors.As(err, &noDriver) || errors.As(err, &mismatch) {
 		return "initialization"
+	}
+	if me := (*plan.MIGSelectionError)(nil); errors.As(err, &me) {
+		return me.Option
 	}
 	if p := inject.PhaseOf(err); p != "" {
 		return string(p)

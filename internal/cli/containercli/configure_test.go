@@ -18,7 +18,6 @@ import (
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/inject"
 	"github.com/nctk/nctk/internal/plan"
-	"github.com/nctk/nctk/internal/selector"
 )
 
 // configureRun records what configure asked the planner and the applier.
@@ -166,7 +165,7 @@ func TestConfigureErrors(t *testing.T) {
 			r.planErr = &inject.Error{Phase: inject.PhaseDevice, Err: errors.New("9: unknown device")}
 		}, 1, "device error: 9: unknown device"},
 		{"mig-config with MIG selected", []string{"configure", "--mig-config=all", "--device=0:0", "--pid", pid, rootfs}, func(r *configureRun) {
-			r.result = &inject.Result{Plan: &plan.Plan{}, Selection: selector.Selection{MIG: make([]selector.SelectedMIG, 1)}}
+			r.planErr = &inject.Error{Phase: inject.PhaseDevice, Err: &plan.MIGSelectionError{Option: plan.GrantMIGConfig}}
 		}, 1, "mig-config error: cannot enable mig-config with specific MIG devices selected"},
 		{"apply fails", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
 			r.applyErr = &configure.Error{Phase: configure.PhaseLdcache, Err: errors.New("process /sbin/ldconfig failed")}

@@ -129,7 +129,7 @@ func TestListLines(t *testing.T) {
 /run/nvidia-persistenced/socket
 /run/nvidia-fabricmanager/socket
 /tmp/nvidia-mps
-/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
+/usr/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
 		{args: "--libraries", want: `/usr/lib64/libnvidia-ml.so.580.159.04
 /usr/lib64/libcuda.so.580.159.04
 /usr/lib64/libnvcuvid.so.580.159.04
@@ -149,7 +149,7 @@ func TestListLines(t *testing.T) {
 /usr/lib64/libcuda.so.580.159.04
 /usr/lib32/libcuda.so.580.159.04
 /tmp/nvidia-mps
-/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
+/usr/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
 		{args: "--video -l", want: `/usr/lib64/libcuda.so.580.159.04
 /usr/lib64/libnvcuvid.so.580.159.04`},
 		{args: "-d 1 -b", want: `/dev/nvidiactl
@@ -206,7 +206,7 @@ func TestListLines(t *testing.T) {
 /run/nvidia-persistenced/socket
 /run/nvidia-fabricmanager/socket
 /tmp/nvidia-mps
-/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
+/usr/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
 		{args: "-f --no-gsp-firmware", want: ``},
 		{args: "--compat32", want: ``},
 		{args: "-d 7", phase: "device", err: "7: unknown device"},
@@ -223,7 +223,7 @@ func TestListLines(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lines, phase, err := listLines(syntheticDriver(), r, "/")
+			lines, phase, err := listLines(syntheticDriver(), r)
 			if tt.err != "" {
 				if err == nil || phase != tt.phase || !strings.HasPrefix(err.Error(), tt.err) {
 					t.Fatalf("phase %q error %v, want %q: %q…", phase, err, tt.phase, tt.err)
