@@ -44,8 +44,10 @@ type Options struct {
 	GPUs []discover.GPU
 	// MIG are the selected MIG devices.
 	MIG []MIGSelection
-	// MIGConfig and MIGMonitor expose the global MIG config / monitor
-	// capabilities ("all" requests; privileged containers only).
+	// MIGConfig and MIGMonitor expose the MIG config / monitor capability
+	// and the MIG capabilities of the selected MIG-capable GPUs ("all"
+	// requests; the runtime allows them to privileged containers only),
+	// instead of the selected MIG devices' access capabilities.
 	MIGConfig  bool
 	MIGMonitor bool
 	// AllDevices says the devices were selected by "all": MIG then holds

@@ -7,7 +7,8 @@
 // nvidia-container-runtime writes it into the OCI spec (internal/ocispec)
 // and nvidia-container-cli configure applies it to a running container's
 // rootfs (internal/configure); nvidia-ctk cdi generate renders it as a CDI
-// spec (internal/cdispec). No applier decides what to inject.
+// spec (internal/cdispec) and nvidia-container-cli list prints its host
+// paths. No applier decides what to inject.
 package plan
 
 import (
