@@ -35,9 +35,8 @@ type injected struct {
 	devices, files, procs []string
 }
 
-func newInjected() *injected { return &injected{} }
-
-func (in *injected) add(list *[]string, s string) {
+// addOnce appends s to list unless it is there.
+func addOnce(list *[]string, s string) {
 	if !slices.Contains(*list, s) {
 		*list = append(*list, s)
 	}
@@ -188,8 +187,7 @@ func TestPathsAgree(t *testing.T) {
 			env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=5", ucEnv}, privileged: true,
 			err: "missing device /dev/nvidia-caps-imex-channels/channel5"},
 	}
-	var cdiSpec *cdi.Spec
-	cdiSpecs := map[string]*cdi.Spec{}
+	cdiSpecs := map[string]*cdi.Spec{} // by capabilities
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			paths := map[string]injected{}
@@ -214,14 +212,15 @@ func TestPathsAgree(t *testing.T) {
 			}
 			if tc.cdiDevice != "" {
 				key := tc.caps.String()
-				if cdiSpec = cdiSpecs[key]; cdiSpec == nil {
+				spec := cdiSpecs[key]
+				if spec == nil {
 					job := inject.Job{Driver: discover.Options{Root: r.Path}}
-					if cdiSpec, err = cdispec.Generate(context.Background(), job, cdispec.Options{Caps: tc.caps, NoProbe: true}); err != nil {
+					if spec, err = cdispec.Generate(context.Background(), job, cdispec.Options{Caps: tc.caps, NoProbe: true}); err != nil {
 						t.Fatalf("cdi generate: %v", err)
 					}
-					cdiSpecs[key] = cdiSpec
+					cdiSpecs[key] = spec
 				}
-				paths["cdi"] = cdiPath(t, r, cdiSpec, tc.cdiDevice).sorted()
+				paths["cdi"] = cdiPath(t, r, spec, tc.cdiDevice).sorted()
 			}
 			if tc.err != "" {
 				return
@@ -287,11 +286,11 @@ func listPath(t *testing.T, r *fixture.Root, tc agreementCase) (*injected, error
 	if code != 0 {
 		return nil, fmt.Errorf("exit %d: %s", code, errOut)
 	}
-	in := newInjected()
+	in := &injected{}
 	procDir := r.HostPath("/proc/driver/nvidia") + "/"
 	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
 		if rel, ok := strings.CutPrefix(l, procDir); ok {
-			in.add(&in.procs, rel)
+			addOnce(&in.procs, rel)
 			continue
 		}
 		fi, err := os.Lstat(l)
@@ -301,10 +300,10 @@ func listPath(t *testing.T, r *fixture.Root, tc agreementCase) (*injected, error
 		}
 		switch {
 		case fi.Mode()&os.ModeCharDevice != 0:
-			in.add(&in.devices, strings.TrimPrefix(l, r.Path))
+			addOnce(&in.devices, strings.TrimPrefix(l, r.Path))
 		case fi.IsDir() && l == r.HostPath("/dev/nvidia-caps"):
 		default:
-			in.add(&in.files, l)
+			addOnce(&in.files, l)
 		}
 	}
 	return in, nil
@@ -313,16 +312,16 @@ func listPath(t *testing.T, r *fixture.Root, tc agreementCase) (*injected, error
 // planInjected is what a plan gives: its devices, mount sources and
 // exposed /proc entries.
 func planInjected(p *plan.Plan) *injected {
-	in := newInjected()
+	in := &injected{}
 	for _, d := range p.Devices {
-		in.add(&in.devices, d.Path)
+		addOnce(&in.devices, d.Path)
 	}
 	for _, m := range p.Mounts {
-		in.add(&in.files, m.Source)
+		addOnce(&in.files, m.Source)
 	}
 	if p.Proc != nil {
 		for _, e := range p.Proc.Expose {
-			in.add(&in.procs, e)
+			addOnce(&in.procs, e)
 		}
 	}
 	return in
@@ -402,20 +401,20 @@ func runtimePath(t *testing.T, r *fixture.Root, tc agreementCase) (*injected, er
 		t.Fatal(err)
 	}
 	spec := doc.Spec()
-	in := newInjected()
+	in := &injected{}
 	if spec.Linux != nil {
 		for _, d := range spec.Linux.Devices {
-			in.add(&in.devices, d.Path)
+			addOnce(&in.devices, d.Path)
 		}
 	}
 	for _, m := range spec.Mounts {
-		in.add(&in.files, m.Source)
+		addOnce(&in.files, m.Source)
 	}
 	if spec.Hooks != nil {
 		for _, h := range spec.Hooks.CreateContainer {
 			for i, a := range h.Args {
 				if a == "--expose" && i+1 < len(h.Args) {
-					in.add(&in.procs, h.Args[i+1])
+					addOnce(&in.procs, h.Args[i+1])
 				}
 			}
 		}
@@ -430,16 +429,16 @@ func cdiPath(t *testing.T, r *fixture.Root, spec *cdi.Spec, name string) *inject
 	if i < 0 {
 		t.Fatalf("cdi spec has no device %q", name)
 	}
-	in := newInjected()
+	in := &injected{}
 	for _, e := range []cdi.ContainerEdits{spec.ContainerEdits, spec.Devices[i].ContainerEdits} {
 		for _, n := range e.DeviceNodes {
-			in.add(&in.devices, n.Path)
+			addOnce(&in.devices, n.Path)
 			if n.HostPath != "" && n.HostPath != r.HostPath(n.Path) {
 				t.Errorf("cdi device %s: host path %s", n.Path, n.HostPath)
 			}
 		}
 		for _, m := range e.Mounts {
-			in.add(&in.files, m.HostPath)
+			addOnce(&in.files, m.HostPath)
 		}
 	}
 	return in
