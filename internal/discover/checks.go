@@ -10,9 +10,10 @@ import (
 
 // CheckDevices reports, as *DeviceNodeError values joined together, the
 // device nodes a container with the given GPUs needs but the host lacks:
-// /dev/nvidiactl and each GPU's /dev/nvidia<minor>. Missing nodes are not
-// an error for discovery itself (info works without them); callers that
-// inject devices check them here.
+// /dev/nvidiactl (every container gets it) and each GPU's
+// /dev/nvidia<minor>. Missing nodes are not an error for discovery itself
+// (info works without them); plan.Build checks them here, so that every
+// command that builds a plan fails the same way.
 func (d *Driver) CheckDevices(gpus []GPU) error {
 	var errs []error
 	if !d.hasControl("nvidiactl") {

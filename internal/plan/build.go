@@ -10,6 +10,7 @@ import (
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/ldcache"
+	"github.com/nctk/nctk/internal/selector"
 )
 
 // Target says where driver files land in the container. Libraries go to
@@ -43,10 +44,16 @@ type Options struct {
 	GPUs []discover.GPU
 	// MIG are the selected MIG devices.
 	MIG []MIGSelection
-	// MIGConfig and MIGMonitor expose the global MIG config / monitor
-	// capabilities ("all" requests; privileged containers only).
+	// MIGConfig and MIGMonitor expose the MIG config / monitor capability
+	// and the MIG capabilities of the selected MIG-capable GPUs ("all"
+	// requests; the runtime allows them to privileged containers only),
+	// instead of the selected MIG devices' access capabilities.
 	MIGConfig  bool
 	MIGMonitor bool
+	// AllDevices says the devices were selected by "all": MIG then holds
+	// every MIG device, which MIGConfig and MIGMonitor allow (with
+	// specific MIG devices they are an error).
+	AllDevices bool
 	// IMEXChannels are the IMEX channel numbers to inject.
 	IMEXChannels []int
 
@@ -57,48 +64,175 @@ type Options struct {
 	Target Target
 }
 
-// ErrMissingDevice is returned when a selected device has no node.
+// Select returns o with the devices of sel: its GPUs (parents of its MIG
+// devices included), its MIG devices, and whether it was "all". Every
+// command that builds a plan from a device list (inject.Run for the
+// runtime, configure and cdi generate; nvidia-container-cli list) sets the
+// devices through it.
+func (o Options) Select(sel selector.Selection) Options {
+	o.GPUs = sel.GPUs
+	o.MIG = nil
+	for _, m := range sel.MIG {
+		o.MIG = append(o.MIG, MIGSelection{Parent: m.Parent, Device: m.MIG})
+	}
+	o.AllDevices = sel.All
+	return o
+}
+
+// ErrMissingDevice matches a *MissingDeviceError (errors.Is).
 var ErrMissingDevice = errors.New("device node missing")
 
+// MissingDeviceError reports the device nodes a plan needs that the host
+// lacks. Build returns it before anything else is computed, whichever
+// command asked (runtime, configure, list, cdi generate), so that a
+// container never starts without a node it was promised. It matches
+// ErrMissingDevice.
+type MissingDeviceError struct {
+	// Errs has one error per missing node, each naming the node and how to
+	// create it: *discover.DeviceNodeError values (joined) for nvidiactl
+	// and the GPUs' nodes, plain errors for MIG capability and IMEX
+	// channel nodes.
+	Errs []error
+}
+
+func (e *MissingDeviceError) Error() string {
+	var msgs []string
+	for _, err := range e.Errs {
+		msgs = append(msgs, strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// Unwrap returns the errors of the missing nodes.
+func (e *MissingDeviceError) Unwrap() []error { return e.Errs }
+
+// Is reports whether target is ErrMissingDevice.
+func (e *MissingDeviceError) Is(target error) bool { return target == ErrMissingDevice }
+
+// MIGSelectionError reports MIG configuration or monitoring asked for
+// together with specific MIG devices: as in NVIDIA's CLI, they go only
+// with no MIG device or with every device ("all").
+type MIGSelectionError struct {
+	// Option is what was asked for: GrantMIGConfig or GrantMIGMonitor
+	// (the nvidia-container-cli option and its error phase).
+	Option string
+}
+
+func (e *MIGSelectionError) Error() string {
+	return fmt.Sprintf("cannot enable %s with specific MIG devices selected", e.Option)
+}
+
+// procDir is where the driver's proc entries are, as Device.Proc and
+// ProcView.Expose entries are relative to it.
+const procDir = "/proc/driver/nvidia/"
+
 // Build computes the plan for one container from the driver's discovery
-// result and the container's resolved request.
+// result and the container's resolved request. It fails with a
+// *MIGSelectionError for MIG configuration or monitoring with specific MIG
+// devices, and with a *MissingDeviceError when a node the container gets
+// does not exist on the host.
+//
+// Device nodes come in this order: the driver-wide nodes the capabilities
+// select, the selected GPUs, the selected MIG devices' access capabilities
+// (left out with MIG configuration or monitoring, which expose whole
+// GPUs' MIG capabilities instead), IMEX channels, then the MIG config and
+// monitor capabilities with the MIG capabilities of the selected
+// MIG-capable GPUs (none when no selected GPU is MIG-capable).
 func Build(d *discover.Driver, o Options) (*Plan, error) {
 	if d == nil {
 		return nil, errors.New("build injection plan: no driver discovery result")
 	}
+	if len(o.MIG) > 0 && !o.AllDevices {
+		if o.MIGConfig {
+			return nil, &MIGSelectionError{Option: GrantMIGConfig}
+		}
+		if o.MIGMonitor {
+			return nil, &MIGSelectionError{Option: GrantMIGMonitor}
+		}
+	}
 	p := &Plan{}
+	var missing []error
+	if err := d.CheckDevices(o.GPUs); err != nil {
+		missing = append(missing, err)
+	}
+	var expose []string
+	exposeRel := func(rel string) {
+		if rel != "" && !slices.Contains(expose, rel) {
+			expose = append(expose, rel)
+		}
+	}
 
-	// Device nodes: the control nodes the capabilities select, then the
-	// selected GPUs and their MIG capabilities.
 	for _, n := range d.ControlNodesFor(o.Caps) {
-		p.addDevice(n)
+		p.addDevice(n, DeviceDriver, "", "")
 	}
 	for _, g := range o.GPUs {
-		if g.Node.Path == "" {
-			return nil, fmt.Errorf("GPU %d (%s): /dev/nvidia%d: %w", g.Index, g.UUID, g.Minor, ErrMissingDevice)
+		if g.Node.Path != "" {
+			p.addDevice(g.Node, DeviceGPU, "", "")
 		}
-		p.addDevice(g.Node)
 	}
+	migAdmin := o.MIGConfig || o.MIGMonitor
 	for _, m := range o.MIG {
-		for _, n := range []discover.DeviceNode{m.Device.GIAccess, m.Device.CIAccess} {
-			if n.Path == "" {
-				return nil, fmt.Errorf("MIG device %s on GPU %d: capability node: %w", m.Device.UUID, m.Parent.Index, ErrMissingDevice)
-			}
-			p.addDevice(n)
+		if migAdmin {
+			break
 		}
-	}
-	if o.MIGConfig || o.MIGMonitor {
-		for _, n := range d.CapsNodes {
-			p.addDevice(n)
+		grant := m.Device.UUID
+		if grant == "" {
+			grant = fmt.Sprintf("%d:%d", m.Parent.Index, m.Device.Index)
+		}
+		for _, c := range []struct {
+			node discover.DeviceNode
+			proc string
+		}{{m.Device.GIAccess, m.Device.GIAccessProc}, {m.Device.CIAccess, m.Device.CIAccessProc}} {
+			rel, _ := procRel(c.proc)
+			if c.node.Path == "" {
+				missing = append(missing, fmt.Errorf("missing device node for MIG device %s of GPU %d: no /dev/nvidia-caps node for %s "+
+					"(create the MIG capability nodes: nvidia-ctk system create-device-nodes)", grant, m.Parent.Index, c.proc))
+				continue
+			}
+			p.addDevice(c.node, DeviceMIG, grant, rel)
+			exposeRel(rel)
 		}
 	}
 	for _, ch := range o.IMEXChannels {
 		name := fmt.Sprintf("channel%d", ch)
 		i := slices.IndexFunc(d.IMEXChannels, func(n discover.DeviceNode) bool { return path.Base(n.Path) == name })
 		if i < 0 {
-			return nil, fmt.Errorf("IMEX channel %d: /dev/nvidia-caps-imex-channels/%s: %w", ch, name, ErrMissingDevice)
+			missing = append(missing, fmt.Errorf("missing device /dev/nvidia-caps-imex-channels/%s (IMEX channel %d: "+
+				"the host has no node for it; create the channel or ask for one that exists)", name, ch))
+			continue
 		}
-		p.addDevice(d.IMEXChannels[i])
+		p.addDevice(d.IMEXChannels[i], DeviceIMEX, "", "")
+	}
+	var migGPUs []discover.GPU
+	if migAdmin {
+		migGPUs = slices.DeleteFunc(slices.Clone(o.GPUs), func(g discover.GPU) bool { return !g.MIGCapable })
+	}
+	for _, a := range []struct {
+		on    bool
+		grant string
+		node  discover.DeviceNode
+	}{{o.MIGConfig, GrantMIGConfig, d.MIGConfig}, {o.MIGMonitor, GrantMIGMonitor, d.MIGMonitor}} {
+		if !a.on || len(migGPUs) == 0 {
+			continue
+		}
+		rel := "capabilities/mig/" + strings.TrimPrefix(a.grant, "mig-")
+		if a.node.Path == "" {
+			missing = append(missing, fmt.Errorf("missing device node for the MIG %s capability (%s%s names none in /dev/nvidia-caps; "+
+				"create the MIG capability nodes: nvidia-ctk system create-device-nodes)", strings.TrimPrefix(a.grant, "mig-"), procDir, rel))
+		} else {
+			p.addDevice(a.node, DeviceMIGAdmin, a.grant, rel)
+		}
+		exposeRel(rel)
+		for _, g := range migGPUs {
+			rel, _ := procRel(g.MIGCapsDir)
+			exposeRel(rel)
+			for _, n := range g.MIGCapNodes {
+				p.addDevice(n, DeviceMIGAdmin, g.UUID, rel)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		return nil, &MissingDeviceError{Errs: missing}
 	}
 
 	// Driver files.
@@ -118,7 +252,7 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 			continue
 		}
 		injected[dst] = true
-		m := Mount{Source: f.HostPath, Destination: dst, Kind: KindFile, Options: ro}
+		m := Mount{Source: f.HostPath, Destination: dst, Kind: KindFile, Options: ro, Class: MountLibrary}
 		if f.CacheFlags != 0 {
 			m.Library = &ldcache.Library{SONAME: f.SONAME, Flags: f.CacheFlags}
 		}
@@ -139,7 +273,7 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 		if o.Target.BinDir != "" {
 			dst = path.Join(o.Target.BinDir, f.Name)
 		}
-		p.Mounts = append(p.Mounts, Mount{Source: f.HostPath, Destination: dst, Kind: KindFile, Options: ro})
+		p.Mounts = append(p.Mounts, Mount{Source: f.HostPath, Destination: dst, Kind: KindFile, Options: ro, Class: MountBinary})
 	}
 	for _, f := range d.IPCsFor(o.Caps) {
 		switch {
@@ -152,11 +286,11 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 			kind = KindDir
 		}
 		p.Mounts = append(p.Mounts, Mount{Source: f.HostPath, Destination: f.Path, Kind: kind,
-			Options: []string{OptNoSuid, OptNoDev, OptNoExec, OptRBind, OptRPrivate}})
+			Options: []string{OptNoSuid, OptNoDev, OptNoExec, OptRBind, OptRPrivate}, Class: MountIPC})
 	}
 	if !o.NoGSPFirmware {
 		for _, f := range d.Firmware {
-			p.Mounts = append(p.Mounts, Mount{Source: f.HostPath, Destination: f.Path, Kind: KindFile, Options: ro})
+			p.Mounts = append(p.Mounts, Mount{Source: f.HostPath, Destination: f.Path, Kind: KindFile, Options: ro, Class: MountFirmware})
 		}
 	}
 
@@ -169,25 +303,13 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 		for _, g := range o.GPUs {
 			v.GPUDirs = append(v.GPUDirs, g.BusID)
 		}
-		for _, m := range o.MIG {
-			for _, f := range []string{m.Device.GIAccessProc, m.Device.CIAccessProc} {
-				if rel, ok := procRel(f); ok {
-					v.Expose = append(v.Expose, rel)
-				}
-			}
-		}
-		if o.MIGConfig {
-			v.Expose = append(v.Expose, "capabilities/mig/config")
-		}
-		if o.MIGMonitor {
-			v.Expose = append(v.Expose, "capabilities/mig/monitor")
-		}
+		v.Expose = expose
 		p.Proc = v
 	}
 	return p, nil
 }
 
-func (p *Plan) addDevice(n discover.DeviceNode) {
+func (p *Plan) addDevice(n discover.DeviceNode, class DeviceClass, grant, proc string) {
 	if slices.ContainsFunc(p.Devices, func(d Device) bool { return d.Path == n.Path }) {
 		return
 	}
@@ -196,7 +318,7 @@ func (p *Plan) addDevice(n discover.DeviceNode) {
 		mode = 0o666
 	}
 	p.Devices = append(p.Devices, Device{Path: n.Path, HostPath: n.HostPath, Major: n.Major, Minor: n.Minor,
-		FileMode: mode, UID: n.UID, GID: n.GID})
+		FileMode: mode, UID: n.UID, GID: n.GID, Class: class, Grant: grant, Proc: proc})
 }
 
 func (p *Plan) addSymlink(link, target string) {
@@ -224,10 +346,9 @@ func devLinks(base, soname string) map[string]string {
 
 // procRel returns p relative to /proc/driver/nvidia when it lies below it.
 func procRel(p string) (string, bool) {
-	const dir = "/proc/driver/nvidia/"
-	i := strings.Index(p, dir)
+	i := strings.Index(p, procDir)
 	if i < 0 {
 		return "", false
 	}
-	return p[i+len(dir):], true
+	return p[i+len(procDir):], true
 }

@@ -1,11 +1,15 @@
 package plan
 
 import (
+	"errors"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/selector"
 )
 
 func testDriver() *discover.Driver {
@@ -154,5 +158,192 @@ func BenchmarkBuild(b *testing.B) {
 		if _, err := Build(d, o); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// migDriver is testDriver with GPU 1 in MIG mode: one MIG device (GI 1,
+// CI 0), its GPU's MIG capabilities, and the MIG config and monitor
+// capabilities.
+func migDriver() *discover.Driver {
+	d := testDriver()
+	node := func(p string, min uint32) discover.DeviceNode {
+		return discover.DeviceNode{Path: p, HostPath: "/drv" + p, Major: 237, Minor: min, Mode: 0o444}
+	}
+	d.MIGConfig, d.MIGMonitor = node("/dev/nvidia-caps/nvidia-cap1", 1), node("/dev/nvidia-caps/nvidia-cap2", 2)
+	gi, ci := node("/dev/nvidia-caps/nvidia-cap39", 39), node("/dev/nvidia-caps/nvidia-cap40", 40)
+	d.CapsNodes = []discover.DeviceNode{d.MIGConfig, d.MIGMonitor, gi, ci}
+	g := &d.GPUs[1]
+	g.MIGCapable, g.MIGEnabled = true, true
+	g.MIGCapsDir = "/proc/driver/nvidia/capabilities/gpu3"
+	g.MIGCapNodes = []discover.DeviceNode{gi, ci}
+	g.MIGDevices = []discover.MIGDevice{{UUID: "MIG-1", GI: 1, GIAccess: gi, CIAccess: ci,
+		GIAccessProc: "/proc/driver/nvidia/capabilities/gpu3/mig/gi1/access",
+		CIAccessProc: "/proc/driver/nvidia/capabilities/gpu3/mig/gi1/ci0/access"}}
+	return d
+}
+
+// TestBuildMIG: MIG devices bring their access capabilities; MIG config
+// and monitor bring their own capability and the MIG-capable GPUs' (not
+// every nvidia-caps node, not the MIG devices'), are refused with
+// specific MIG devices and allowed with "all".
+func TestBuildMIG(t *testing.T) {
+	d := migDriver()
+	one := selector.Selection{GPUs: []discover.GPU{d.GPUs[1]}, MIG: []selector.SelectedMIG{{Parent: d.GPUs[1], MIG: d.GPUs[1].MIGDevices[0]}}}
+	all := selector.Selection{All: true, GPUs: d.GPUs, MIG: one.MIG}
+	type dev struct {
+		path  string
+		class DeviceClass
+		grant string
+		proc  string
+	}
+	ctl := []dev{{"/dev/nvidiactl", DeviceDriver, "", ""}}
+	tests := []struct {
+		name    string
+		opts    Options
+		devices []dev
+		expose  []string
+		err     string // MIGSelectionError option
+	}{
+		{name: "MIG device", opts: Options{}.Select(one),
+			devices: append(slices.Clone(ctl), dev{"/dev/nvidia3", DeviceGPU, "", ""},
+				dev{"/dev/nvidia-caps/nvidia-cap39", DeviceMIG, "MIG-1", "capabilities/gpu3/mig/gi1/access"},
+				dev{"/dev/nvidia-caps/nvidia-cap40", DeviceMIG, "MIG-1", "capabilities/gpu3/mig/gi1/ci0/access"}),
+			expose: []string{"capabilities/gpu3/mig/gi1/access", "capabilities/gpu3/mig/gi1/ci0/access"}},
+		{name: "MIG device and mig-config", opts: Options{MIGConfig: true}.Select(one), err: "mig-config"},
+		{name: "MIG device and mig-monitor", opts: Options{MIGMonitor: true}.Select(one), err: "mig-monitor"},
+		{name: "GPU 1 and mig-config", opts: Options{MIGConfig: true, GPUs: []discover.GPU{d.GPUs[1]}},
+			devices: append(slices.Clone(ctl), dev{"/dev/nvidia3", DeviceGPU, "", ""},
+				dev{"/dev/nvidia-caps/nvidia-cap1", DeviceMIGAdmin, GrantMIGConfig, "capabilities/mig/config"},
+				dev{"/dev/nvidia-caps/nvidia-cap39", DeviceMIGAdmin, d.GPUs[1].UUID, "capabilities/gpu3"},
+				dev{"/dev/nvidia-caps/nvidia-cap40", DeviceMIGAdmin, d.GPUs[1].UUID, "capabilities/gpu3"}),
+			expose: []string{"capabilities/mig/config", "capabilities/gpu3"}},
+		{name: "all, mig-config and mig-monitor", opts: Options{MIGConfig: true, MIGMonitor: true}.Select(all),
+			devices: append(slices.Clone(ctl), dev{"/dev/nvidia0", DeviceGPU, "", ""}, dev{"/dev/nvidia3", DeviceGPU, "", ""}, dev{"/dev/nvidia1", DeviceGPU, "", ""},
+				dev{"/dev/nvidia-caps/nvidia-cap1", DeviceMIGAdmin, GrantMIGConfig, "capabilities/mig/config"},
+				dev{"/dev/nvidia-caps/nvidia-cap39", DeviceMIGAdmin, d.GPUs[1].UUID, "capabilities/gpu3"},
+				dev{"/dev/nvidia-caps/nvidia-cap40", DeviceMIGAdmin, d.GPUs[1].UUID, "capabilities/gpu3"},
+				dev{"/dev/nvidia-caps/nvidia-cap2", DeviceMIGAdmin, GrantMIGMonitor, "capabilities/mig/monitor"}),
+			expose: []string{"capabilities/mig/config", "capabilities/gpu3", "capabilities/mig/monitor"}},
+		{name: "mig-config without a MIG-capable GPU", opts: Options{MIGConfig: true, GPUs: []discover.GPU{d.GPUs[0]}},
+			devices: append(slices.Clone(ctl), dev{"/dev/nvidia0", DeviceGPU, "", ""})},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.Caps = caps.Set{caps.Utility: true}
+			p, err := Build(d, tc.opts)
+			if tc.err != "" {
+				var me *MIGSelectionError
+				if !errors.As(err, &me) || me.Option != tc.err || err.Error() != "cannot enable "+tc.err+" with specific MIG devices selected" {
+					t.Fatalf("Build: %v, want a *MIGSelectionError for %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []dev
+			for _, d := range p.Devices {
+				got = append(got, dev{d.Path, d.Class, d.Grant, d.Proc})
+			}
+			if !slices.Equal(got, tc.devices) {
+				t.Errorf("devices\n got %+v\nwant %+v", got, tc.devices)
+			}
+			if !slices.Equal(p.Proc.Expose, tc.expose) {
+				t.Errorf("exposed %q, want %q", p.Proc.Expose, tc.expose)
+			}
+		})
+	}
+}
+
+// TestBuildMissingNodes: a missing node fails the plan with a
+// *MissingDeviceError naming each node and how to create it.
+func TestBuildMissingNodes(t *testing.T) {
+	tests := []struct {
+		name  string
+		drv   func(d *discover.Driver)
+		opts  Options
+		nodes []string // *discover.DeviceNodeError paths
+		msg   []string
+	}{
+		{name: "no nvidiactl", drv: func(d *discover.Driver) { d.ControlNodes = d.ControlNodes[1:] },
+			nodes: []string{"/dev/nvidiactl"}, msg: []string{"missing device node /dev/nvidiactl: expected character device 195:255 at /drv/dev/nvidiactl", "nvidia-modprobe"}},
+		{name: "GPU without a node", drv: func(d *discover.Driver) { d.GPUs[2].Node = discover.DeviceNode{} },
+			opts:  Options{GPUs: []discover.GPU{{Index: 2, Minor: 1}}},
+			nodes: []string{"/dev/nvidia1"}, msg: []string{"missing device node /dev/nvidia1: expected character device 195:1", "nvidia-modprobe -c 1"}},
+		{name: "no nvidiactl and no GPU node", drv: func(d *discover.Driver) { d.ControlNodes = nil },
+			opts:  Options{GPUs: []discover.GPU{{Index: 2, Minor: 1}}},
+			nodes: []string{"/dev/nvidiactl", "/dev/nvidia1"}, msg: []string{"/dev/nvidiactl: expected", "; missing device node /dev/nvidia1:"}},
+		{name: "IMEX channel", opts: Options{IMEXChannels: []int{3}},
+			msg: []string{"missing device /dev/nvidia-caps-imex-channels/channel3 (IMEX channel 3"}},
+		{name: "MIG capability", drv: func(d *discover.Driver) { d.GPUs[1].MIGDevices[0].CIAccess = discover.DeviceNode{} },
+			opts: Options{MIG: []MIGSelection{{Parent: discover.GPU{Index: 1}, Device: discover.MIGDevice{UUID: "MIG-1", CIAccessProc: "/proc/driver/nvidia/capabilities/gpu3/mig/gi1/ci0/access"}}}},
+			msg:  []string{"missing device node for MIG device MIG-1 of GPU 1: no /dev/nvidia-caps node for /proc/driver/nvidia/capabilities/gpu3/mig/gi1/ci0/access"}},
+		{name: "MIG monitor capability", drv: func(d *discover.Driver) { d.MIGMonitor = discover.DeviceNode{} },
+			opts: Options{MIGMonitor: true, GPUs: []discover.GPU{{Index: 1, Minor: 3, MIGCapable: true, Node: discover.DeviceNode{Path: "/dev/nvidia3"}}}},
+			msg:  []string{"missing device node for the MIG monitor capability (/proc/driver/nvidia/capabilities/mig/monitor"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := migDriver()
+			if tc.drv != nil {
+				tc.drv(d)
+			}
+			tc.opts.Caps = caps.Set{caps.Utility: true}
+			p, err := Build(d, tc.opts)
+			var me *MissingDeviceError
+			if p != nil || !errors.As(err, &me) || !errors.Is(err, ErrMissingDevice) {
+				t.Fatalf("Build: %v, want a *MissingDeviceError", err)
+			}
+			var nodes []string
+			for _, e := range me.Errs {
+				for _, e := range unjoin(e) {
+					var ne *discover.DeviceNodeError
+					if errors.As(e, &ne) && ne.Missing {
+						nodes = append(nodes, ne.Path)
+					}
+				}
+			}
+			if !slices.Equal(nodes, tc.nodes) {
+				t.Errorf("missing nodes %q, want %q", nodes, tc.nodes)
+			}
+			for _, s := range tc.msg {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error\n%s\nlacks %q", err, s)
+				}
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("error spans lines: %q", err)
+			}
+		})
+	}
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// TestBuildMountClasses: every driver file mount says what it is.
+func TestBuildMountClasses(t *testing.T) {
+	d := testDriver()
+	d.Firmware = []discover.File{{Path: "/lib/firmware/nvidia/535.261.03/gsp_ga10x.bin", HostPath: "/drv/usr/lib/firmware/nvidia/535.261.03/gsp_ga10x.bin"}}
+	p, err := Build(d, Options{Caps: caps.Full()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[MountClass][]string{}
+	for _, m := range p.Mounts {
+		got[m.Class] = append(got[m.Class], m.Source)
+	}
+	want := map[MountClass][]string{
+		MountLibrary:  paths(d.Libraries, func(f discover.File) string { return f.HostPath }),
+		MountBinary:   {"/drv/usr/local/nvidia/bin/nvidia-smi", "/drv/x"},
+		MountIPC:      {"/drv/run/nvidia-persistenced/socket"},
+		MountFirmware: {"/drv/usr/lib/firmware/nvidia/535.261.03/gsp_ga10x.bin"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("mounts by class\n got %v\nwant %v", got, want)
 	}
 }

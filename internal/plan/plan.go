@@ -7,7 +7,8 @@
 // nvidia-container-runtime writes it into the OCI spec (internal/ocispec)
 // and nvidia-container-cli configure applies it to a running container's
 // rootfs (internal/configure); nvidia-ctk cdi generate renders it as a CDI
-// spec (internal/cdispec). No applier decides what to inject.
+// spec (internal/cdispec) and nvidia-container-cli list prints its host
+// paths. No applier decides what to inject.
 package plan
 
 import (
@@ -40,6 +41,36 @@ const (
 	KindSocket                  // a UNIX socket (persistenced, fabricmanager)
 )
 
+// DeviceClass says why a container gets a device node (nvidia-container-cli
+// list prints the classes in separate sections).
+type DeviceClass int
+
+// Device classes.
+const (
+	// DeviceOther is a node of no class below (one from a CDI spec).
+	DeviceOther DeviceClass = iota
+	// DeviceDriver is a driver-wide node the capabilities select
+	// (nvidiactl, nvidia-uvm, nvidia-uvm-tools, nvidia-modeset).
+	DeviceDriver
+	// DeviceGPU is a selected GPU's /dev/nvidia<minor>.
+	DeviceGPU
+	// DeviceMIG is an access capability (GPU or compute instance) of a
+	// selected MIG device.
+	DeviceMIG
+	// DeviceIMEX is an IMEX channel.
+	DeviceIMEX
+	// DeviceMIGAdmin is the MIG config or monitor capability, or a
+	// selected GPU's MIG capability that comes with them.
+	DeviceMIGAdmin
+)
+
+// MIG grant names of DeviceMIGAdmin nodes that are not a GPU's (see
+// Device.Grant).
+const (
+	GrantMIGConfig  = "mig-config"
+	GrantMIGMonitor = "mig-monitor"
+)
+
 // Device is a device node the container gets and may open.
 type Device struct {
 	// Path is the node's path in the container (/dev/nvidia1).
@@ -52,7 +83,35 @@ type Device struct {
 	FileMode uint32
 	UID      uint32
 	GID      uint32
+	// Class says why the container gets the node.
+	Class DeviceClass
+	// Grant, for MIG capability nodes (DeviceMIG, DeviceMIGAdmin), names
+	// what brought the node in: the MIG device's UUID (or gpu:mig index
+	// when it has none), the GPU's UUID for its MIG capabilities, or
+	// GrantMIGConfig / GrantMIGMonitor. Consecutive nodes with one Grant
+	// are one group: list prints the group's /proc entries, then its nodes.
+	Grant string `json:",omitempty"`
+	// Proc, for a MIG capability node, is the /proc/driver/nvidia entry
+	// that names it, relative to that directory
+	// (capabilities/gpu1/mig/gi1/access); the plan's ProcView exposes it.
+	Proc string `json:",omitempty"`
 }
+
+// MountClass says what kind of driver file a mount injects
+// (nvidia-container-cli list prints the classes in separate sections).
+type MountClass int
+
+// Mount classes.
+const (
+	// MountOther is a mount of no class below (one from a CDI spec).
+	MountOther MountClass = iota
+	MountLibrary
+	MountBinary
+	// MountIPC is an IPC endpoint: a daemon socket or the MPS pipe
+	// directory.
+	MountIPC
+	MountFirmware
+)
 
 // Mount is a bind mount of a host file into the container.
 type Mount struct {
@@ -70,6 +129,8 @@ type Mount struct {
 	// discovery), so that the cache update does not read it again; nil:
 	// the update reads the file.
 	Library *ldcache.Library `json:"library,omitempty"`
+	// Class says what kind of driver file the mount injects.
+	Class MountClass `json:",omitempty"`
 }
 
 // Symlink is a link created inside the container root: Link (a container

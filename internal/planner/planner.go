@@ -94,7 +94,6 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	}
 	o := plan.Options{
 		Caps:            req.Caps,
-		GPUs:            sel.GPUs,
 		MIGConfig:       req.MIGConfig,
 		MIGMonitor:      req.MIGMonitor,
 		IMEXChannels:    req.IMEXChannels,
@@ -102,13 +101,14 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 		NoFabricManager: req.NoFabricManager,
 		NoGSPFirmware:   req.NoGSPFirmware,
 		Target:          j.Target,
-	}
-	for _, m := range sel.MIG {
-		o.MIG = append(o.MIG, plan.MIGSelection{Parent: m.Parent, Device: m.MIG})
-	}
+	}.Select(sel)
 	p, err := plan.Build(drv, o)
 	if err != nil {
-		return nil, &phase.Error{Phase: phase.Device, Err: err}
+		ph := phase.Device
+		if me := (*plan.MIGSelectionError)(nil); errors.As(err, &me) {
+			ph = phase.Phase(me.Option) // mig-config or mig-monitor, as NVIDIA's CLI words it
+		}
+		return nil, &phase.Error{Phase: ph, Err: err}
 	}
 	log.Debug("injection plan", "devices", len(p.Devices), "mounts", len(p.Mounts),
 		"symlinks", len(p.Symlinks), "gpus", len(sel.GPUs))

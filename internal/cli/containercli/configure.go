@@ -217,14 +217,6 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	if err != nil {
 		return err
 	}
-	if len(res.Selection.MIG) > 0 {
-		if req.req.MIGConfig {
-			return &phase.Error{Phase: phase.MIGConfig, Err: errors.New("cannot enable mig-config with specific MIG devices selected")}
-		}
-		if req.req.MIGMonitor {
-			return &phase.Error{Phase: phase.MIGMonitor, Err: errors.New("cannot enable mig-monitor with specific MIG devices selected")}
-		}
-	}
 	ldconfig := req.ldconfig
 	if ldconfig.InContainer() {
 		// NVIDIA would run the image's own binary as root on the host side

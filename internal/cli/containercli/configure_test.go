@@ -195,7 +195,7 @@ func TestConfigureErrors(t *testing.T) {
 			r.planErr = &phase.Error{Phase: phase.Device, Err: &selector.Error{Token: "9"}}
 		}, 1, "nvidia-container-cli: device error: 9: unknown device\n"},
 		{"mig-config with MIG selected", []string{"configure", "--mig-config=all", "--device=0:0", "--pid", pid, rootfs}, func(r *configureRun) {
-			r.result = &planner.Result{Plan: &plan.Plan{}, Selection: selector.Selection{MIG: make([]selector.SelectedMIG, 1)}}
+			r.planErr = &phase.Error{Phase: phase.MIGConfig, Err: &plan.MIGSelectionError{Option: plan.GrantMIGConfig}}
 		}, 1, "mig-config error: cannot enable mig-config with specific MIG devices selected"},
 		{"apply fails", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
 			r.applyErr = &configure.Error{Phase: configure.PhaseLdcache, Err: errors.New("process /sbin/ldconfig failed")}

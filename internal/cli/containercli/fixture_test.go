@@ -128,8 +128,14 @@ func TestFixtureList(t *testing.T) {
 				}
 				want = append(want, real)
 			}
+			// Firmware: the file the container's mount reads (the
+			// driver-root path resolved, /lib being a link to usr/lib).
 			for _, f := range d.Firmware {
-				want = append(want, r.HostPath(f.Path))
+				real, err := securejoin.SecureJoin(r.Path, f.Path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, real)
 			}
 			got := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 			if !slices.Equal(got, dedupe(want)) {

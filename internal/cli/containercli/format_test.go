@@ -2,6 +2,7 @@ package containercli
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/plan"
 )
 
 // syntheticDriver is a discovery result shaped like an H100 host with
@@ -129,7 +131,7 @@ func TestListLines(t *testing.T) {
 /run/nvidia-persistenced/socket
 /run/nvidia-fabricmanager/socket
 /tmp/nvidia-mps
-/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
+/usr/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
 		{args: "--libraries", want: `/usr/lib64/libnvidia-ml.so.580.159.04
 /usr/lib64/libcuda.so.580.159.04
 /usr/lib64/libnvcuvid.so.580.159.04
@@ -149,7 +151,7 @@ func TestListLines(t *testing.T) {
 /usr/lib64/libcuda.so.580.159.04
 /usr/lib32/libcuda.so.580.159.04
 /tmp/nvidia-mps
-/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
+/usr/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
 		{args: "--video -l", want: `/usr/lib64/libcuda.so.580.159.04
 /usr/lib64/libnvcuvid.so.580.159.04`},
 		{args: "-d 1 -b", want: `/dev/nvidiactl
@@ -182,6 +184,29 @@ func TestListLines(t *testing.T) {
 /dev/nvidia-caps
 /dev/nvidia-caps/nvidia-cap39
 /dev/nvidia-caps/nvidia-cap48`},
+		// "all" allows MIG config and monitor (NVIDIA's CLI does); they
+		// replace the MIG devices' access capabilities.
+		{args: "-d all --mig-config=all --mig-monitor=all", want: `/dev/nvidiactl
+/dev/nvidia-uvm
+/dev/nvidia-uvm-tools
+/dev/nvidia-modeset
+/dev/nvidia0
+/dev/nvidia1
+/proc/driver/nvidia/capabilities/mig/config
+/dev/nvidia-caps/nvidia-cap1
+/proc/driver/nvidia/capabilities/gpu1
+/dev/nvidia-caps
+/dev/nvidia-caps/nvidia-cap39
+/dev/nvidia-caps/nvidia-cap48
+/proc/driver/nvidia/capabilities/mig/monitor
+/dev/nvidia-caps/nvidia-cap2`},
+		// No MIG-capable GPU selected: nothing to configure.
+		{args: "-d 0 --mig-monitor=all", want: `/dev/nvidiactl
+/dev/nvidia-uvm
+/dev/nvidia-uvm-tools
+/dev/nvidia-modeset
+/dev/nvidia0`},
+		{args: "--mig-config=all", want: ``},
 		{args: "--imex-channel=0 -i --no-persistenced --no-fabricmanager", want: `/dev/nvidia-caps-imex-channels/channel0
 /tmp/nvidia-mps`},
 		{args: "--imex-channel=0", want: `/dev/nvidiactl
@@ -206,12 +231,13 @@ func TestListLines(t *testing.T) {
 /run/nvidia-persistenced/socket
 /run/nvidia-fabricmanager/socket
 /tmp/nvidia-mps
-/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
+/usr/lib/firmware/nvidia/580.159.04/gsp_ga10x.bin`},
 		{args: "-f --no-gsp-firmware", want: ``},
 		{args: "--compat32", want: ``},
 		{args: "-d 7", phase: "device", err: "7: unknown device"},
 		{args: "--imex-channel=5", phase: "device", err: "missing device /dev/nvidia-caps-imex-channels/channel5"},
 		{args: "-d 1:0 --mig-config=all", phase: "mig-config", err: "cannot enable mig-config with specific MIG devices selected"},
+		{args: "-d 0,1:0 --mig-monitor=all", phase: "mig-monitor", err: "cannot enable mig-monitor with specific MIG devices selected"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.args, func(t *testing.T) {
@@ -223,7 +249,7 @@ func TestListLines(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lines, phase, err := listLines(syntheticDriver(), r, "/")
+			lines, phase, err := listLines(syntheticDriver(), r)
 			if tt.err != "" {
 				if err == nil || phase != tt.phase || !strings.HasPrefix(err.Error(), tt.err) {
 					t.Fatalf("phase %q error %v, want %q: %q…", phase, err, tt.phase, tt.err)
@@ -295,5 +321,27 @@ func TestMainUsage(t *testing.T) {
 	if code := MainWith(&app.Env{Args: strings.Fields("nvidia-container-cli -r /drv configure --pid=1 /rootfs")}, c); code != 7 ||
 		strings.Join(got, " ") != "/drv --pid=1 /rootfs" {
 		t.Errorf("configure hook: exit %d args %q", code, got)
+	}
+}
+
+// TestListMissingControlNode: list fails as every path that builds a plan
+// does when /dev/nvidiactl is missing, even when it lists no device.
+func TestListMissingControlNode(t *testing.T) {
+	for _, args := range []string{"", "-l", "-d 0"} {
+		parsed, _, err := nvc.Parse(listOptions(), strings.Fields(args), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := parseList(parsed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := syntheticDriver()
+		d.ControlNodes = d.ControlNodes[1:]
+		_, phase, err := listLines(d, r)
+		if phase != "device" || !errors.Is(err, plan.ErrMissingDevice) ||
+			!strings.HasPrefix(err.Error(), "missing device node /dev/nvidiactl: expected character device 195:255 at /dev/nvidiactl") {
+			t.Errorf("list %s: phase %q, error %v; want a device error for /dev/nvidiactl", args, phase, err)
+		}
 	}
 }

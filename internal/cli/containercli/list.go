@@ -13,6 +13,7 @@ import (
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/phase"
+	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/selector"
 )
 
@@ -125,7 +126,7 @@ func runList(e *app.Env, g *nvc.Globals, args []string) int {
 	if err != nil {
 		return nvc.Fail(e, phase, err)
 	}
-	lines, phase, err := listLines(d, req, g.Root)
+	lines, phase, err := listLines(d, req)
 	if err != nil {
 		return nvc.Fail(e, phase, err)
 	}
@@ -142,150 +143,144 @@ func writeLines(w io.Writer, lines []string) {
 	io.WriteString(w, b.String())
 }
 
-// listLines computes list's output in NVIDIA's fixed order: device nodes
-// (driver-wide, GPUs, MIG capabilities), IMEX channels, MIG
-// config/monitor, binaries, libraries (64-bit, then 32-bit), IPCs,
-// firmware; one host path per line, duplicates dropped.
-func listLines(d *discover.Driver, r *listRequest, root string) ([]string, string, error) {
-	var out []string
-	seen := map[string]bool{}
-	add := func(p string) {
-		if p != "" && !seen[p] {
-			seen[p] = true
-			out = append(out, p)
-		}
-	}
+// listLines computes list's output: it builds the plan a container with
+// the same devices, capabilities and options gets (plan.Build, as
+// configure, the runtime and cdi generate do) and prints its entries'
+// host paths, one a line, duplicates dropped, in NVIDIA's order: with
+// --device, the driver-wide nodes, the GPUs and the MIG devices (each
+// one's /proc access files, then its nodes); IMEX channels; the MIG
+// config and monitor capabilities with the selected GPUs' MIG capabilities
+// (/proc entry, /dev/nvidia-caps, nodes); then, as asked, binaries,
+// libraries (64-bit, then 32-bit), IPCs and firmware. Without a
+// capability filter the plan is built for every capability (32-bit
+// libraries with --compat32).
+func listLines(d *discover.Driver, r *listRequest) ([]string, string, error) {
 	capSet := r.caps
-	if capSet != nil && r.compat32 {
+	if capSet == nil {
+		capSet = caps.Full()
+		delete(capSet, caps.Compat32)
+	}
+	if r.compat32 {
 		capSet = mergeCaps(capSet, caps.Set{caps.Compat32: true})
 	}
-
-	// Device selection.
-	var sel selector.Selection
-	if len(r.devices) > 0 {
-		if len(d.GPUs) == 0 && allOnly(r.devices) {
-			// NVIDIA's CLI skips selection on a host without GPUs.
-		} else {
-			s, err := selector.Resolve(d, r.devices)
-			if err != nil {
-				var nog *selector.NoGPUError
-				if errors.As(err, &nog) {
-					nog.Source = "--device"
-				}
-				return nil, "device", err
+	o := plan.Options{
+		Caps:            capSet,
+		MIGConfig:       r.migConfig,
+		MIGMonitor:      r.migMonitor,
+		NoPersistenced:  r.noPersistenced,
+		NoFabricManager: r.noFabricManager,
+		NoGSPFirmware:   r.noGSPFirmware,
+	}
+	for _, id := range r.imex {
+		o.IMEXChannels = append(o.IMEXChannels, int(id))
+	}
+	// NVIDIA's CLI skips selection on a host without GPUs.
+	if len(r.devices) > 0 && !(len(d.GPUs) == 0 && allOnly(r.devices)) {
+		sel, err := selector.Resolve(d, r.devices)
+		if err != nil {
+			var nog *selector.NoGPUError
+			if errors.As(err, &nog) {
+				nog.Source = "--device"
 			}
-			sel = s
-		}
-		if sel.All && (r.migConfig || r.migMonitor) {
-			// "all" includes every MIG device; NVIDIA refuses config/monitor
-			// only with specific MIG devices.
-		} else if len(sel.MIG) > 0 && r.migConfig {
-			return nil, "mig-config", errors.New("cannot enable mig-config with specific MIG devices selected")
-		} else if len(sel.MIG) > 0 && r.migMonitor {
-			return nil, "mig-monitor", errors.New("cannot enable mig-monitor with specific MIG devices selected")
-		}
-		gpus := slices.Clone(sel.GPUs)
-		slices.SortFunc(gpus, func(a, b discover.GPU) int { return a.Index - b.Index })
-		if err := d.CheckDevices(gpus); err != nil {
 			return nil, "device", err
 		}
-		nodes := d.ControlNodes
-		if capSet != nil {
-			nodes = d.ControlNodesFor(capSet)
+		o = o.Select(sel)
+	}
+	p, err := plan.Build(d, o)
+	if err != nil {
+		var me *plan.MIGSelectionError
+		if errors.As(err, &me) {
+			return nil, me.Option, err
 		}
-		for _, n := range nodes {
-			add(n.HostPath)
+		return nil, "device", err
+	}
+	return renderList(p, r, d.Root), "", nil
+}
+
+// renderList prints p's entries as listLines describes. root is the driver
+// root, where /proc/driver/nvidia is when p has no /proc view.
+func renderList(p *plan.Plan, r *listRequest, root string) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(s string) {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
 		}
-		for _, g := range gpus {
-			add(g.Node.HostPath)
-		}
-		if !r.migConfig && !r.migMonitor {
-			for _, m := range sel.MIG {
-				add(join(d.Root, m.MIG.GIAccessProc))
-				add(join(d.Root, m.MIG.CIAccessProc))
-				add(m.MIG.GIAccess.HostPath)
-				add(m.MIG.CIAccess.HostPath)
+	}
+	procDir := join(root, "/proc/driver/nvidia")
+	if p.Proc != nil {
+		procDir = p.Proc.HostDir
+	}
+	devices := func(class plan.DeviceClass) {
+		for _, d := range p.Devices {
+			if d.Class == class {
+				add(d.HostPath)
 			}
 		}
 	}
-
-	// IMEX channels.
-	for _, id := range r.imex {
-		name := fmt.Sprintf("channel%d", id)
-		i := slices.IndexFunc(d.IMEXChannels, func(n discover.DeviceNode) bool { return path.Base(n.Path) == name })
-		if i < 0 {
-			return nil, "device", fmt.Errorf("missing device /dev/nvidia-caps-imex-channels/%s (IMEX channel %d)", name, id)
-		}
-		add(d.IMEXChannels[i].HostPath)
-	}
-
-	// MIG configuration and monitoring.
-	for _, mc := range []struct {
-		on   bool
-		name string
-		node discover.DeviceNode
-	}{{r.migConfig, "config", d.MIGConfig}, {r.migMonitor, "monitor", d.MIGMonitor}} {
-		if !mc.on {
-			continue
-		}
-		add(join(d.Root, "/proc/driver/nvidia/capabilities/mig/"+mc.name))
-		add(mc.node.HostPath)
-		for _, g := range sel.GPUs {
-			if !g.MIGCapable {
+	// groups prints the nodes of a class by grant: the /proc entries of
+	// the group, then (for a GPU's MIG capabilities) their directory, then
+	// the nodes.
+	groups := func(class plan.DeviceClass) {
+		for i := 0; i < len(p.Devices); {
+			if p.Devices[i].Class != class {
+				i++
 				continue
 			}
-			add(join(d.Root, g.MIGCapsDir))
-			if len(g.MIGCapNodes) > 0 {
-				add(path.Dir(g.MIGCapNodes[0].HostPath))
+			j := i + 1
+			for j < len(p.Devices) && p.Devices[j].Class == class && p.Devices[j].Grant == p.Devices[i].Grant {
+				j++
 			}
-			for _, n := range g.MIGCapNodes {
-				add(n.HostPath)
-			}
-		}
-	}
-
-	if r.binaries {
-		bins := d.Binaries
-		if capSet != nil {
-			bins = d.BinariesFor(capSet)
-		}
-		for _, f := range bins {
-			add(f.HostPath)
-		}
-	}
-	if r.libraries {
-		var libs []discover.File
-		if capSet != nil {
-			libs = d.LibrariesFor(capSet)
-		} else {
-			for _, f := range d.Libraries {
-				if !f.Compat32 || r.compat32 {
-					libs = append(libs, f)
+			group := p.Devices[i:j]
+			for _, d := range group {
+				if d.Proc != "" {
+					add(procDir + "/" + d.Proc)
 				}
 			}
+			if g := group[0].Grant; class == plan.DeviceMIGAdmin && g != plan.GrantMIGConfig && g != plan.GrantMIGMonitor {
+				add(path.Dir(group[0].HostPath))
+			}
+			for _, d := range group {
+				add(d.HostPath)
+			}
+			i = j
 		}
-		for _, f := range libs {
-			add(f.HostPath)
+	}
+	mounts := func(class plan.MountClass) {
+		for _, m := range p.Mounts {
+			if m.Class == class {
+				add(m.Source)
+			}
 		}
+	}
+
+	if len(r.devices) > 0 {
+		devices(plan.DeviceDriver)
+		devices(plan.DeviceGPU)
+		groups(plan.DeviceMIG)
+	}
+	devices(plan.DeviceIMEX)
+	groups(plan.DeviceMIGAdmin)
+	if p.Proc != nil && (r.migConfig || r.migMonitor) {
+		// A MIG-capable GPU whose MIG capabilities have no node.
+		for _, rel := range p.Proc.Expose {
+			add(procDir + "/" + rel)
+		}
+	}
+	if r.binaries {
+		mounts(plan.MountBinary)
+	}
+	if r.libraries {
+		mounts(plan.MountLibrary)
 	}
 	if r.ipcs {
-		ipcs := d.IPCs
-		if capSet != nil {
-			ipcs = d.IPCsFor(capSet)
-		}
-		for _, f := range ipcs {
-			if (r.noPersistenced && f.Name == "persistenced") || (r.noFabricManager && f.Name == "fabricmanager") {
-				continue
-			}
-			add(f.HostPath)
-		}
+		mounts(plan.MountIPC)
 	}
 	if r.firmwares {
-		for _, f := range d.Firmware {
-			add(join(d.Root, f.Path))
-		}
+		mounts(plan.MountFirmware)
 	}
-	return out, "", nil
+	return out
 }
 
 func mergeCaps(a, b caps.Set) caps.Set {
