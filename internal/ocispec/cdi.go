@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -75,10 +76,20 @@ func applyCDI(tree object, e *cdispecs.ContainerEdits) error {
 		return fmt.Errorf("CDI container edits: %w", describe(data, err))
 	}
 	s := view.spec()
+	// The editor edits the lists in place: keep the entries as they were,
+	// the typed twins of the tree's generic entries.
+	before := view.spec()
+	before.Mounts = slices.Clone(s.Mounts)
+	if s.Linux != nil {
+		before.Linux.Devices = slices.Clone(s.Linux.Devices)
+		if s.Linux.Resources != nil {
+			before.Linux.Resources = &specs.LinuxResources{Devices: slices.Clone(s.Linux.Resources.Devices)}
+		}
+	}
 	if err := edits.Apply(s); err != nil {
 		return fmt.Errorf("CDI container edits: %w", err)
 	}
-	return writeBackCDI(tree, s)
+	return writeBackCDI(tree, s, before)
 }
 
 // cloneCDI copies e deeply enough that applying the copy (which fills in a
@@ -94,14 +105,15 @@ func cloneCDI(e *cdispecs.ContainerEdits) *cdi.ContainerEdits {
 }
 
 // writeBackCDI writes the fields of s that the CDI editor may have changed
-// into tree.
-func writeBackCDI(tree object, s *specs.Spec) error {
+// into tree; before is the typed view of tree before the edit (its lists'
+// entries are the typed twins of the tree's).
+func writeBackCDI(tree object, s, before *specs.Spec) error {
 	if s.Process != nil {
 		proc, err := objectAt(tree, "process", "process")
 		if err != nil {
 			return err
 		}
-		if err := setArray(proc, "env", "process.env", s.Process.Env); err != nil {
+		if err := setArray(proc, "env", "process.env", s.Process.Env, nil); err != nil {
 			return err
 		}
 		if gids := s.Process.User.AdditionalGids; len(gids) > 0 {
@@ -109,12 +121,12 @@ func writeBackCDI(tree object, s *specs.Spec) error {
 			if err != nil {
 				return err
 			}
-			if err := setArray(user, "additionalGids", "process.user.additionalGids", gids); err != nil {
+			if err := setArray(user, "additionalGids", "process.user.additionalGids", gids, nil); err != nil {
 				return err
 			}
 		}
 	}
-	if err := setArray(tree, "mounts", "mounts", s.Mounts); err != nil {
+	if err := setArray(tree, "mounts", "mounts", s.Mounts, before.Mounts); err != nil {
 		return err
 	}
 	if h := s.Hooks; h != nil {
@@ -131,7 +143,7 @@ func writeBackCDI(tree object, s *specs.Spec) error {
 			{"createRuntime", h.CreateRuntime}, {"createContainer", h.CreateContainer},
 			{"startContainer", h.StartContainer}, {"poststart", h.Poststart}, {"poststop", h.Poststop},
 		} {
-			if err := setArray(ho, st.name, "hooks."+st.name, st.hooks); err != nil {
+			if err := setArray(ho, st.name, "hooks."+st.name, st.hooks, nil); err != nil {
 				return err
 			}
 		}
@@ -144,7 +156,15 @@ func writeBackCDI(tree object, s *specs.Spec) error {
 	if err != nil {
 		return err
 	}
-	if err := setArray(linux, "devices", "linux.devices", l.Devices); err != nil {
+	var devs []specs.LinuxDevice
+	var rules []specs.LinuxDeviceCgroup
+	if before.Linux != nil {
+		devs = before.Linux.Devices
+		if before.Linux.Resources != nil {
+			rules = before.Linux.Resources.Devices
+		}
+	}
+	if err := setArray(linux, "devices", "linux.devices", l.Devices, devs); err != nil {
 		return err
 	}
 	if l.Resources != nil && len(l.Resources.Devices) > 0 {
@@ -152,7 +172,7 @@ func writeBackCDI(tree object, s *specs.Spec) error {
 		if err != nil {
 			return err
 		}
-		if err := setArray(res, "devices", "linux.resources.devices", l.Resources.Devices); err != nil {
+		if err := setArray(res, "devices", "linux.resources.devices", l.Resources.Devices, rules); err != nil {
 			return err
 		}
 	}
@@ -176,7 +196,9 @@ func writeBackCDI(tree object, s *specs.Spec) error {
 // setArray sets parent[key] to the array typed, reusing the generic form of
 // each entry of the old array that decodes to an equal value (so that its
 // unknown fields survive); an empty typed array leaves parent as it is.
-func setArray[T any](parent object, key, name string, typed []T) error {
+// was, when it has as many entries as the old array, holds them decoded
+// (nil: each is decoded here).
+func setArray[T any](parent object, key, name string, typed, was []T) error {
 	if len(typed) == 0 {
 		return nil
 	}
@@ -186,30 +208,31 @@ func setArray[T any](parent object, key, name string, typed []T) error {
 	}
 	oldTyped := make([]*T, len(old))
 	for i, v := range old {
+		if len(was) == len(old) {
+			oldTyped[i] = &was[i]
+			continue
+		}
 		var t T
 		if err := roundTrip(v, &t); err == nil {
 			oldTyped[i] = &t
 		}
 	}
-	out := make([]any, 0, len(typed))
-	for _, t := range typed {
-		j := -1
+	g, err := toGeneric(typed)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	out, ok := g.([]any)
+	if !ok || len(out) != len(typed) {
+		return fmt.Errorf("%s: does not encode as an array of %d entries", name, len(typed))
+	}
+	for k, t := range typed {
 		for i, o := range oldTyped {
 			if o != nil && reflect.DeepEqual(*o, t) {
-				j = i
+				out[k] = old[i]
+				oldTyped[i] = nil
 				break
 			}
 		}
-		if j >= 0 {
-			out = append(out, old[j])
-			oldTyped[j] = nil
-			continue
-		}
-		g, err := toGeneric(t)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		out = append(out, g)
 	}
 	parent[key] = out
 	return nil
