@@ -24,11 +24,6 @@ type Target struct {
 	BinDir   string
 }
 
-// DebianTarget is the layout of Debian-family images.
-func DebianTarget() Target {
-	return Target{LibDir: "/usr/lib/x86_64-linux-gnu", Lib32Dir: "/usr/lib/i386-linux-gnu", BinDir: "/usr/bin"}
-}
-
 // MIGSelection is a selected MIG device with its parent GPU.
 type MIGSelection struct {
 	Parent discover.GPU
