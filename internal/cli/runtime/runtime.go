@@ -43,8 +43,9 @@ import (
 
 // Runtime is the wrapper with its dependencies.
 type Runtime struct {
-	// Planner computes the injection plan.
-	Planner Planner
+	// planner computes the container's plan (defaultPlanner; tests put
+	// their own).
+	planner preparer
 	// LoadConfig reads config.toml.
 	LoadConfig func(e *app.Env) (*config.Config, error)
 	// Exec replaces the process with the low-level runtime; it returns
@@ -66,16 +67,16 @@ type Runtime struct {
 	ProcDriverDir string
 }
 
-// DefaultProcDriverDir is where a loaded NVIDIA kernel driver shows in the
+// defaultProcDriverDir is where a loaded NVIDIA kernel driver shows in the
 // host's procfs (which every container's procfs mirrors).
-const DefaultProcDriverDir = "/proc/driver/nvidia"
+const defaultProcDriverDir = "/proc/driver/nvidia"
 
 // New returns the wrapper as installed.
 func New() *Runtime {
 	self, _ := os.Executable()
 	return &Runtime{
-		Planner:    defaultPlanner(),
-		LoadConfig: LoadConfig,
+		planner:    defaultPlanner(),
+		LoadConfig: loadConfig,
 		Exec:       syscall.Exec,
 		Self:       self,
 		Version:    version.String(),
@@ -90,7 +91,7 @@ func Main(e *app.Env) int {
 // Run runs the wrapper. It returns only when it fails (status 1); on
 // success the process has become the low-level runtime.
 func (r *Runtime) Run(e *app.Env) int {
-	inv, perr := ParseArgs(e.Args) // inv is usable even with perr (for --log)
+	inv, perr := parseArgs(e.Args) // inv is usable even with perr (for --log)
 	cfg, cerr := r.LoadConfig(e)
 	log := newLogger(inv, cfg)
 	defer log.close()
@@ -109,11 +110,11 @@ func (r *Runtime) Run(e *app.Env) int {
 		fmt.Fprintf(e.Stdout, "NVIDIA Container Runtime version %s\nspec: %s\n\n", r.Version, specs.Version)
 	}
 	path := e.Getenv("PATH")
-	rt, err := FindRuntime(cfg.Runtime.Runtimes, path, r.Self)
+	rt, err := findRuntime(cfg.Runtime.Runtimes, path, r.Self)
 	if err != nil {
 		return fail(err)
 	}
-	if inv.Injects() {
+	if inv.injects() {
 		for _, w := range cfg.Warnings {
 			log.Warn("config " + cfg.Path + ": " + w)
 		}
@@ -136,7 +137,7 @@ func (r *Runtime) Run(e *app.Env) int {
 
 // inject edits the bundle's config.json for a create or run. Nothing is
 // written unless every step succeeds.
-func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *logger) error {
+func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *logger) error {
 	bundle := inv.Bundle
 	if bundle == "" {
 		bundle = "."
@@ -155,7 +156,7 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 	if err != nil {
 		return err
 	}
-	p, err := r.Planner.Prepare(context.Background(), Input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg})
+	p, err := r.planner.Prepare(context.Background(), input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg})
 	if err != nil {
 		return err
 	}
@@ -177,7 +178,7 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: ldconfig.Path,
 		RootfsDone: true, NoProcView: !procView}
 	if hc.Path == "" && procView {
-		if hc.Path, err = FindHelper(hookargs.Binary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
+		if hc.Path, err = findHelper(hookargs.Binary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
 			return fmt.Errorf("container hooks: %w", err)
 		}
 	}
@@ -274,7 +275,7 @@ func closeRoot(root *rootfs.Root, rollback bool) error {
 func (r *Runtime) needsProcView(spec *specs.Spec) bool {
 	dir := r.ProcDriverDir
 	if dir == "" {
-		dir = DefaultProcDriverDir
+		dir = defaultProcDriverDir
 	}
 	if _, err := os.Stat(dir); err == nil {
 		return true
