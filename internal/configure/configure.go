@@ -33,7 +33,8 @@
 //  4. device cgroup rules for exactly the plan's devices (v1 devices.allow
 //     or v2 BPF program replacement), unless --no-cgroups;
 //  5. the driver's libraries added to the image's ld.so.cache, in process
-//     and inside the root (rootfs.UpdateLdCache, as the runtime does); only
+//     and inside the root (rootfs.Root.UpdateLdCache; the runtime does the
+//     same from the host files before the low-level runtime runs); only
 //     when the image holds a newer CUDA compat libcuda does the host
 //     ldconfig run instead, confined to the container root, over the
 //     plan's library directories and the compat directory.

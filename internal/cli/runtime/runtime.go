@@ -1,22 +1,26 @@
 // Package runtime is nvidia-container-runtime: a runc-compatible wrapper.
 //
-// It takes a runc command line verbatim. On create and run it edits the
-// bundle's config.json — device nodes with their device cgroup rules, read-
-// only bind mounts of driver files, environment variables, and a
-// createContainer hook with an explicit minimal environment only for the
-// /proc/driver/nvidia view of a host whose kernel has the driver loaded —
-// atomically and keeping every field it does not know; creates the driver
-// symlinks and adds the driver libraries to ld.so.cache in the bundle's
-// rootfs itself (inside the root, from the host files to be mounted); and
-// then execs the low-level runtime (runc, crun)
-// with the same arguments and environment. Every other subcommand and flag
-// goes straight to the low-level runtime: the process is replaced (exec, no
-// fork), so exit status, stdio, pid files and console sockets are the
-// runtime's own. A container that requests no GPU is not touched.
+// It takes a runc command line verbatim. On create and run it computes the
+// container's plan (internal/planner, with the CDI edits of CDI device
+// names) and edits the bundle's config.json atomically, keeping every field
+// it does not know: device nodes with their device cgroup rules, read-only
+// bind mounts of driver files, environment variables, CDI edits, and a
+// createContainer hook with an explicit minimal environment for the
+// /proc/driver/nvidia view only where the container's procfs will show
+// that directory (the host kernel has the driver loaded, or the spec
+// mounts no procfs at /proc). It creates the driver symlinks and adds the
+// driver libraries to ld.so.cache in the bundle's rootfs itself (inside the
+// root, from the host files to be mounted), and then execs the low-level
+// runtime (runc, crun) with the same arguments and environment. Every other
+// subcommand and flag goes straight to the low-level runtime: the process
+// is replaced (exec, no fork), so exit status, stdio, pid files and console
+// sockets are the runtime's own. A container that requests no GPU is not
+// touched.
 //
 // Errors stop before the low-level runtime runs, with nothing modified
-// (changes in the rootfs are rolled back; config.json is written last); they go to stderr and to the engine's --log file in its
-// --log-format (containerd reports the last "error" line of that file).
+// (changes in the rootfs are rolled back; config.json is written last);
+// they go to stderr and to the engine's --log file in its --log-format
+// (containerd reports the last "error" line of that file).
 package runtime
 
 import (

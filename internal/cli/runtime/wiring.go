@@ -22,7 +22,7 @@ import (
 // output with stderr mixed in). Warnings stay in Config.Warnings.
 func loadConfig(e *app.Env) (*config.Config, error) { return config.Load(e.Environ) }
 
-// input is what the planner gets for one container.
+// input is what a preparer gets for one container.
 type input struct {
 	// Spec is the container's OCI spec (read only).
 	Spec *specs.Spec
@@ -34,8 +34,8 @@ type input struct {
 	Config *config.Config
 }
 
-// preparer computes a container's injection plan; a nil plan means the
-// container is not a GPU container and is left alone.
+// preparer computes a container's plan; a nil plan means the container is
+// not a GPU container and is left alone.
 type preparer interface {
 	Prepare(ctx context.Context, in input) (*plan.Plan, error)
 }
@@ -46,8 +46,9 @@ type preparerFunc func(ctx context.Context, in input) (*plan.Plan, error)
 // Prepare calls f.
 func (f preparerFunc) Prepare(ctx context.Context, in input) (*plan.Plan, error) { return f(ctx, in) }
 
-// defaultPlanner is the production planner: internal/planner, the path every
-// nctk tool computes its injection plan with.
+// defaultPlanner is the production preparer: planner.Prepare for the
+// container's request, merged with the plan of its CDI device names
+// (cdispec.PlanFor against the configured spec directories).
 func defaultPlanner() preparer {
 	return preparerFunc(func(ctx context.Context, in input) (*plan.Plan, error) {
 		res, req, err := planner.Prepare(ctx, in.Spec, in.Rootfs, in.Config)
