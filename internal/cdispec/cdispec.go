@@ -1,16 +1,19 @@
 // Package cdispec renders the driver as a CDI (Container Device Interface)
 // spec, the file container engines (Podman, Docker 25+, containerd 1.7+,
 // CRI-O, Kubernetes device plugins) read from /etc/cdi and /var/run/cdi to
-// give a container devices by name (nvidia.com/gpu=0), and applies CDI
-// device names to an OCI spec for the runtime's CDI mode.
+// give a container devices by name (nvidia.com/gpu=0), and resolves CDI
+// device names for the runtime's CDI mode: Resolve returns the container
+// edits the spec files give them, PlanFor a plan holding those edits, which
+// ocispec.Apply writes with the CDI library's editor.
 //
-// A spec is built from the same injection plans as every other path
-// (internal/plan): the plan for a container with no GPU gives the
-// spec-level edits (control nodes, driver libraries at their driver-root
-// paths, binaries at /usr/bin, IPC sockets, firmware, and the
+// A spec is built from the same plans as every other path: Render builds
+// them with plan.Build from a discovery result and a device selection
+// (which Generate gets from planner.Run). The plan for a container with no
+// GPU gives the spec-level edits (control nodes, driver libraries at their
+// driver-root paths, binaries at /usr/bin, IPC sockets, firmware, and the
 // createContainer hooks of internal/ocispec that create the library links
-// and update the ld.so.cache); the plan for one GPU, minus the former, gives
-// that device's edits. The spec stays within CDI 0.5.0 (the newest version
+// and update the ld.so.cache); the plan for one GPU, minus the former,
+// gives that device's edits. The spec stays within CDI 0.5.0 (the newest version
 // Podman 4.3 reads): no annotations, no additionalGids; its cdiVersion is the
 // lowest its content needs, as the CDI library computes it.
 //
@@ -328,8 +331,9 @@ func commonEdits(p *plan.Plan, hc ocispec.HookConfig) cdi.ContainerEdits {
 	return e
 }
 
-// hooks are the createContainer hooks of the runtime path (symlinks, the
-// ld.so.cache update) and, in place of the /proc/driver/nvidia view,
+// hooks are the createContainer hooks ocispec.Hooks gives p (symlinks, the
+// ld.so.cache update: what nvidia-container-runtime does in the rootfs
+// itself) and, in place of the /proc/driver/nvidia view,
 // disable-device-node-modification.
 func hooks(p *plan.Plan, hc ocispec.HookConfig) []*cdi.Hook {
 	q := *p

@@ -44,9 +44,9 @@ func baseSpec() *specs.Spec {
 	}
 }
 
-// injectNames applies the CDI devices names to s as an engine does: resolved
+// applyNames applies the CDI device names to s as an engine does: resolved
 // by Resolve, applied by the CDI library's editor.
-func injectNames(s *specs.Spec, names, dirs []string) error {
+func applyNames(s *specs.Spec, names, dirs []string) error {
 	e, err := Resolve(names, dirs)
 	if err != nil {
 		return err
@@ -54,7 +54,7 @@ func injectNames(s *specs.Spec, names, dirs []string) error {
 	return (&pkgcdi.ContainerEdits{ContainerEdits: e}).Apply(s)
 }
 
-func TestInjectCDI(t *testing.T) {
+func TestResolveApplied(t *testing.T) {
 	dir := specDir(t)
 	tests := []struct {
 		name  string
@@ -74,7 +74,7 @@ func TestInjectCDI(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := baseSpec()
-			if err := injectNames(s, tt.devs, []string{dir}); err != nil {
+			if err := applyNames(s, tt.devs, []string{dir}); err != nil {
 				t.Fatal(err)
 			}
 			var nodes []string
@@ -111,7 +111,7 @@ func TestInjectCDI(t *testing.T) {
 	}
 }
 
-func TestInjectCDIErrors(t *testing.T) {
+func TestResolveErrors(t *testing.T) {
 	dir := specDir(t)
 	broken := t.TempDir()
 	if err := os.WriteFile(filepath.Join(broken, "bad.yaml"), []byte("cdiVersion: 0.5.0\nkind: x.com/y\nbogus: 1\n"), 0o644); err != nil {
@@ -149,7 +149,7 @@ func TestInjectCDIErrors(t *testing.T) {
 		t.Errorf("Resolve error %v, want *UnresolvedError naming nvidia.com/gpu=9 once", err)
 	}
 	s := baseSpec()
-	if err := injectNames(s, nil, []string{dir}); err != nil || !reflect.DeepEqual(s, baseSpec()) {
+	if err := applyNames(s, nil, []string{dir}); err != nil || !reflect.DeepEqual(s, baseSpec()) {
 		t.Errorf("no names: %v, spec changed: %v", err, !reflect.DeepEqual(s, baseSpec()))
 	}
 }
@@ -191,13 +191,13 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-// TestInjectCDIReplacesRequest: the request variable becomes void (one
-// entry), so that a legacy hook or the runtime's own path injects nothing
-// more.
-func TestInjectCDIReplacesRequest(t *testing.T) {
+// TestResolveVoidsRequest: applied, the edits make the request variable
+// void (one entry), so that a legacy hook or the runtime's own path injects
+// nothing more.
+func TestResolveVoidsRequest(t *testing.T) {
 	s := baseSpec()
 	s.Process.Env = append(s.Process.Env, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0")
-	if err := injectNames(s, []string{"nvidia.com/gpu=0"}, []string{specDir(t)}); err != nil {
+	if err := applyNames(s, []string{"nvidia.com/gpu=0"}, []string{specDir(t)}); err != nil {
 		t.Fatal(err)
 	}
 	var got []string

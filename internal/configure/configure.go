@@ -33,14 +33,16 @@
 //  4. device cgroup rules for exactly the plan's devices (v1 devices.allow
 //     or v2 BPF program replacement), unless --no-cgroups;
 //  5. the driver's libraries added to the image's ld.so.cache, in process
-//     and inside the root (rootfs.UpdateLdCache, as the runtime does); only
+//     and inside the root (rootfs.Root.UpdateLdCache; the runtime does the
+//     same from the host files before the low-level runtime runs); only
 //     when the image holds a newer CUDA compat libcuda does the host
 //     ldconfig run instead, confined to the container root, over the
 //     plan's library directories and the compat directory.
 //
 // A failure in any step undoes the earlier ones (mounts lazily unmounted,
-// created files removed, cgroup rules reverted) and is reported as an
-// *Error naming its phase, as NVIDIA's CLI does ("mount error: …").
+// created files removed, cgroup rules reverted) and is reported as a
+// *phase.Error naming its phase (phase.Input, phase.Container, phase.Mount
+// or phase.Ldcache), as NVIDIA's CLI does ("mount error: …").
 package configure
 
 import (
@@ -55,26 +57,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
 )
-
-// Error phases, as in NVIDIA's "nvidia-container-cli: <phase> error: …".
-const (
-	PhaseInput     = "input"
-	PhaseContainer = "container"
-	PhaseMount     = "mount"
-	PhaseLdcache   = "ldcache"
-)
-
-// Error is a failed configure step.
-type Error struct {
-	Phase string
-	Err   error
-}
-
-func (e *Error) Error() string { return e.Phase + " error: " + e.Err.Error() }
-func (e *Error) Unwrap() error { return e.Err }
 
 // Container identifies the container to configure.
 type Container struct {
@@ -140,28 +126,29 @@ type applyHooks struct {
 	afterCgroupOpen func()
 }
 
-// Apply applies p to the container c. On error nothing it did remains.
+// Apply applies p to the container c. On error nothing it did remains; the
+// error is a *phase.Error naming the step that failed.
 func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := validate(p, c, opts); err != nil {
-		return &Error{PhaseInput, err}
+		return &phase.Error{Phase: phase.Input, Err: err}
 	}
 	// In standalone mode /proc lies in the image's rootfs: it is opened
 	// inside the root, must be a procfs, and every file below is opened
 	// relative to it (procDir), never by a path through the rootfs.
 	proc, err := openProcDir(c.ProcRoot)
 	if err != nil {
-		return &Error{PhaseContainer, err}
+		return &phase.Error{Phase: phase.Container, Err: err}
 	}
 	defer proc.Close()
 	nsRel := path.Join(strconv.Itoa(c.PID), "ns/mnt")
 	nsPath := proc.name(nsRel)
 	nsfd, err := proc.open(nsRel, unix.O_RDONLY)
 	if err != nil {
-		return &Error{PhaseContainer, fmt.Errorf("mount namespace: %w", err)}
+		return &phase.Error{Phase: phase.Container, Err: fmt.Errorf("mount namespace: %w", err)}
 	}
 	defer unix.Close(nsfd)
 	var cg *deviceCgroup
@@ -170,7 +157,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		// The directory is opened (and in standalone mode checked) once;
 		// the rules are written through that descriptor.
 		if cg, err = lookupDeviceCgroup(proc, c.ProcRoot, c.PID); err != nil {
-			return &Error{PhaseContainer, err}
+			return &phase.Error{Phase: phase.Container, Err: err}
 		}
 		defer cg.Close()
 		log.Debug("device cgroup", "version", cg.Version, "dir", cg.Dir)
@@ -187,7 +174,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 
 	t, err := enterMountNS(nsfd)
 	if err != nil {
-		return &Error{PhaseContainer, fmt.Errorf("%s: %w", nsPath, err)}
+		return &phase.Error{Phase: phase.Container, Err: fmt.Errorf("%s: %w", nsPath, err)}
 	}
 	defer t.Close()
 
@@ -217,7 +204,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 	}
 	if err != nil {
 		rollback()
-		return &Error{PhaseMount, err}
+		return &phase.Error{Phase: phase.Mount, Err: err}
 	}
 
 	var change cgroupChange
@@ -230,7 +217,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		}
 		if err != nil {
 			rollback()
-			return &Error{PhaseMount, fmt.Errorf("failed to add device rules: %w", err)}
+			return &phase.Error{Phase: phase.Mount, Err: fmt.Errorf("failed to add device rules: %w", err)}
 		}
 		log.Debug("device cgroup rules added", "dir", cg.Dir, "rules", len(rules))
 	}
@@ -259,7 +246,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 				}
 			}
 			rollback()
-			return &Error{PhaseLdcache, err}
+			return &phase.Error{Phase: phase.Ldcache, Err: err}
 		}
 	}
 	if change != nil {
@@ -303,15 +290,15 @@ func deviceOptions() []string { return []string{plan.OptRO, plan.OptNoSuid, plan
 
 func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 	pr := &prepared{}
-	fail := func(phase string, err error) (*prepared, error) {
+	fail := func(ph phase.Phase, err error) (*prepared, error) {
 		pr.Close()
-		return nil, &Error{phase, err}
+		return nil, &phase.Error{Phase: ph, Err: err}
 	}
 	if !opts.NoDevBind {
 		for _, d := range p.Devices {
 			s, err := rootfs.OpenDevice(d.HostPath, d.Major, d.Minor, deviceOptions())
 			if err != nil {
-				return fail(PhaseMount, err)
+				return fail(phase.Mount, err)
 			}
 			pr.devices = append(pr.devices, s)
 		}
@@ -319,7 +306,7 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 	for _, m := range p.Mounts {
 		s, err := rootfs.OpenSource(m.Source, sourceKind(m.Kind), m.Options)
 		if err != nil {
-			return fail(PhaseMount, err)
+			return fail(phase.Mount, err)
 		}
 		pr.mounts = append(pr.mounts, s)
 	}
@@ -327,7 +314,7 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 		v := p.Proc
 		pd, err := rootfs.PrepareProcDriver(&rootfs.ProcView{HostDir: v.HostDir, Files: v.Files, GPUDirs: v.GPUDirs, Expose: v.Expose})
 		if err != nil {
-			return fail(PhaseMount, err)
+			return fail(phase.Mount, err)
 		}
 		pr.proc = pd
 	}
@@ -336,11 +323,11 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 	if compatEnabled(p, opts) {
 		hp, err := opts.Ldconfig.HostPath()
 		if err != nil {
-			return fail(PhaseLdcache, fmt.Errorf("ldconfig: %w", err))
+			return fail(phase.Ldcache, fmt.Errorf("ldconfig: %w", err))
 		}
 		l, err := rootfs.PrepareLdconfig(hp)
 		if err != nil {
-			return fail(PhaseLdcache, err)
+			return fail(phase.Ldcache, err)
 		}
 		pr.ldconfig = l
 	}

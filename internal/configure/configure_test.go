@@ -18,6 +18,7 @@ import (
 
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/ldcache"
+	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
 )
 
@@ -235,34 +236,34 @@ func checkUntouched(t *testing.T, c *container, listBefore string) {
 
 func TestApplyFailuresRollBack(t *testing.T) {
 	tests := []struct {
-		name  string
-		edit  func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options)
-		phase string
-		msg   string
+		name string
+		edit func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options)
+		want phase.Phase
+		msg  string
 	}{
 		{"symlink at a destination", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
 			must(t, os.Symlink("/etc/shadow", c.rootfs+"/usr/bin/nvidia-smi"))
-		}, PhaseMount, "/usr/bin/nvidia-smi"},
+		}, phase.Mount, "/usr/bin/nvidia-smi"},
 		{"missing source", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
 			p.Mounts[1].Source = d.dir + "/missing"
-		}, PhaseMount, "missing"},
+		}, phase.Mount, "missing"},
 		{"wrong device number", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
 			p.Devices[0].Minor = 9
-		}, PhaseMount, "invalid device node"},
+		}, phase.Mount, "invalid device node"},
 		{"ld.so.cache not replaceable", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
 			must(t, os.MkdirAll(c.rootfs+"/etc/ld.so.cache/x", 0o755))
-		}, PhaseLdcache, "ld.so.cache"},
+		}, phase.Ldcache, "ld.so.cache"},
 		{"compat ldconfig fails", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
 			withCompat(t, c, d, p, o)
 			o.LdconfigExe = "/bin/false"
-		}, PhaseLdcache, "exit status 1"},
+		}, phase.Ldcache, "exit status 1"},
 		{"container ldconfig refused", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
 			withCompat(t, c, d, p, o)
 			o.Ldconfig = config.Ldconfig{Path: "/sbin/ldconfig"}
-		}, PhaseLdcache, "container path"},
+		}, phase.Ldcache, "container path"},
 		{"bad compat mode", func(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options) {
 			o.CUDACompatMode = "yes"
-		}, PhaseInput, "cuda-compat-mode"},
+		}, phase.Input, "cuda-compat-mode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -280,9 +281,9 @@ func TestApplyFailuresRollBack(t *testing.T) {
 			})
 			before := c.devicesList(t)
 			err := Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, o)
-			var ce *Error
-			if !errors.As(err, &ce) || ce.Phase != tt.phase || !strings.Contains(err.Error(), tt.msg) {
-				t.Fatalf("Apply = %v, want a %s error containing %q", err, tt.phase, tt.msg)
+			var ce *phase.Error
+			if !errors.As(err, &ce) || ce.Phase != tt.want || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("Apply = %v, want a %s error containing %q", err, tt.want, tt.msg)
 			}
 			for _, k := range keep {
 				os.Remove(k) // the test's own hostile files
@@ -313,21 +314,21 @@ func TestApplyOptions(t *testing.T) {
 
 func TestApplyInputErrors(t *testing.T) {
 	tests := []struct {
-		p     *plan.Plan
-		c     Container
-		phase string
+		p    *plan.Plan
+		c    Container
+		want phase.Phase
 	}{
-		{nil, Container{PID: 1, Rootfs: "/x"}, PhaseInput},
-		{&plan.Plan{}, Container{PID: 1, Rootfs: "/"}, PhaseInput},
-		{&plan.Plan{}, Container{PID: 1, Rootfs: "relative"}, PhaseInput},
-		{&plan.Plan{}, Container{PID: 0, Rootfs: "/x"}, PhaseInput},
-		{&plan.Plan{}, Container{PID: 1 << 30, Rootfs: "/x"}, PhaseContainer},
+		{nil, Container{PID: 1, Rootfs: "/x"}, phase.Input},
+		{&plan.Plan{}, Container{PID: 1, Rootfs: "/"}, phase.Input},
+		{&plan.Plan{}, Container{PID: 1, Rootfs: "relative"}, phase.Input},
+		{&plan.Plan{}, Container{PID: 0, Rootfs: "/x"}, phase.Input},
+		{&plan.Plan{}, Container{PID: 1 << 30, Rootfs: "/x"}, phase.Container},
 	}
 	for _, tt := range tests {
 		err := Apply(context.Background(), tt.p, tt.c, Options{})
-		var ce *Error
-		if !errors.As(err, &ce) || ce.Phase != tt.phase {
-			t.Errorf("Apply(%v, %+v) = %v, want a %s error", tt.p, tt.c, err, tt.phase)
+		var ce *phase.Error
+		if !errors.As(err, &ce) || ce.Phase != tt.want {
+			t.Errorf("Apply(%v, %+v) = %v, want a %s error", tt.p, tt.c, err, tt.want)
 		}
 	}
 }

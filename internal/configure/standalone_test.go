@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/phase"
 )
 
 // mountInTest mounts (or binds) src at dst in the test's own mount
@@ -61,8 +63,8 @@ func TestApplyStandaloneFakeCgroup(t *testing.T) {
 	}
 	before := c.devicesList(t)
 	err := Apply(context.Background(), d.plan(), Container{PID: c.pid, Rootfs: c.rootfs, ProcRoot: c.rootfs}, Options{})
-	var ce *Error
-	if !errors.As(err, &ce) || ce.Phase != PhaseContainer || !strings.Contains(err.Error(), fake+" is not on a cgroup (v1) file system") {
+	var ce *phase.Error
+	if !errors.As(err, &ce) || ce.Phase != phase.Container || !strings.Contains(err.Error(), fake+" is not on a cgroup (v1) file system") {
 		t.Fatalf("Apply = %v, want a container error naming %s", err, fake)
 	}
 	if b, _ := os.ReadFile(fake + "/devices.allow"); len(b) != 0 {
@@ -208,9 +210,9 @@ func TestApplyStandaloneNotProcfs(t *testing.T) {
 			})
 			before := c.devicesList(t)
 			err := Apply(context.Background(), d.plan(), Container{PID: c.pid, Rootfs: c.rootfs, ProcRoot: c.rootfs}, Options{})
-			var ce *Error
+			var ce *phase.Error
 			want := c.rootfs + "/proc is not a procfs mount"
-			if !errors.As(err, &ce) || ce.Phase != PhaseContainer || !errors.Is(err, ErrNotProcfs) ||
+			if !errors.As(err, &ce) || ce.Phase != phase.Container || !errors.Is(err, ErrNotProcfs) ||
 				!strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), tt.msg) {
 				t.Fatalf("Apply = %v, want a container error containing %q and %q", err, want, tt.msg)
 			}

@@ -416,32 +416,6 @@ func parseHWCaps(sec string, base int, strStart, strEnd uint64) []string {
 	return nil
 }
 
-// Lookup returns the ELF entries of class whose key starts with any of
-// prefixes, in file order. With no prefixes it returns every ELF entry of
-// that class.
-func (c *Cache) Lookup(class Class, prefixes ...string) []Entry {
-	return c.lookup(func(e Entry) bool { return e.Class() == class }, prefixes)
-}
-
-// LookupArch is Lookup for one exact architecture flag (Entry.Arch), as
-// NVIDIA's tools select entries: see HostArch.
-func (c *Cache) LookupArch(arch uint32, prefixes ...string) []Entry {
-	return c.lookup(func(e Entry) bool { return e.Arch() == arch }, prefixes)
-}
-
-// lookup returns the ELF entries accepted by want whose key starts with
-// any of prefixes (all of them for no prefixes).
-func (c *Cache) lookup(want func(Entry) bool, prefixes []string) []Entry {
-	m := newPrefixSet(prefixes)
-	var out []Entry
-	for _, e := range c.Entries {
-		if e.IsELF() && want(e) && (len(prefixes) == 0 || m.matches(e.Key)) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // HostArch returns the architecture flag of class on the architecture this
 // program runs on (GOARCH): amd64 64-bit x86-64, 32-bit i386; arm64 64-bit
 // AArch64, 32-bit armhf; ppc64le 64-bit only. ok is false where there is
@@ -462,35 +436,6 @@ func archFor(goarch string, class Class) (uint32, bool) {
 		return ArchPPC64, true
 	}
 	return 0, false
-}
-
-// prefixSet answers "does s start with any of these prefixes" in
-// O(log n) comparisons: the prefixes are sorted and those that extend
-// another prefix are dropped, which leaves a prefix-free set in which the
-// only candidate for s is the greatest prefix ≤ s.
-type prefixSet []string
-
-func newPrefixSet(prefixes []string) prefixSet {
-	sorted := slices.Clone(prefixes)
-	slices.Sort(sorted)
-	var set prefixSet
-	for _, p := range sorted {
-		// Sorted order puts a prefix right before everything extending it.
-		if len(set) > 0 && strings.HasPrefix(p, set[len(set)-1]) {
-			continue
-		}
-		set = append(set, p)
-	}
-	return set
-}
-
-func (ps prefixSet) matches(s string) bool {
-	// i is the number of prefixes ≤ s.
-	i, found := slices.BinarySearch(ps, s)
-	if found {
-		return true
-	}
-	return i > 0 && strings.HasPrefix(s, ps[i-1])
 }
 
 // cstring returns the NUL-terminated string at off in s, which must lie in

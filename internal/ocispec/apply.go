@@ -35,14 +35,15 @@ type HookConfig struct {
 	// --ldconfig-path); empty leaves the hook's default.
 	LdconfigPath string
 	// InProcessLdcache passes update-ldcache the injected libraries and
-	// their links (--lib), so that it updates ld.so.cache in-process
-	// instead of running ldconfig (nvidia-container-runtime). Off for CDI
-	// specs, which keep NVIDIA's update-ldcache arguments.
+	// their links (--lib), so that nctk's nvidia-cdi-hook updates
+	// ld.so.cache in-process instead of running ldconfig. Off for CDI
+	// specs, which keep NVIDIA's update-ldcache arguments;
+	// nvidia-container-runtime emits no update-ldcache hook (RootfsDone).
 	InProcessLdcache bool
 	// RootfsDone says the caller has already created p.Symlinks and
 	// updated ld.so.cache in the container root (nvidia-container-runtime
-	// does it before the low-level runtime runs, see LdcacheLibs): no
-	// create-symlinks or update-ldcache hook is emitted.
+	// does it before the low-level runtime runs, see plan.Plan.LdcacheLibs):
+	// no create-symlinks or update-ldcache hook is emitted.
 	RootfsDone bool
 	// NoProcView says the container's procfs has no /proc/driver/nvidia
 	// (no driver loaded in the host kernel), so the mount-proc-driver hook

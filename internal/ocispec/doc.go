@@ -11,8 +11,10 @@
 // naming the file and the offset or field; the types of fields nctk neither
 // reads nor edits are the low-level runtime's to check.
 //
-// Apply writes an injection plan into the spec (see apply.go); Save replaces
-// the file atomically, keeping its mode and owner.
+// Apply writes a plan (internal/plan) into the spec, with the
+// createContainer hooks Hooks computes for it (internal/cdispec puts the
+// same hooks in CDI specs); Save replaces the file atomically, keeping its
+// mode and owner.
 package ocispec
 
 import (

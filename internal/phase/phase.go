@@ -1,8 +1,10 @@
 // Package phase names the step a GPU request failed in, as
 // nvidia-container-cli words its errors: "<phase> error: <message>". Errors
 // are wrapped in an *Error where the step is known (parsing the request,
-// discovery, device selection, the requirement check); callers branch on
-// the phase with errors.As, and the tools print Error's text as it is.
+// discovery, device selection and the requirement check while planning;
+// the container lookup, mounts and ld.so.cache update while
+// internal/configure applies the plan); callers branch on the phase with
+// errors.As, and the tools print Error's text as it is.
 package phase
 
 // Phase is the step that failed, in NVIDIA's words.
@@ -27,6 +29,20 @@ const (
 	// that cannot be honoured.
 	MIGConfig  Phase = "mig-config"
 	MIGMonitor Phase = "mig-monitor"
+)
+
+// The phases of applying a plan to a created container (internal/configure;
+// an invalid plan, container or option there is Input).
+const (
+	// Container: the container's namespaces, procfs or device cgroup
+	// cannot be found or entered.
+	Container Phase = "container"
+	// Mount: a driver file or device node cannot be checked or mounted,
+	// a symlink cannot be created, or the device cgroup rules cannot be
+	// added.
+	Mount Phase = "mount"
+	// Ldcache: the container's ld.so.cache cannot be updated.
+	Ldcache Phase = "ldcache"
 )
 
 // Error is an error with the phase it happened in.

@@ -24,11 +24,6 @@ type Target struct {
 	BinDir   string
 }
 
-// DebianTarget is the layout of Debian-family images.
-func DebianTarget() Target {
-	return Target{LibDir: "/usr/lib/x86_64-linux-gnu", Lib32Dir: "/usr/lib/i386-linux-gnu", BinDir: "/usr/bin"}
-}
-
 // MIGSelection is a selected MIG device with its parent GPU.
 type MIGSelection struct {
 	Parent discover.GPU
@@ -66,7 +61,7 @@ type Options struct {
 
 // Select returns o with the devices of sel: its GPUs (parents of its MIG
 // devices included), its MIG devices, and whether it was "all". Every
-// command that builds a plan from a device list (inject.Run for the
+// command that builds a plan from a device list (planner.Run for the
 // runtime, configure and cdi generate; nvidia-container-cli list) sets the
 // devices through it.
 func (o Options) Select(sel selector.Selection) Options {

@@ -12,6 +12,11 @@ import (
 	"github.com/nctk/nctk/internal/selector"
 )
 
+// debianTarget is the layout of Debian-family x86-64 images.
+func debianTarget() Target {
+	return Target{LibDir: "/usr/lib/x86_64-linux-gnu", Lib32Dir: "/usr/lib/i386-linux-gnu", BinDir: "/usr/bin"}
+}
+
 func testDriver() *discover.Driver {
 	lib := func(c caps.Capability, p, soname string, c32 bool) discover.File {
 		return discover.File{Capability: c, Path: p, HostPath: "/drv" + p, SONAME: soname, Compat32: c32}
@@ -70,7 +75,7 @@ func TestBuild(t *testing.T) {
 	}{
 		{
 			name:     "default caps, GPU 1 only",
-			opts:     Options{Caps: caps.Default(), GPUs: []discover.GPU{d.GPUs[1]}, Target: DebianTarget()},
+			opts:     Options{Caps: caps.Default(), GPUs: []discover.GPU{d.GPUs[1]}, Target: debianTarget()},
 			devices:  []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia3"},
 			mounts:   []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03", "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03", "/usr/bin/nvidia-smi", "/usr/bin/nvidia-cuda-mps-control", "/run/nvidia-persistenced/socket"},
 			symlinks: []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so"},
@@ -79,7 +84,7 @@ func TestBuild(t *testing.T) {
 		},
 		{
 			name:     "none: libraries and control nodes, no GPU node",
-			opts:     Options{Caps: caps.Set{caps.Utility: true}, Target: DebianTarget(), NoPersistenced: true},
+			opts:     Options{Caps: caps.Set{caps.Utility: true}, Target: debianTarget(), NoPersistenced: true},
 			devices:  []string{"/dev/nvidiactl"},
 			mounts:   []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03", "/usr/bin/nvidia-smi"},
 			symlinks: []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"},
@@ -87,7 +92,7 @@ func TestBuild(t *testing.T) {
 		},
 		{
 			name:     "video implies compute libs and uvm; display gives modeset and graphics; compat32",
-			opts:     Options{Caps: caps.Set{caps.Video: true, caps.Display: true, caps.Compat32: true}, Target: DebianTarget()},
+			opts:     Options{Caps: caps.Set{caps.Video: true, caps.Display: true, caps.Compat32: true}, Target: debianTarget()},
 			devices:  []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"},
 			mounts:   []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03", "/usr/lib/x86_64-linux-gnu/libnvcuvid.so.535.261.03", "/usr/lib/x86_64-linux-gnu/libGLX_nvidia.so.535.261.03", "/usr/lib/i386-linux-gnu/libcuda.so.535.261.03"},
 			symlinks: []string{"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so", "/usr/lib/x86_64-linux-gnu/libnvcuvid.so.1", "/usr/lib/x86_64-linux-gnu/libGLX_nvidia.so.0", "/usr/lib/x86_64-linux-gnu/libGLX_indirect.so.0", "/usr/lib/i386-linux-gnu/libcuda.so.1", "/usr/lib/i386-linux-gnu/libcuda.so"},
@@ -153,7 +158,7 @@ func TestBuild(t *testing.T) {
 
 func BenchmarkBuild(b *testing.B) {
 	d := testDriver()
-	o := Options{Caps: caps.Full(), GPUs: d.GPUs, Target: DebianTarget()}
+	o := Options{Caps: caps.Full(), GPUs: d.GPUs, Target: debianTarget()}
 	for b.Loop() {
 		if _, err := Build(d, o); err != nil {
 			b.Fatal(err)

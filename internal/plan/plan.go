@@ -3,12 +3,17 @@
 // files, symlinks, the ld.so.cache update, the /proc/driver/nvidia view and
 // environment.
 //
-// A Plan is declarative. It is applied in two ways that share it:
-// nvidia-container-runtime writes it into the OCI spec (internal/ocispec)
-// and nvidia-container-cli configure applies it to a running container's
-// rootfs (internal/configure); nvidia-ctk cdi generate renders it as a CDI
-// spec (internal/cdispec) and nvidia-container-cli list prints its host
-// paths. No applier decides what to inject.
+// A Plan is declarative; Build computes it (internal/planner runs Build
+// for a container's request). It is applied in two ways that share it:
+// nvidia-container-runtime writes its devices, mounts, environment, CDI
+// edits and /proc/driver/nvidia view hook into the OCI spec
+// (internal/ocispec) and creates its symlinks and ld.so.cache entries in
+// the bundle's rootfs itself (internal/rootfs); nvidia-container-cli
+// configure applies its devices (with their cgroup rules), mounts,
+// symlinks, ld.so.cache entries and /proc/driver/nvidia view to a created
+// container (internal/configure). nvidia-ctk cdi generate renders plans as
+// a CDI spec (internal/cdispec) and nvidia-container-cli list prints a
+// plan's host paths. No applier decides what to inject.
 package plan
 
 import (
@@ -166,8 +171,12 @@ type Plan struct {
 	// Symlinks are created after the mounts.
 	Symlinks []Symlink
 	// LdconfigDirs are container directories holding injected libraries;
-	// when non-empty the container's ld.so.cache is rebuilt by the host's
-	// ldconfig, confined to the container root, over these directories.
+	// when non-empty the libraries there (LdcacheLibs) are added to the
+	// container's ld.so.cache, in process and inside the root
+	// (rootfs.Root.UpdateLdCache), and the directories are listed in an
+	// ld.so.conf.d drop-in. Only for an image's newer CUDA compat
+	// libraries does configure run the host's ldconfig, confined to the
+	// container root, over them instead.
 	LdconfigDirs []string
 	// Proc is the /proc/driver/nvidia view, nil for none.
 	Proc *ProcView
@@ -216,10 +225,10 @@ func MergeCDI(a, b *cdispecs.ContainerEdits) *cdispecs.ContainerEdits {
 }
 
 // LdcacheLibs returns the container paths of p's libraries that go into the
-// container's ld.so.cache (rootfs.UpdateLdCache, PlanLibraryEntries, the
-// update-ldcache hook's --lib): the library files mounted into
-// p.LdconfigDirs, then the links created there (SONAME and development
-// links), each once.
+// container's ld.so.cache (rootfs.Root.UpdateLdCache and
+// PendingLibraryEntries, the update-ldcache hook's --lib): the library
+// files mounted into p.LdconfigDirs, then the links created there (SONAME
+// and development links), each once.
 func (p *Plan) LdcacheLibs() []string {
 	var out []string
 	add := func(dst string) {

@@ -1,10 +1,16 @@
-// Package planner is the one path from a container's GPU request to an
-// injection plan, shared by every way nctk is invoked: discover the driver,
-// resolve the selected devices, check the image's requirements, and build the
-// plan. nvidia-container-runtime (OCI spec edits), nvidia-container-cli
-// configure (imperative, for the prestart hook and containerd) and
-// nvidia-ctk cdi generate all get their plan from here; they differ only in
-// how they apply it.
+// Package planner is the one path from a container's GPU request to a plan
+// (internal/plan): discover the driver, resolve the selected devices, check
+// the image's requirements, and build the plan (Run). Prepare does it for a
+// container's OCI spec, with the request read from the spec (SpecJob) and
+// the image layout detected in its rootfs (ImageTarget).
+//
+// nvidia-container-runtime (Prepare: OCI spec edits and the bundle's
+// rootfs), nvidia-container-cli configure (Run: applied to a created
+// container, for the prestart hook, dockerd's --gpus path and containerd)
+// and nvidia-ctk cdi generate (Run, then per-device plans rendered as a CDI
+// spec) get their plan from here; they differ in how they apply it.
+// nvidia-container-cli list builds its plan with plan.Build from the same
+// options, without a requirement check.
 package planner
 
 import (
@@ -37,7 +43,8 @@ type Job struct {
 	Logger *slog.Logger
 }
 
-// Result is a computed injection.
+// Result is a computed plan with the discovery result and the device
+// selection it was built from.
 type Result struct {
 	Plan      *plan.Plan
 	Driver    *discover.Driver
@@ -46,7 +53,8 @@ type Result struct {
 
 // Run discovers the driver, selects the devices, checks the requirements and
 // builds the plan. Errors are *phase.Error: initialization (no usable
-// driver), detection (another discovery error), device or requirement.
+// driver), detection (another discovery error), device, requirement, or
+// mig-config / mig-monitor (a *plan.MIGSelectionError).
 func Run(ctx context.Context, j Job) (*Result, error) {
 	log := j.Logger
 	if log == nil {

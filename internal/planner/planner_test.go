@@ -31,6 +31,11 @@ func TestMain(m *testing.M) {
 const cudaImageRequirement = "cuda>=12.2 brand=tesla,driver>=470,driver<471 brand=unknown,driver>=470,driver<471 " +
 	"brand=nvidia,driver>=470,driver<471 brand=tesla,driver>=525,driver<526 brand=geforce,driver>=525,driver<526"
 
+// debianTarget is the layout of Debian-family x86-64 images.
+func debianTarget() plan.Target {
+	return plan.Target{LibDir: "/usr/lib/x86_64-linux-gnu", Lib32Dir: "/usr/lib/i386-linux-gnu", BinDir: "/usr/bin"}
+}
+
 func TestRun(t *testing.T) {
 	root := fixture.Build(t, fixture.Spec{Layout: fixture.Multiarch, GPUs: 4})
 	cache := t.TempDir()
@@ -38,7 +43,7 @@ func TestRun(t *testing.T) {
 		return Job{
 			Driver:  discover.Options{Root: root.Path, ProbeConfig: driverprobe.Config{CacheDir: cache}},
 			Request: request.Request{Devices: devs, Caps: caps.Default(), Requirements: parsed(t, reqs...)},
-			Target:  plan.DebianTarget(),
+			Target:  debianTarget(),
 		}
 	}
 	tests := []struct {
@@ -127,7 +132,7 @@ func TestRequirementProbeIsCached(t *testing.T) {
 	root := fixture.Build(t, fixture.Spec{Layout: fixture.GKE, GPUs: 2})
 	j := Job{Driver: discover.Options{Root: root.Path, ProbeConfig: driverprobe.Config{CacheDir: t.TempDir()}},
 		Request: request.Request{Devices: []string{"all"}, Caps: caps.Default(), Requirements: parsed(t, cudaImageRequirement)},
-		Target:  plan.DebianTarget()}
+		Target:  debianTarget()}
 	var sources []discover.Source
 	for range 2 {
 		r, err := Run(context.Background(), j)

@@ -22,6 +22,9 @@
 // builds one from an OCI spec; nvidia-container-cli builds one from its
 // options with the same validators (IMEXChannels, MIGDevices,
 // requirements.Parse), so that both report the same errors.
+//
+// The package also reads the OCI state a hook gets on stdin (DecodeState,
+// ParseState).
 package request
 
 import (
@@ -232,7 +235,7 @@ func (r *Request) warn(format string, args ...any) {
 }
 
 // deviceTokens returns the device list by precedence; nil means void.
-// Annotation devices are put in CDIDevices directly.
+// Annotation devices are CDI names (classify puts them in CDIDevices).
 func (r *Request) deviceTokens(spec *specs.Spec, e env, cfg *config.Config) ([]string, error) {
 	if cfg.Runtime.Mode != config.ModeLegacy && cfg.Runtime.Mode != config.ModeCSV {
 		devs, err := annotationDevices(spec.Annotations, cfg.Runtime.Modes.CDI.AnnotationPrefixes)

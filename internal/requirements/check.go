@@ -1,7 +1,6 @@
 package requirements
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -427,10 +426,4 @@ func numericPrefix(v string) string {
 		i++
 	}
 	return strings.TrimRight(v[:i], ".")
-}
-
-// IsUnsatisfied reports whether err is (or wraps) an *UnsatisfiedError.
-func IsUnsatisfied(err error) bool {
-	var u *UnsatisfiedError
-	return errors.As(err, &u)
 }

@@ -211,7 +211,8 @@ func TestEvaluate(t *testing.T) {
 			if tt.ok != (err == nil) {
 				t.Fatalf("Evaluate(%q) = %v, want ok=%v", tt.reqs, err, tt.ok)
 			}
-			if err != nil && !IsUnsatisfied(err) {
+			var u *UnsatisfiedError
+			if err != nil && !errors.As(err, &u) {
 				t.Fatalf("error %T is not *UnsatisfiedError", err)
 			}
 			if len(res.Notes) != tt.notes {
@@ -363,7 +364,8 @@ func TestUnparsableCUDAMessages(t *testing.T) {
 func TestUnknownCUDAMessage(t *testing.T) {
 	facts := Facts{Driver: "535.261.03", CUDAUnknown: "driver probe: nctk-driverprobe is missing"}
 	err := Check(parsed(t, "cuda>=13.0"), facts)
-	if !IsUnsatisfied(err) {
+	var u *UnsatisfiedError
+	if !errors.As(err, &u) {
 		t.Fatalf("Check = %v, want an unsatisfied requirement", err)
 	}
 	for _, want := range []string{

@@ -3,7 +3,6 @@ package rootfs
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -11,32 +10,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CreatePlaceholder makes sure an object that a mount of the given kind can
-// cover exists at p inside the root and returns it open (O_PATH, never
-// following a symlink). Missing parents are created inside the root.
+// placeholder makes sure an object that a mount can cover exists at the
+// cleaned path cp inside the root and returns it open (O_PATH, never
+// following a symlink), as a raw descriptor the caller owns. Missing parents
+// are created inside the root.
 //
-//   - KindDir: an existing directory is reused; otherwise one is created.
-//   - KindFile, KindSocket (and device nodes): an existing non-directory is
+//   - dir: an existing directory is reused; otherwise one is created.
+//   - !dir (files, sockets, device nodes): an existing non-directory is
 //     reused (an image's own copy of a driver file is covered, not
-//     modified); otherwise an empty regular file is created with O_EXCL.
+//     modified); otherwise an empty regular file of mode is created with
+//     O_EXCL.
 //   - An existing symlink is an error wrapping ErrSymlink, naming the path:
 //     the image put it there, and following it is exactly the escape of
 //     CVE-2024-0132/0133; deleting the image's file is not ours to decide.
-//
-// The caller owns the returned file.
-func (r *Root) CreatePlaceholder(p string, kind Kind, mode fs.FileMode) (*os.File, error) {
-	cp, err := clean(p)
-	if err != nil {
-		return nil, r.errorf(p, err)
-	}
-	fd, err := r.placeholder(cp, kind == KindDir, uint32(mode.Perm()))
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), cp), nil
-}
-
-// placeholder is CreatePlaceholder on a cleaned path, returning a raw fd.
 func (r *Root) placeholder(cp string, dir bool, mode uint32) (int, error) {
 	if cp == "/" {
 		if !dir {
@@ -186,29 +172,6 @@ func (r *Root) Symlink(target, link string) error {
 		}
 	}
 	return r.errorf(cp, errors.New("create symlink: changed concurrently"))
-}
-
-// Readlink returns the target of the symlink p inside the root (its parent
-// resolved inside the root, the link itself not followed).
-func (r *Root) Readlink(p string) (string, error) {
-	cp, err := clean(p)
-	if err != nil {
-		return "", r.errorf(p, err)
-	}
-	parent, name, err := split(cp)
-	if err != nil {
-		return "", r.errorf(cp, err)
-	}
-	dfd, err := r.openDir(parent)
-	if err != nil {
-		return "", r.errorf(cp, err)
-	}
-	defer unix.Close(dfd)
-	t, err := readlinkat(dfd, name)
-	if err != nil {
-		return "", r.errorf(cp, err)
-	}
-	return t, nil
 }
 
 func readlinkat(dirfd int, name string) (string, error) {

@@ -1,5 +1,10 @@
 // Package rootfs performs file operations inside a container root without
-// ever leaving it, and runs the host's ldconfig confined to that root.
+// ever leaving it: detecting the image's library layout (Root.Target),
+// creating directories, files and symlinks, mounting driver files, device
+// nodes, tmpfs content and the /proc/driver/nvidia view, and adding
+// libraries to the image's ld.so.cache in process (Root.UpdateLdCache,
+// Root.UpdateLdCacheFor with PendingLibraryEntries). It also runs the
+// host's ldconfig confined to that root.
 //
 // A container image controls every path below its root: any directory may
 // be a symlink to "/etc" or a chain of "..", any file may be a symlink to a
@@ -30,14 +35,15 @@
 //     the caller asks for replaces an existing symlink atomically (renameat)
 //     but never a regular file or directory.
 //
-// Every change a Root makes (directories, placeholder files, symlinks,
-// mounts) is journaled so that a failed apply can be rolled back with
-// Rollback.
+// Every directory, file and symlink a Root creates and every mount it makes
+// is journaled so that a failed apply can be rolled back with Rollback (a
+// symlink it replaced is restored; a file WriteFile replaced is not).
 //
-// RunLdconfig runs the host's ldconfig from a sealed memfd copy in a child
-// that has its own mount, PID, IPC, UTS and network namespaces, has pivoted
-// into the container root, sees empty tmpfs over /proc, /sys and /dev, has
-// an empty environment, a reduced capability bounding set, no_new_privs and
+// RunLdconfig (and Ldconfig.Run, on a copy PrepareLdconfig made earlier)
+// runs the host's ldconfig from a sealed memfd copy in a child that has its
+// own mount, PID, IPC, UTS and network namespaces, has pivoted into the
+// container root, sees empty tmpfs over /proc, /sys and /dev, has an empty
+// environment, a reduced capability bounding set, no_new_privs and
 // resource limits. The child is this binary re-executed: programs that use
-// RunLdconfig must call MaybeRunChild first thing in main (and in TestMain).
+// either must call MaybeRunChild first thing in main (and in TestMain).
 package rootfs

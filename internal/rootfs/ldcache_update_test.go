@@ -14,6 +14,18 @@ import (
 	"github.com/nctk/nctk/internal/ldcache"
 )
 
+// cacheEntries returns the ELF entries of class in c whose key starts with
+// prefix, in file order.
+func cacheEntries(c *ldcache.Cache, class ldcache.Class, prefix string) []ldcache.Entry {
+	var out []ldcache.Entry
+	for _, e := range c.Entries {
+		if e.IsELF() && e.Class() == class && strings.HasPrefix(e.Key, prefix) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // injectDriver copies the fixture's 64-bit 535 libraries into libDir of
 // the image at root with the links nctk's plan creates, and returns the
 // container paths of the files and links (what update-ldcache gets).
@@ -191,7 +203,7 @@ func TestUpdateLdCacheNoCache(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := c.Lookup(ldcache.Class64, "libcuda.so")
+			got := cacheEntries(c, ldcache.Class64, "libcuda.so")
 			if len(got) != 2 || got[0].Key != "libcuda.so.1" || got[0].Value != libDir+"/libcuda.so.1" || got[1].Key != "libcuda.so" {
 				t.Errorf("libcuda entries = %+v", got)
 			}
@@ -329,7 +341,7 @@ func TestPendingLibraryEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := c.Lookup(ldcache.Class64, "libcuda.so"); len(l) != 2 || l[0].Key != "libcuda.so.1" || l[1].Key != "libcuda.so" {
+	if l := cacheEntries(c, ldcache.Class64, "libcuda.so"); len(l) != 2 || l[0].Key != "libcuda.so.1" || l[1].Key != "libcuda.so" {
 		t.Errorf("libcuda entries = %+v", l)
 	}
 }

@@ -70,9 +70,6 @@ func PrepareLdconfig(hostPath string) (*Ldconfig, error) {
 	return &Ldconfig{path: hostPath, memfd: mf}, nil
 }
 
-// Path returns the host path the copy was made from.
-func (l *Ldconfig) Path() string { return l.path }
-
 // Close releases the copy.
 func (l *Ldconfig) Close() error {
 	if l == nil || l.memfd == nil {

@@ -59,8 +59,8 @@ func TestPrepareLdconfig(t *testing.T) {
 	if _, err := l.memfd.Write([]byte("x")); err == nil {
 		t.Error("sealed ldconfig copy is writable")
 	}
-	if l.Path() != d+"/ld" {
-		t.Errorf("Path = %q", l.Path())
+	if l.path != d+"/ld" {
+		t.Errorf("path = %q", l.path)
 	}
 	var nilL *Ldconfig
 	if err := nilL.Run(context.Background(), d, nil, LdconfigOptions{}); err == nil {

@@ -11,7 +11,7 @@ import (
 )
 
 // Kind is what a mount source is: the type OpenSource requires of the host
-// object and the placeholder CreatePlaceholder makes for it.
+// object and the placeholder Attach makes for it.
 type Kind int
 
 // The kinds of mount source.
@@ -101,9 +101,6 @@ type Source struct {
 	st    unix.Stat_t
 	used  bool
 }
-
-// Path returns the host path the source was opened by.
-func (s *Source) Path() string { return s.path }
 
 // Close releases the source's descriptors (an unattached clone vanishes).
 func (s *Source) Close() error {
@@ -230,8 +227,9 @@ func (s *Source) clone() error {
 }
 
 // Attach mounts the source over dst inside the root, creating the mount
-// point (CreatePlaceholder rules) first. The new mount is private and
-// carries the source's flags from the start.
+// point first: an existing object of the right type is covered, a symlink
+// is an error wrapping ErrSymlink. The new mount is private and carries the
+// source's flags from the start.
 func (r *Root) Attach(s *Source, dst string) error {
 	cp, err := clean(dst)
 	if err != nil {
@@ -354,18 +352,6 @@ func (r *Root) reopenMounted(cp string, dir bool) (int, error) {
 func sameFile(fd int, want *unix.Stat_t) bool {
 	var st unix.Stat_t
 	return unix.Fstat(fd, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino
-}
-
-// BindMount opens hostPath (OpenSource rules) and attaches it over dst
-// inside the root. Use OpenSource and Attach when the source must be
-// prepared in another mount namespace.
-func (r *Root) BindMount(hostPath, dst string, kind Kind, opts []string) error {
-	s, err := OpenSource(hostPath, kind, opts)
-	if err != nil {
-		return r.errorf(dst, err)
-	}
-	defer s.Close()
-	return r.Attach(s, dst)
 }
 
 // TmpfsFile is a file created in a tmpfs before it is exposed.

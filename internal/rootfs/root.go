@@ -270,20 +270,6 @@ func isSymlinkAt(dirfd int, name string) bool {
 	return unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
 }
 
-// MkdirAll creates the directory p and its missing parents inside the root.
-func (r *Root) MkdirAll(p string, mode fs.FileMode) error {
-	cp, err := clean(p)
-	if err != nil {
-		return r.errorf(p, err)
-	}
-	fd, err := r.mkdirAll(cp, uint32(mode.Perm()))
-	if err != nil {
-		return err
-	}
-	unix.Close(fd)
-	return nil
-}
-
 // Stat returns information about p inside the root, following symlinks
 // inside the root.
 func (r *Root) Stat(p string) (unix.Stat_t, error) {

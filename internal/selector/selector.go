@@ -48,9 +48,6 @@ type Selection struct {
 	All bool
 }
 
-// Empty reports whether nothing is selected.
-func (s Selection) Empty() bool { return len(s.GPUs) == 0 && len(s.MIG) == 0 }
-
 // Error reports a token that names no device of this host. Its text has
 // no phase prefix: callers that print NVIDIA's "device error: " wrap it
 // (internal/phase).

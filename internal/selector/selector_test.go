@@ -12,6 +12,9 @@ import (
 	"github.com/nctk/nctk/internal/requirements"
 )
 
+// Empty reports whether nothing is selected (a test helper).
+func (s Selection) Empty() bool { return len(s.GPUs) == 0 && len(s.MIG) == 0 }
+
 // testDriver has four GPUs whose minors do not follow their indices, and MIG
 // enabled on GPU 2.
 func testDriver() *discover.Driver {

@@ -183,7 +183,7 @@ func configureWith(e *app.Env, g *nvc.Globals, args []string, steps configureSte
 	if err := runConfigure(context.Background(), e, g, req, log, steps); err != nil {
 		var pe *phase.Error
 		if !errors.As(err, &pe) {
-			pe = &phase.Error{Phase: configure.PhaseContainer, Err: err}
+			pe = &phase.Error{Phase: phase.Container, Err: err}
 		}
 		log.Error(string(pe.Phase)+" error", "error", pe.Err)
 		return nvc.Fail(e, string(pe.Phase), pe.Err)
@@ -201,7 +201,7 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	}
 	target, err := containerTarget(c)
 	if err != nil {
-		return &phase.Error{Phase: configure.PhaseContainer, Err: err}
+		return &phase.Error{Phase: phase.Container, Err: err}
 	}
 	log.Info("container", "pid", c.PID, "rootfs", c.Rootfs, "libdir", target.LibDir, "lib32dir", target.Lib32Dir, "bindir", target.BinDir)
 	if g.LoadKmods {
@@ -237,14 +237,7 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	if res.Driver != nil {
 		opts.DriverVersion = res.Driver.Version
 	}
-	if err := steps.apply(ctx, res.Plan, c, opts); err != nil {
-		var ce *configure.Error
-		if errors.As(err, &ce) {
-			return &phase.Error{Phase: phase.Phase(ce.Phase), Err: ce.Err}
-		}
-		return &phase.Error{Phase: configure.PhaseMount, Err: err}
-	}
-	return nil
+	return steps.apply(ctx, res.Plan, c, opts) // a *phase.Error
 }
 
 // containerTarget detects the image's library layout through the

@@ -198,7 +198,7 @@ func TestConfigureErrors(t *testing.T) {
 			r.planErr = &phase.Error{Phase: phase.MIGConfig, Err: &plan.MIGSelectionError{Option: plan.GrantMIGConfig}}
 		}, 1, "mig-config error: cannot enable mig-config with specific MIG devices selected"},
 		{"apply fails", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
-			r.applyErr = &configure.Error{Phase: configure.PhaseLdcache, Err: errors.New("process /sbin/ldconfig failed")}
+			r.applyErr = &phase.Error{Phase: phase.Ldcache, Err: errors.New("process /sbin/ldconfig failed")}
 		}, 1, "nvidia-container-cli: ldcache error: process /sbin/ldconfig failed"},
 	}
 	for _, tt := range tests {

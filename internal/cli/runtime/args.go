@@ -7,10 +7,10 @@ import (
 	"strings"
 )
 
-// Invocation is a runc command line as the wrapper understands it. The
+// invocation is a runc command line as the wrapper understands it. The
 // wrapper reads only what it needs; the command line itself is handed to
 // the low-level runtime unchanged.
-type Invocation struct {
+type invocation struct {
 	// Global flags (before the subcommand).
 	Root      string
 	Log       string
@@ -30,9 +30,9 @@ type Invocation struct {
 	Bundle string
 }
 
-// Injects reports whether the subcommand creates a container from the
+// injects reports whether the subcommand creates a container from the
 // bundle's config.json, so the wrapper edits it first: create and run.
-func (inv *Invocation) Injects() bool {
+func (inv *invocation) injects() bool {
 	return inv.Command == "create" || inv.Command == "run"
 }
 
@@ -59,7 +59,7 @@ func commands() []string {
 		"pause", "ps", "restore", "resume", "run", "spec", "start", "state", "update", "mounts"}
 }
 
-// ParseArgs parses argv (argv[0] being the program) the way runc does:
+// parseArgs parses argv (argv[0] being the program) the way runc does:
 // global flags, then the subcommand, then its flags and arguments, flags
 // and arguments in any order (runc reorders them). Flags are accepted with
 // one or two dashes and with the value as the next argument or after "=".
@@ -68,8 +68,8 @@ func commands() []string {
 //
 // The only error is a --bundle/-b without a value on a subcommand that
 // takes a bundle.
-func ParseArgs(argv []string) (*Invocation, error) {
-	inv := &Invocation{CommandIndex: -1}
+func parseArgs(argv []string) (*invocation, error) {
+	inv := &invocation{CommandIndex: -1}
 	i := 1
 	for ; i < len(argv); i++ {
 		a := argv[i]

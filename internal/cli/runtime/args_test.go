@@ -9,65 +9,65 @@ func TestParseArgs(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
-		want Invocation
+		want invocation
 	}{
-		{"bundle long", []string{"create", "--bundle", "/b", "id"}, Invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
-		{"bundle long eq", []string{"create", "--bundle=/b", "id"}, Invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
-		{"bundle short", []string{"create", "-b", "/b", "id"}, Invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
-		{"bundle short eq", []string{"create", "-b=/b", "id"}, Invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
-		{"bundle single dash long", []string{"create", "-bundle", "/b", "id"}, Invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
-		{"bundle single dash long eq", []string{"create", "-bundle=/b", "id"}, Invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
-		{"bundle double dash short", []string{"create", "--b", "/b", "id"}, Invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
-		{"bundle empty eq", []string{"create", "--bundle=", "id"}, Invocation{Command: "create", CommandIndex: 1}},
-		{"no bundle", []string{"create", "id"}, Invocation{Command: "create", CommandIndex: 1}},
-		{"last bundle wins", []string{"create", "-b", "/a", "--bundle", "/b", "id"}, Invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
-		{"flag after id", []string{"create", "id", "--bundle", "/b"}, Invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
+		{"bundle long", []string{"create", "--bundle", "/b", "id"}, invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
+		{"bundle long eq", []string{"create", "--bundle=/b", "id"}, invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
+		{"bundle short", []string{"create", "-b", "/b", "id"}, invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
+		{"bundle short eq", []string{"create", "-b=/b", "id"}, invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
+		{"bundle single dash long", []string{"create", "-bundle", "/b", "id"}, invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
+		{"bundle single dash long eq", []string{"create", "-bundle=/b", "id"}, invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
+		{"bundle double dash short", []string{"create", "--b", "/b", "id"}, invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
+		{"bundle empty eq", []string{"create", "--bundle=", "id"}, invocation{Command: "create", CommandIndex: 1}},
+		{"no bundle", []string{"create", "id"}, invocation{Command: "create", CommandIndex: 1}},
+		{"last bundle wins", []string{"create", "-b", "/a", "--bundle", "/b", "id"}, invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
+		{"flag after id", []string{"create", "id", "--bundle", "/b"}, invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
 		{"root before create", []string{"--root", "/x", "create", "--bundle", "/y", "id"},
-			Invocation{Root: "/x", Command: "create", CommandIndex: 3, Bundle: "/y"}},
+			invocation{Root: "/x", Command: "create", CommandIndex: 3, Bundle: "/y"}},
 		{"create as values", []string{"--root", "create", "create", "--bundle", "create", "create"},
-			Invocation{Root: "create", Command: "create", CommandIndex: 3, Bundle: "create"}},
-		{"create as bundle only", []string{"create", "--bundle", "create", "id"}, Invocation{Command: "create", CommandIndex: 1, Bundle: "create"}},
-		{"run detached", []string{"run", "-d", "--bundle", "/b", "id"}, Invocation{Command: "run", CommandIndex: 1, Bundle: "/b"}},
-		{"run detached cwd", []string{"run", "-d", "id"}, Invocation{Command: "run", CommandIndex: 1}},
+			invocation{Root: "create", Command: "create", CommandIndex: 3, Bundle: "create"}},
+		{"create as bundle only", []string{"create", "--bundle", "create", "id"}, invocation{Command: "create", CommandIndex: 1, Bundle: "create"}},
+		{"run detached", []string{"run", "-d", "--bundle", "/b", "id"}, invocation{Command: "run", CommandIndex: 1, Bundle: "/b"}},
+		{"run detached cwd", []string{"run", "-d", "id"}, invocation{Command: "run", CommandIndex: 1}},
 		{"containerd", []string{"--root", "/run/containerd/runc/k8s.io", "--log", "/b/log.json", "--log-format", "json",
 			"--systemd-cgroup", "create", "--bundle", "/b", "--pid-file", "/b/init.pid", "--console-socket", "/s.sock", "id"},
-			Invocation{Root: "/run/containerd/runc/k8s.io", Log: "/b/log.json", LogFormat: "json", Command: "create", CommandIndex: 8, Bundle: "/b"}},
+			invocation{Root: "/run/containerd/runc/k8s.io", Log: "/b/log.json", LogFormat: "json", Command: "create", CommandIndex: 8, Bundle: "/b"}},
 		{"podman eq form", []string{"--log-format=json", "--log=/run/oci-log", "--debug", "create", "--bundle", "/b", "--pid-file", "/p", "id"},
-			Invocation{Log: "/run/oci-log", LogFormat: "json", Debug: true, Command: "create", CommandIndex: 4, Bundle: "/b"}},
-		{"debug false", []string{"--debug=false", "create", "id"}, Invocation{Command: "create", CommandIndex: 2}},
-		{"rootless eq", []string{"--rootless=true", "create", "-b", "/b", "id"}, Invocation{Command: "create", CommandIndex: 2, Bundle: "/b"}},
-		{"rootless value", []string{"--rootless", "false", "create", "-b", "/b", "id"}, Invocation{Command: "create", CommandIndex: 3, Bundle: "/b"}},
+			invocation{Log: "/run/oci-log", LogFormat: "json", Debug: true, Command: "create", CommandIndex: 4, Bundle: "/b"}},
+		{"debug false", []string{"--debug=false", "create", "id"}, invocation{Command: "create", CommandIndex: 2}},
+		{"rootless eq", []string{"--rootless=true", "create", "-b", "/b", "id"}, invocation{Command: "create", CommandIndex: 2, Bundle: "/b"}},
+		{"rootless value", []string{"--rootless", "false", "create", "-b", "/b", "id"}, invocation{Command: "create", CommandIndex: 3, Bundle: "/b"}},
 		{"criu", []string{"--criu", "/usr/sbin/criu", "restore", "--bundle", "/b", "--image-path", "/i", "id"},
-			Invocation{Command: "restore", CommandIndex: 3, Bundle: "/b"}},
-		{"crun cgroup manager", []string{"--cgroup-manager", "systemd", "run", "-b", "/b", "id"}, Invocation{Command: "run", CommandIndex: 3, Bundle: "/b"}},
-		{"unknown bool global", []string{"--no-such-flag", "create", "-b", "/b", "id"}, Invocation{Command: "create", CommandIndex: 2, Bundle: "/b"}},
-		{"unknown value global", []string{"--no-such-flag", "val", "create", "-b", "/b", "id"}, Invocation{Command: "create", CommandIndex: 3, Bundle: "/b"}},
-		{"unknown eq global", []string{"--no-such=val", "state", "id"}, Invocation{Command: "state", CommandIndex: 2}},
-		{"unknown command flags", []string{"create", "--no-such", "-b", "/b", "--new-flag=x", "id"}, Invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
-		{"value flags skip", []string{"create", "--pid-file", "-b", "id"}, Invocation{Command: "create", CommandIndex: 1}},
+			invocation{Command: "restore", CommandIndex: 3, Bundle: "/b"}},
+		{"crun cgroup manager", []string{"--cgroup-manager", "systemd", "run", "-b", "/b", "id"}, invocation{Command: "run", CommandIndex: 3, Bundle: "/b"}},
+		{"unknown bool global", []string{"--no-such-flag", "create", "-b", "/b", "id"}, invocation{Command: "create", CommandIndex: 2, Bundle: "/b"}},
+		{"unknown value global", []string{"--no-such-flag", "val", "create", "-b", "/b", "id"}, invocation{Command: "create", CommandIndex: 3, Bundle: "/b"}},
+		{"unknown eq global", []string{"--no-such=val", "state", "id"}, invocation{Command: "state", CommandIndex: 2}},
+		{"unknown command flags", []string{"create", "--no-such", "-b", "/b", "--new-flag=x", "id"}, invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
+		{"value flags skip", []string{"create", "--pid-file", "-b", "id"}, invocation{Command: "create", CommandIndex: 1}},
 		{"preserve fds", []string{"create", "--no-pivot", "--preserve-fds", "3", "-b", "/b", "--no-new-keyring", "id"},
-			Invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
-		{"after double dash", []string{"create", "id", "--", "-b", "/b"}, Invocation{Command: "create", CommandIndex: 1}},
-		{"global double dash", []string{"--", "create", "-b", "/b", "id"}, Invocation{Command: "create", CommandIndex: 2, Bundle: "/b"}},
-		{"state named create", []string{"state", "create"}, Invocation{Command: "state", CommandIndex: 1}},
-		{"delete", []string{"--root", "/r", "delete", "--force", "id"}, Invocation{Root: "/r", Command: "delete", CommandIndex: 3}},
-		{"exec", []string{"exec", "--process", "/p.json", "-d", "id"}, Invocation{Command: "exec", CommandIndex: 1}},
-		{"exec trailing bundle-like", []string{"exec", "id", "-b"}, Invocation{Command: "exec", CommandIndex: 1}},
-		{"version", []string{"--version"}, Invocation{Version: true, CommandIndex: -1}},
-		{"version short", []string{"-v"}, Invocation{Version: true, CommandIndex: -1}},
-		{"help", []string{"--help"}, Invocation{Help: true, CommandIndex: -1}},
-		{"features", []string{"features"}, Invocation{Command: "features", CommandIndex: 1}},
-		{"empty", nil, Invocation{CommandIndex: -1}},
-		{"dangling global value", []string{"--root"}, Invocation{CommandIndex: -1}},
+			invocation{Command: "create", CommandIndex: 1, Bundle: "/b"}},
+		{"after double dash", []string{"create", "id", "--", "-b", "/b"}, invocation{Command: "create", CommandIndex: 1}},
+		{"global double dash", []string{"--", "create", "-b", "/b", "id"}, invocation{Command: "create", CommandIndex: 2, Bundle: "/b"}},
+		{"state named create", []string{"state", "create"}, invocation{Command: "state", CommandIndex: 1}},
+		{"delete", []string{"--root", "/r", "delete", "--force", "id"}, invocation{Root: "/r", Command: "delete", CommandIndex: 3}},
+		{"exec", []string{"exec", "--process", "/p.json", "-d", "id"}, invocation{Command: "exec", CommandIndex: 1}},
+		{"exec trailing bundle-like", []string{"exec", "id", "-b"}, invocation{Command: "exec", CommandIndex: 1}},
+		{"version", []string{"--version"}, invocation{Version: true, CommandIndex: -1}},
+		{"version short", []string{"-v"}, invocation{Version: true, CommandIndex: -1}},
+		{"help", []string{"--help"}, invocation{Help: true, CommandIndex: -1}},
+		{"features", []string{"features"}, invocation{Command: "features", CommandIndex: 1}},
+		{"empty", nil, invocation{CommandIndex: -1}},
+		{"dangling global value", []string{"--root"}, invocation{CommandIndex: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseArgs(append([]string{"nvidia-container-runtime"}, tt.args...))
+			got, err := parseArgs(append([]string{"nvidia-container-runtime"}, tt.args...))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if *got != tt.want {
-				t.Errorf("ParseArgs(%q)\n got  %+v\n want %+v", tt.args, *got, tt.want)
+				t.Errorf("parseArgs(%q)\n got  %+v\n want %+v", tt.args, *got, tt.want)
 			}
 		})
 	}
@@ -80,17 +80,17 @@ func TestParseArgsErrors(t *testing.T) {
 		{"run", "-d", "id", "-bundle"},
 		{"--root", "/r", "create", "--b"},
 	} {
-		_, err := ParseArgs(append([]string{"nvidia-container-runtime"}, args...))
+		_, err := parseArgs(append([]string{"nvidia-container-runtime"}, args...))
 		if err == nil || !strings.Contains(err.Error(), "needs a value") {
-			t.Errorf("ParseArgs(%q) err = %v, want a missing value error", args, err)
+			t.Errorf("parseArgs(%q) err = %v, want a missing value error", args, err)
 		}
 	}
 }
 
 func TestInjects(t *testing.T) {
 	for cmd, want := range map[string]bool{"create": true, "run": true, "restore": false, "start": false, "exec": false, "": false} {
-		if got := (&Invocation{Command: cmd}).Injects(); got != want {
-			t.Errorf("Injects(%q) = %v", cmd, got)
+		if got := (&invocation{Command: cmd}).injects(); got != want {
+			t.Errorf("injects(%q) = %v", cmd, got)
 		}
 	}
 }
@@ -102,7 +102,7 @@ func FuzzParseArgs(f *testing.F) {
 	f.Add("--log-format=json\x00--unknown\x00v\x00create\x00id\x00-b")
 	f.Fuzz(func(t *testing.T, s string) {
 		args := append([]string{"nvidia-container-runtime"}, strings.Split(s, "\x00")...)
-		inv, err := ParseArgs(args)
+		inv, err := parseArgs(args)
 		if inv == nil {
 			t.Fatal("nil invocation")
 		}

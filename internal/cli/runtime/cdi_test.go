@@ -198,7 +198,7 @@ func TestCDIModeMatchesCDILibrary(t *testing.T) {
 			}
 			bundle := writeBundle(t, base)
 			h := newHarness(t)
-			h.rt.Planner = defaultPlanner()
+			h.rt.planner = defaultPlanner()
 			h.rt.LoadConfig = func(*app.Env) (*config.Config, error) {
 				c := config.Default()
 				c.Runtime.Runtimes = []string{h.runc}

@@ -85,7 +85,7 @@ type logger struct {
 	closers []io.Closer
 }
 
-func newLogger(inv *Invocation, cfg *config.Config) *logger {
+func newLogger(inv *invocation, cfg *config.Config) *logger {
 	l := &logger{}
 	var hs []slog.Handler
 	if inv.Log != "" {

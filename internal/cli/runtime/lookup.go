@@ -10,12 +10,12 @@ import (
 	"github.com/nctk/nctk/internal/cli/lookpath"
 )
 
-// FindRuntime returns the first candidate that resolves to an executable
+// findRuntime returns the first candidate that resolves to an executable
 // file other than self: an entry containing "/" is a path; otherwise
 // pathEnv (a $PATH value) and then the standard sbin/bin directories are
 // searched. self ("" for none) is this program's executable, skipped so
 // that a wrapper installed as "runc" does not exec itself.
-func FindRuntime(candidates []string, pathEnv, self string) (string, error) {
+func findRuntime(candidates []string, pathEnv, self string) (string, error) {
 	if len(candidates) == 0 {
 		return "", errors.New("no low-level runtime configured (nvidia-container-runtime.runtimes is empty)")
 	}
@@ -54,10 +54,10 @@ func FindRuntime(candidates []string, pathEnv, self string) (string, error) {
 		candidates, strings.Join(lookpath.StandardDirs(), ":"))
 }
 
-// FindHelper returns the absolute path of a helper binary (nvidia-cdi-hook):
+// findHelper returns the absolute path of a helper binary (nvidia-cdi-hook):
 // next to the program (dir of argv0 or of self, the executable; "" for
 // none), then in $PATH and the standard directories.
-func FindHelper(name, argv0, self, pathEnv string) (string, error) {
+func findHelper(name, argv0, self, pathEnv string) (string, error) {
 	var dirs []string
 	if strings.Contains(argv0, "/") {
 		dirs = append(dirs, filepath.Dir(argv0))

@@ -37,6 +37,11 @@ func TestPending(t *testing.T) {
 	}
 }
 
+// debianTarget is the layout of Debian-family x86-64 images.
+func debianTarget() plan.Target {
+	return plan.Target{LibDir: "/usr/lib/x86_64-linux-gnu", Lib32Dir: "/usr/lib/i386-linux-gnu", BinDir: "/usr/bin"}
+}
+
 // TestPendingFromDiscovery: a plan built from discovery carries each
 // library's SONAME and cache flags (Mount.Library, from the driver root's
 // ld.so.cache), and rootfs.Root.PendingLibraryEntries of pending(p) uses
@@ -51,7 +56,7 @@ func TestPendingFromDiscovery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := plan.Build(drv, plan.Options{Caps: caps.Full(), Target: plan.DebianTarget()})
+			p, err := plan.Build(drv, plan.Options{Caps: caps.Full(), Target: debianTarget()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -68,7 +68,7 @@ func childMain() int {
 	r := New()
 	r.HookPath = os.Getenv(childHookEnv)
 	r.ProcDriverDir = os.Getenv(childProcEnv)
-	r.Planner = PlannerFunc(func(_ context.Context, in Input) (*plan.Plan, error) {
+	r.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) {
 		if msg := os.Getenv(childErrEnv); msg != "" {
 			return nil, errors.New(msg)
 		}

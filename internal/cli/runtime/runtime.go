@@ -1,22 +1,26 @@
 // Package runtime is nvidia-container-runtime: a runc-compatible wrapper.
 //
-// It takes a runc command line verbatim. On create and run it edits the
-// bundle's config.json — device nodes with their device cgroup rules, read-
-// only bind mounts of driver files, environment variables, and a
-// createContainer hook with an explicit minimal environment only for the
-// /proc/driver/nvidia view of a host whose kernel has the driver loaded —
-// atomically and keeping every field it does not know; creates the driver
-// symlinks and adds the driver libraries to ld.so.cache in the bundle's
-// rootfs itself (inside the root, from the host files to be mounted); and
-// then execs the low-level runtime (runc, crun)
-// with the same arguments and environment. Every other subcommand and flag
-// goes straight to the low-level runtime: the process is replaced (exec, no
-// fork), so exit status, stdio, pid files and console sockets are the
-// runtime's own. A container that requests no GPU is not touched.
+// It takes a runc command line verbatim. On create and run it computes the
+// container's plan (internal/planner, with the CDI edits of CDI device
+// names) and edits the bundle's config.json atomically, keeping every field
+// it does not know: device nodes with their device cgroup rules, read-only
+// bind mounts of driver files, environment variables, CDI edits, and a
+// createContainer hook with an explicit minimal environment for the
+// /proc/driver/nvidia view only where the container's procfs will show
+// that directory (the host kernel has the driver loaded, or the spec
+// mounts no procfs at /proc). It creates the driver symlinks and adds the
+// driver libraries to ld.so.cache in the bundle's rootfs itself (inside the
+// root, from the host files to be mounted), and then execs the low-level
+// runtime (runc, crun) with the same arguments and environment. Every other
+// subcommand and flag goes straight to the low-level runtime: the process
+// is replaced (exec, no fork), so exit status, stdio, pid files and console
+// sockets are the runtime's own. A container that requests no GPU is not
+// touched.
 //
 // Errors stop before the low-level runtime runs, with nothing modified
-// (changes in the rootfs are rolled back; config.json is written last); they go to stderr and to the engine's --log file in its
-// --log-format (containerd reports the last "error" line of that file).
+// (changes in the rootfs are rolled back; config.json is written last);
+// they go to stderr and to the engine's --log file in its --log-format
+// (containerd reports the last "error" line of that file).
 package runtime
 
 import (
@@ -43,8 +47,9 @@ import (
 
 // Runtime is the wrapper with its dependencies.
 type Runtime struct {
-	// Planner computes the injection plan.
-	Planner Planner
+	// planner computes the container's plan (defaultPlanner; tests put
+	// their own).
+	planner preparer
 	// LoadConfig reads config.toml.
 	LoadConfig func(e *app.Env) (*config.Config, error)
 	// Exec replaces the process with the low-level runtime; it returns
@@ -66,16 +71,16 @@ type Runtime struct {
 	ProcDriverDir string
 }
 
-// DefaultProcDriverDir is where a loaded NVIDIA kernel driver shows in the
+// defaultProcDriverDir is where a loaded NVIDIA kernel driver shows in the
 // host's procfs (which every container's procfs mirrors).
-const DefaultProcDriverDir = "/proc/driver/nvidia"
+const defaultProcDriverDir = "/proc/driver/nvidia"
 
 // New returns the wrapper as installed.
 func New() *Runtime {
 	self, _ := os.Executable()
 	return &Runtime{
-		Planner:    defaultPlanner(),
-		LoadConfig: LoadConfig,
+		planner:    defaultPlanner(),
+		LoadConfig: loadConfig,
 		Exec:       syscall.Exec,
 		Self:       self,
 		Version:    version.String(),
@@ -90,7 +95,7 @@ func Main(e *app.Env) int {
 // Run runs the wrapper. It returns only when it fails (status 1); on
 // success the process has become the low-level runtime.
 func (r *Runtime) Run(e *app.Env) int {
-	inv, perr := ParseArgs(e.Args) // inv is usable even with perr (for --log)
+	inv, perr := parseArgs(e.Args) // inv is usable even with perr (for --log)
 	cfg, cerr := r.LoadConfig(e)
 	log := newLogger(inv, cfg)
 	defer log.close()
@@ -109,11 +114,11 @@ func (r *Runtime) Run(e *app.Env) int {
 		fmt.Fprintf(e.Stdout, "NVIDIA Container Runtime version %s\nspec: %s\n\n", r.Version, specs.Version)
 	}
 	path := e.Getenv("PATH")
-	rt, err := FindRuntime(cfg.Runtime.Runtimes, path, r.Self)
+	rt, err := findRuntime(cfg.Runtime.Runtimes, path, r.Self)
 	if err != nil {
 		return fail(err)
 	}
-	if inv.Injects() {
+	if inv.injects() {
 		for _, w := range cfg.Warnings {
 			log.Warn("config " + cfg.Path + ": " + w)
 		}
@@ -136,7 +141,7 @@ func (r *Runtime) Run(e *app.Env) int {
 
 // inject edits the bundle's config.json for a create or run. Nothing is
 // written unless every step succeeds.
-func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *logger) error {
+func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *logger) error {
 	bundle := inv.Bundle
 	if bundle == "" {
 		bundle = "."
@@ -155,7 +160,7 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 	if err != nil {
 		return err
 	}
-	p, err := r.Planner.Prepare(context.Background(), Input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg})
+	p, err := r.planner.Prepare(context.Background(), input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg})
 	if err != nil {
 		return err
 	}
@@ -177,7 +182,7 @@ func (r *Runtime) inject(e *app.Env, inv *Invocation, cfg *config.Config, log *l
 	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: ldconfig.Path,
 		RootfsDone: true, NoProcView: !procView}
 	if hc.Path == "" && procView {
-		if hc.Path, err = FindHelper(hookargs.Binary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
+		if hc.Path, err = findHelper(hookargs.Binary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
 			return fmt.Errorf("container hooks: %w", err)
 		}
 	}
@@ -274,7 +279,7 @@ func closeRoot(root *rootfs.Root, rollback bool) error {
 func (r *Runtime) needsProcView(spec *specs.Spec) bool {
 	dir := r.ProcDriverDir
 	if dir == "" {
-		dir = DefaultProcDriverDir
+		dir = defaultProcDriverDir
 	}
 	if _, err := os.Stat(dir); err == nil {
 		return true

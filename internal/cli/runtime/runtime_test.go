@@ -51,11 +51,11 @@ func testPlan() *plan.Plan {
 // gpuPlanner plans testPlan for containers with NVIDIA_VISIBLE_DEVICES set
 // and records what it was given.
 type gpuPlanner struct {
-	calls []Input
+	calls []input
 	err   error
 }
 
-func (g *gpuPlanner) Prepare(_ context.Context, in Input) (*plan.Plan, error) {
+func (g *gpuPlanner) Prepare(_ context.Context, in input) (*plan.Plan, error) {
 	g.calls = append(g.calls, in)
 	if g.err != nil {
 		return nil, g.err
@@ -109,7 +109,7 @@ func newHarness(t *testing.T) *harness {
 	h.runc = writeExecutable(t, filepath.Join(bin, "runc"), "#!/bin/sh\nexit 0\n")
 	h.hook = writeExecutable(t, filepath.Join(bin, "nvidia-cdi-hook"), "#!/bin/sh\nexit 0\n")
 	h.rt = &Runtime{
-		Planner: h.planner,
+		planner: h.planner,
 		LoadConfig: func(*app.Env) (*config.Config, error) {
 			c := config.Default()
 			c.Runtime.Runtimes = []string{"no-such-runtime", h.runc}
@@ -347,7 +347,7 @@ func TestErrors(t *testing.T) {
 		{"bundle without value", gpuSpec, []string{"create", "id", "--bundle"}, nil, []string{"needs a value"}},
 		{"relative mount in plan", gpuSpec, []string{"create", "--bundle", "BUNDLE", "id"},
 			func(h *harness) {
-				h.rt.Planner = PlannerFunc(func(context.Context, Input) (*plan.Plan, error) {
+				h.rt.planner = preparerFunc(func(context.Context, input) (*plan.Plan, error) {
 					p := testPlan()
 					p.Mounts[0].Source = "relative/lib.so"
 					return p, nil
@@ -499,18 +499,18 @@ func TestFindRuntime(t *testing.T) {
 		{[]string{"", "nctk-test-crun"}, "/nonexistent:" + dir, "", crun},
 	}
 	for _, tt := range tests {
-		got, err := FindRuntime(tt.cands, tt.path, tt.self)
+		got, err := findRuntime(tt.cands, tt.path, tt.self)
 		if err != nil || got != tt.want {
-			t.Errorf("FindRuntime(%q, %q) = %q, %v; want %q", tt.cands, tt.path, got, err, tt.want)
+			t.Errorf("findRuntime(%q, %q) = %q, %v; want %q", tt.cands, tt.path, got, err, tt.want)
 		}
 	}
-	if _, err := FindRuntime(nil, dir, ""); err == nil {
+	if _, err := findRuntime(nil, dir, ""); err == nil {
 		t.Error("empty list accepted")
 	}
-	if got, err := FindRuntime([]string{"runc"}, "", ""); err != nil || !filepath.IsAbs(got) {
+	if got, err := findRuntime([]string{"runc"}, "", ""); err != nil || !filepath.IsAbs(got) {
 		t.Logf("runc from the standard directories: %q, %v", got, err)
 	}
-	if _, err := FindRuntime([]string{"/nonexistent/runc"}, dir, ""); err == nil {
+	if _, err := findRuntime([]string{"/nonexistent/runc"}, dir, ""); err == nil {
 		t.Error("missing path accepted")
 	}
 }
@@ -536,7 +536,7 @@ debug = "/var/log/nvidia-container-runtime.log"
 log-level = "debug"
 runtimes = ["crun", "/usr/bin/runc"]
 `)
-	c, err := LoadConfig(&app.Env{Environ: []string{"NVIDIA_CTK_CONFIG_FILE_PATH=" + cfgFile}})
+	c, err := loadConfig(&app.Env{Environ: []string{"NVIDIA_CTK_CONFIG_FILE_PATH=" + cfgFile}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,15 +545,15 @@ runtimes = ["crun", "/usr/bin/runc"]
 		t.Errorf("config %+v", c)
 	}
 	// Missing file: defaults, unless named explicitly.
-	c, err = LoadConfig(&app.Env{Environ: []string{"XDG_CONFIG_HOME=" + dir}})
+	c, err = loadConfig(&app.Env{Environ: []string{"XDG_CONFIG_HOME=" + dir}})
 	if err != nil || !slices.Equal(c.Runtime.Runtimes, []string{"runc", "crun"}) {
 		t.Errorf("defaults: %+v, %v", c, err)
 	}
-	if _, err := LoadConfig(&app.Env{Environ: []string{"NVIDIA_CTK_CONFIG_FILE_PATH=" + filepath.Join(dir, "nope.toml")}}); err == nil {
+	if _, err := loadConfig(&app.Env{Environ: []string{"NVIDIA_CTK_CONFIG_FILE_PATH=" + filepath.Join(dir, "nope.toml")}}); err == nil {
 		t.Error("missing explicit config accepted")
 	}
 	writeExecutable(t, cfgFile, "[nvidia-container-runtime\n")
-	if _, err := LoadConfig(&app.Env{Environ: []string{"NVIDIA_CTK_CONFIG_FILE_PATH=" + cfgFile}}); err == nil || !strings.Contains(err.Error(), cfgFile) {
+	if _, err := loadConfig(&app.Env{Environ: []string{"NVIDIA_CTK_CONFIG_FILE_PATH=" + cfgFile}}); err == nil || !strings.Contains(err.Error(), cfgFile) {
 		t.Errorf("malformed config: %v", err)
 	}
 }
@@ -598,7 +598,7 @@ func TestProcViewHook(t *testing.T) {
 				h.rt.ProcDriverDir = filepath.Join(t.TempDir(), "nope")
 			}
 			if tc.noProc {
-				h.rt.Planner = PlannerFunc(func(context.Context, Input) (*plan.Plan, error) {
+				h.rt.planner = preparerFunc(func(context.Context, input) (*plan.Plan, error) {
 					p := testPlan()
 					p.Proc = nil
 					return p, nil

@@ -1,8 +1,8 @@
 package runtime
 
 // This file is the seam to the packages around the wrapper: the config file
-// (internal/config) and the injection orchestration (internal/planner, via a
-// Planner).
+// (internal/config) and the planning path (internal/planner, with
+// internal/cdispec for CDI device names), behind a preparer.
 
 import (
 	"context"
@@ -16,14 +16,14 @@ import (
 	"github.com/nctk/nctk/internal/planner"
 )
 
-// LoadConfig finds and parses config.toml as NVIDIA's tools do
+// loadConfig finds and parses config.toml as NVIDIA's tools do
 // (config.Load). config writes nothing to stderr, which matters here: a runc
 // wrapper's stderr is part of what engines parse (containerd reads `state`
 // output with stderr mixed in). Warnings stay in Config.Warnings.
-func LoadConfig(e *app.Env) (*config.Config, error) { return config.Load(e.Environ) }
+func loadConfig(e *app.Env) (*config.Config, error) { return config.Load(e.Environ) }
 
-// Input is what the planner gets for one container.
-type Input struct {
+// input is what a preparer gets for one container.
+type input struct {
 	// Spec is the container's OCI spec (read only).
 	Spec *specs.Spec
 	// Rootfs is the container root: root.path made absolute against the
@@ -34,22 +34,23 @@ type Input struct {
 	Config *config.Config
 }
 
-// Planner computes a container's injection plan; a nil plan means the
-// container is not a GPU container and is left alone.
-type Planner interface {
-	Prepare(ctx context.Context, in Input) (*plan.Plan, error)
+// preparer computes a container's plan; a nil plan means the container is
+// not a GPU container and is left alone.
+type preparer interface {
+	Prepare(ctx context.Context, in input) (*plan.Plan, error)
 }
 
-// PlannerFunc adapts a function to Planner.
-type PlannerFunc func(ctx context.Context, in Input) (*plan.Plan, error)
+// preparerFunc adapts a function to preparer.
+type preparerFunc func(ctx context.Context, in input) (*plan.Plan, error)
 
 // Prepare calls f.
-func (f PlannerFunc) Prepare(ctx context.Context, in Input) (*plan.Plan, error) { return f(ctx, in) }
+func (f preparerFunc) Prepare(ctx context.Context, in input) (*plan.Plan, error) { return f(ctx, in) }
 
-// defaultPlanner is the production planner: internal/planner, the path every
-// nctk tool computes its injection plan with.
-func defaultPlanner() Planner {
-	return PlannerFunc(func(ctx context.Context, in Input) (*plan.Plan, error) {
+// defaultPlanner is the production preparer: planner.Prepare for the
+// container's request, merged with the plan of its CDI device names
+// (cdispec.PlanFor against the configured spec directories).
+func defaultPlanner() preparer {
+	return preparerFunc(func(ctx context.Context, in input) (*plan.Plan, error) {
 		res, req, err := planner.Prepare(ctx, in.Spec, in.Rootfs, in.Config)
 		if err != nil {
 			return nil, err
