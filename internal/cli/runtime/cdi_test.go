@@ -290,7 +290,7 @@ func BenchmarkCDIMode(b *testing.B) {
 		b.Fatal(err)
 	}
 	rt := &Runtime{
-		Planner: defaultPlanner(),
+		planner: defaultPlanner(),
 		LoadConfig: func(*app.Env) (*config.Config, error) {
 			c := config.Default()
 			c.Runtime.Runtimes = []string{"/bin/true"}
