@@ -555,8 +555,19 @@ func TestWriteFile(t *testing.T) {
 	if err := WriteFile(dir, data); err == nil {
 		t.Error("a directory as the output: no error")
 	}
-	if err := WriteFile(filepath.Join(dir, "missing", "x.yaml"), data); err == nil {
-		t.Error("missing directory: no error")
+	// On a fresh host /etc/cdi does not exist: it is created.
+	nested := filepath.Join(dir, "etc", "cdi", "nvidia.yaml")
+	if err := WriteFile(nested, data); err != nil {
+		t.Fatalf("missing directories: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Dir(nested)); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("created directory: %v, %v; want 0755", fi, err)
+	}
+	if got, _ := os.ReadFile(nested); !bytes.Equal(got, data) {
+		t.Error("the nested file does not hold the data")
+	}
+	if err := WriteFile(filepath.Join(name, "under-a-file.yaml"), data); err == nil {
+		t.Error("a file as a parent directory: no error")
 	}
 }
 

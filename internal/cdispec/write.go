@@ -104,11 +104,12 @@ func Validate(data []byte) error {
 
 // WriteFile writes encoded spec data (from Encode) to name atomically: into
 // a temporary file in the same directory, synced, given mode 0644 and
-// renamed over name (the directory is synced afterwards). A symbolic link at
-// name is replaced; an existing directory or other non-regular file is an
-// error. On any error name is left as it was.
+// renamed over name (the directory is synced afterwards). Missing parent
+// directories are created 0755 (on a fresh host /etc/cdi does not exist). A
+// symbolic link at name is replaced; an existing directory or other
+// non-regular file is an error. On any error name is left as it was.
 func WriteFile(name string, data []byte) error {
-	if err := atomicfile.WriteFile(name, data, atomicfile.Options{Mode: FileMode, Sync: true}); err != nil {
+	if err := atomicfile.WriteFile(name, data, atomicfile.Options{Mode: FileMode, Sync: true, DirMode: 0o755}); err != nil {
 		return fmt.Errorf("write CDI spec %s: %w", name, err)
 	}
 	return nil

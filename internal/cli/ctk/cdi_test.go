@@ -173,6 +173,7 @@ func TestCDIGenerateFlags(t *testing.T) {
 	}{
 		{name: "yaml file", args: []string{"--output", filepath.Join(dir, "a.yaml")}, file: "a.yaml"},
 		{name: "extension appended", args: []string{"--output", filepath.Join(dir, "b")}, file: "b.yaml"},
+		{name: "missing directories created", args: []string{"--output", filepath.Join(dir, "etc", "cdi", "nvidia.yaml")}, file: "etc/cdi/nvidia.yaml"},
 		{name: "json by extension", args: []string{"--output", filepath.Join(dir, "c.json")}, file: "c.json", json: true},
 		{name: "json by flag", args: []string{"--format", "json", "--output", filepath.Join(dir, "d")}, file: "d.json", json: true},
 		{name: "json stdout", args: []string{"--format=json"}, json: true},
