@@ -420,9 +420,11 @@ func capabilities(e env, cfg *config.Config, legacy bool) (caps.Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	val := e.get(EnvDriverCapabilities)
+	val, set := e.lookup(EnvDriverCapabilities)
 	if strings.TrimSpace(val) == "" {
-		if legacy {
+		// As NVIDIA's hook: a legacy image that does not set the variable
+		// gets every supported capability; set but empty, the default.
+		if legacy && !set {
 			return supported, nil
 		}
 		return caps.Default().Intersect(supported), nil

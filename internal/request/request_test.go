@@ -111,6 +111,8 @@ func TestFromSpec(t *testing.T) {
 			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: caps.Full(), Requirements: exprs("cuda>=12.2"), DeviceSource: "CUDA_VERSION"}},
 		{"legacy image, empty NVIDIA_REQUIRE_CUDA", spec(false, "CUDA_VERSION=11.8", "NVIDIA_REQUIRE_CUDA="), nil,
 			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: caps.Full(), Requirements: exprs("cuda>=11.8"), DeviceSource: "CUDA_VERSION"}},
+		{"legacy image, empty NVIDIA_DRIVER_CAPABILITIES: the default, as NVIDIA's hook", spec(false, "CUDA_VERSION=12.2.0", "NVIDIA_DRIVER_CAPABILITIES="), nil,
+			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: caps.Default(), Requirements: exprs("cuda>=12.2"), DeviceSource: "CUDA_VERSION"}},
 		{"legacy image, major only", spec(false, "CUDA_VERSION=10", "NVIDIA_DRIVER_CAPABILITIES=utility"), nil,
 			Request{All: true, Legacy: true, Devices: []string{"all"}, Caps: capSet(caps.Utility), Requirements: exprs("cuda>=10.0"), DeviceSource: "CUDA_VERSION"}},
 		{"legacy image, caps within supported", spec(false, "CUDA_VERSION=12.2.0"), cfgWith(func(c *config.Config) { c.SupportedDriverCapabilities = "compute,utility" }),
