@@ -247,7 +247,7 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 			}
 			o := base
 			o.GPUs = []discover.GPU{m.Parent}
-			o.MIG = []plan.MIGSelection{{Parent: m.Parent, Device: m.MIG}}
+			o.MIG = []selector.SelectedMIG{m}
 			p, err := plan.Build(d, o)
 			if err != nil {
 				return nil, fmt.Errorf("render CDI spec: %w", err)

@@ -24,12 +24,6 @@ type Target struct {
 	BinDir   string
 }
 
-// MIGSelection is a selected MIG device with its parent GPU.
-type MIGSelection struct {
-	Parent discover.GPU
-	Device discover.MIGDevice
-}
-
 // Options is what the container asked for, resolved against the driver.
 type Options struct {
 	// Caps are the driver capabilities (NVIDIA_DRIVER_CAPABILITIES).
@@ -38,7 +32,7 @@ type Options struct {
 	// included); an empty list injects no GPU (the "none" request).
 	GPUs []discover.GPU
 	// MIG are the selected MIG devices.
-	MIG []MIGSelection
+	MIG []selector.SelectedMIG
 	// MIGConfig and MIGMonitor expose the MIG config / monitor capability
 	// and the MIG capabilities of the selected MIG-capable GPUs ("all"
 	// requests; the runtime allows them to privileged containers only),
@@ -66,10 +60,7 @@ type Options struct {
 // devices through it.
 func (o Options) Select(sel selector.Selection) Options {
 	o.GPUs = sel.GPUs
-	o.MIG = nil
-	for _, m := range sel.MIG {
-		o.MIG = append(o.MIG, MIGSelection{Parent: m.Parent, Device: m.MIG})
-	}
+	o.MIG = sel.MIG
 	o.AllDevices = sel.All
 	return o
 }
@@ -170,14 +161,14 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 		if migAdmin {
 			break
 		}
-		grant := m.Device.UUID
+		grant := m.MIG.UUID
 		if grant == "" {
-			grant = fmt.Sprintf("%d:%d", m.Parent.Index, m.Device.Index)
+			grant = fmt.Sprintf("%d:%d", m.Parent.Index, m.MIG.Index)
 		}
 		for _, c := range []struct {
 			node discover.DeviceNode
 			proc string
-		}{{m.Device.GIAccess, m.Device.GIAccessProc}, {m.Device.CIAccess, m.Device.CIAccessProc}} {
+		}{{m.MIG.GIAccess, m.MIG.GIAccessProc}, {m.MIG.CIAccess, m.MIG.CIAccessProc}} {
 			rel, _ := procRel(c.proc)
 			if c.node.Path == "" {
 				missing = append(missing, fmt.Errorf("missing device node for MIG device %s of GPU %d: no /dev/nvidia-caps node for %s "+

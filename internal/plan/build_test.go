@@ -281,7 +281,7 @@ func TestBuildMissingNodes(t *testing.T) {
 		{name: "IMEX channel", opts: Options{IMEXChannels: []int{3}},
 			msg: []string{"missing device /dev/nvidia-caps-imex-channels/channel3 (IMEX channel 3"}},
 		{name: "MIG capability", drv: func(d *discover.Driver) { d.GPUs[1].MIGDevices[0].CIAccess = discover.DeviceNode{} },
-			opts: Options{MIG: []MIGSelection{{Parent: discover.GPU{Index: 1}, Device: discover.MIGDevice{UUID: "MIG-1", CIAccessProc: "/proc/driver/nvidia/capabilities/gpu3/mig/gi1/ci0/access"}}}},
+			opts: Options{MIG: []selector.SelectedMIG{{Parent: discover.GPU{Index: 1}, MIG: discover.MIGDevice{UUID: "MIG-1", CIAccessProc: "/proc/driver/nvidia/capabilities/gpu3/mig/gi1/ci0/access"}}}},
 			msg:  []string{"missing device node for MIG device MIG-1 of GPU 1: no /dev/nvidia-caps node for /proc/driver/nvidia/capabilities/gpu3/mig/gi1/ci0/access"}},
 		{name: "MIG monitor capability", drv: func(d *discover.Driver) { d.MIGMonitor = discover.DeviceNode{} },
 			opts: Options{MIGMonitor: true, GPUs: []discover.GPU{{Index: 1, Minor: 3, MIGCapable: true, Node: discover.DeviceNode{Path: "/dev/nvidia3"}}}},
