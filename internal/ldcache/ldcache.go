@@ -208,15 +208,17 @@ const MaxSize = hostfile.MaxLdCache
 // ErrTooLarge: the file is larger than MaxSize.
 var ErrTooLarge = hostfile.ErrTooLarge
 
-// Load reads and parses the cache file at path with hostfile.ReadFile (a
-// regular file of at most MaxSize bytes: a FIFO or device is refused at
-// once). Errors name the path: "ld.so.cache /x/etc/ld.so.cache: truncated: …".
+// Load reads and parses the cache file at path, opened with hostfile.Open
+// (a regular file of at most MaxSize bytes: a FIFO or device is refused at
+// once, a larger file before anything is read). Errors name the path:
+// "ld.so.cache /x/etc/ld.so.cache: truncated: …".
 func Load(path string) (*Cache, error) {
-	data, err := hostfile.ReadFile(path, MaxSize)
+	f, err := hostfile.Open(path, MaxSize)
 	if err != nil {
 		return nil, fmt.Errorf("ld.so.cache: %w", err)
 	}
-	c, err := parseOwned(data)
+	defer f.Close()
+	c, err := Read(f)
 	if err != nil {
 		return nil, fmt.Errorf("ld.so.cache %s: %w", path, err)
 	}
