@@ -4,10 +4,11 @@
 package app
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // Env is a tool's process context.
@@ -48,14 +49,7 @@ func (e *Env) ReadStdin(limit int) ([]byte, error) {
 	if e.Stdin == nil {
 		return nil, nil
 	}
-	data, err := io.ReadAll(io.LimitReader(e.Stdin, int64(limit)+1))
-	if err != nil {
-		return nil, fmt.Errorf("read stdin: %w", err)
-	}
-	if len(data) > limit {
-		return nil, fmt.Errorf("stdin: larger than %d bytes", limit)
-	}
-	return data, nil
+	return hostfile.ReadAll(e.Stdin, "stdin", int64(limit))
 }
 
 // Tool is a command-line tool's entry point; it returns the exit status.

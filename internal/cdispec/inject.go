@@ -2,8 +2,12 @@ package cdispec
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/nctk/nctk/internal/hostfile"
 
 	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
@@ -36,13 +40,47 @@ func (e *UnresolvedError) Error() string {
 }
 
 // newCache loads the specs of dirs (later directories take precedence)
-// once, without the CDI library's file watcher.
+// once, without the CDI library's file watcher. The spec files are
+// checked first (checkSpecFiles), as the library reads them unbounded.
 func newCache(dirs []string) (*pkgcdi.Cache, error) {
+	if err := checkSpecFiles(dirs); err != nil {
+		return nil, fmt.Errorf("load CDI specs from %s: %w", strings.Join(dirs, ", "), err)
+	}
 	c, err := pkgcdi.NewCache(pkgcdi.WithSpecDirs(dirs...), pkgcdi.WithAutoRefresh(false))
 	if err != nil {
 		return nil, fmt.Errorf("load CDI specs from %s: %w", strings.Join(dirs, ", "), err)
 	}
 	return c, nil
+}
+
+// checkSpecFiles checks the files the CDI library will read in dirs (the
+// names ending in .json or .yaml) with hostfile.Check: a FIFO (on which
+// the library's read would block), a socket or device, or a file over
+// hostfile.MaxCDISpec is an error naming it. Directories and dangling
+// links are left to the library, which reports them per file.
+func checkSpecFiles(dirs []string) error {
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue // the library reports unreadable directories
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				continue
+			}
+			if ext := filepath.Ext(e.Name()); ext != ".json" && ext != ".yaml" {
+				continue
+			}
+			p := filepath.Join(dir, e.Name())
+			if st, err := os.Stat(p); err != nil || st.IsDir() {
+				continue
+			}
+			if err := hostfile.Check(p, hostfile.MaxCDISpec); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // specErrors flattens the cache's per-file errors, sorted by file.

@@ -7,11 +7,14 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/nctk/nctk/internal/hostfile"
 	"github.com/nctk/nctk/internal/ocispec"
 )
 
@@ -171,6 +174,51 @@ func TestList(t *testing.T) {
 	}
 	if len(l.Errors) != 1 || !strings.Contains(l.Errors[0], "zz-broken.json") {
 		t.Errorf("errors %q, want one naming zz-broken.json", l.Errors)
+	}
+}
+
+// TestSpecFileRefused: a FIFO, a device or a huge file among the spec
+// files is refused at once with an error naming it (the CDI library's own
+// read would block on the FIFO and read the device without end).
+func TestSpecFileRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(p string) error
+		want error
+	}{
+		{"fifo.yaml", func(p string) error { return syscall.Mkfifo(p, 0o644) }, hostfile.ErrNotRegular},
+		{"zero.json", func(p string) error { return os.Symlink("/dev/zero", p) }, hostfile.ErrNotRegular},
+		{"huge.yaml", func(p string) error {
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				return err
+			}
+			return os.Truncate(p, 1<<30)
+		}, hostfile.ErrTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := specDir(t)
+			p := filepath.Join(dir, tc.name)
+			if err := tc.make(p); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 2)
+			go func() {
+				_, err := Resolve([]string{"nvidia.com/gpu=0"}, []string{dir})
+				done <- err
+				_, err = List([]string{dir})
+				done <- err
+			}()
+			for range 2 {
+				select {
+				case err := <-done:
+					if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), p) {
+						t.Errorf("err %v, want %v naming %s", err, tc.want, p)
+					}
+				case <-time.After(time.Second):
+					t.Fatal("still blocked after 1s")
+				}
+			}
+		})
 	}
 }
 

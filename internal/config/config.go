@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // File locations and environment variables of the lookup.
@@ -188,7 +189,7 @@ func DefaultFor(root string) *Config {
 
 // isSUSE reports whether root's os-release names SUSE in ID or ID_LIKE.
 func isSUSE(root string) bool {
-	data, err := os.ReadFile(filepath.Join(root, "etc/os-release"))
+	data, err := hostfile.ReadFile(filepath.Join(root, "etc/os-release"), hostfile.MaxConfig)
 	if err != nil {
 		return false
 	}
@@ -246,8 +247,10 @@ func Load(environ []string) (*Config, error) {
 // LoadFile loads the config file at path over the defaults. A missing file
 // is an error when mustExist, else it gives the defaults (with Path "").
 // Nothing is logged: warnings (unknown keys, …) are in Config.Warnings.
+// The file is read with hostfile.ReadFile: a FIFO or device in its place,
+// or more than hostfile.MaxConfig bytes, is an error naming it.
 func LoadFile(path string, mustExist bool) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := hostfile.ReadFile(path, hostfile.MaxConfig)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !mustExist {
 			return Default(), nil

@@ -1,13 +1,17 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 func TestDefaultFor(t *testing.T) {
@@ -90,6 +94,43 @@ func TestLoad(t *testing.T) {
 	// Unreadable: a directory.
 	if _, err := LoadFile(dir, false); err == nil || !strings.Contains(err.Error(), dir) {
 		t.Errorf("directory: %v", err)
+	}
+}
+
+// TestLoadFileSpecial: a FIFO (which blocked the read), a link to /dev/zero
+// (which grew without bound) or a huge file in place of config.toml is
+// refused at once with an error naming it.
+func TestLoadFileSpecial(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.toml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	zero := filepath.Join(dir, "zero.toml")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.toml")
+	if err := os.WriteFile(huge, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		want error
+	}{{fifo, hostfile.ErrNotRegular}, {zero, hostfile.ErrNotRegular}, {huge, hostfile.ErrTooLarge}} {
+		done := make(chan error, 1)
+		go func() { _, err := LoadFile(tc.path, true); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.path) {
+				t.Errorf("LoadFile(%s) = %v, want %v naming the file", tc.path, err, tc.want)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("LoadFile(%s) still blocked after 1s", tc.path)
+		}
 	}
 }
 

@@ -385,13 +385,12 @@ func openCgroupFile(dirfd int, dir, name string) (*os.File, error) {
 // readCgroupFile reads the cgroup file name in dirfd.
 func readCgroupFile(dirfd int, dir, name string) ([]byte, error) {
 	p := path.Join(dir, name)
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", p, err)
 	}
-	f := os.NewFile(uintptr(fd), p)
-	defer f.Close()
-	return readAllLimited(f)
+	defer unix.Close(fd)
+	return readAllLimited(fd, p)
 }
 
 type v1Change struct {

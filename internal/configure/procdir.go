@@ -3,10 +3,9 @@ package configure
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path"
 
+	"github.com/nctk/nctk/internal/hostfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,12 +82,11 @@ func (d *procDir) open(rel string, flags int) (int, error) {
 // readFile reads the proc file rel. In standalone mode the file must be a
 // procfs file (not something mounted over it).
 func (d *procDir) readFile(rel string) ([]byte, error) {
-	fd, err := d.open(rel, unix.O_RDONLY)
+	fd, err := d.open(rel, unix.O_RDONLY|unix.O_NONBLOCK)
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), d.name(rel))
-	defer f.Close()
+	defer unix.Close(fd)
 	if d.standalone {
 		var st unix.Statfs_t
 		if err := unix.Fstatfs(fd, &st); err != nil {
@@ -98,19 +96,13 @@ func (d *procDir) readFile(rel string) ([]byte, error) {
 			return nil, fmt.Errorf("%s is not a procfs file (file system type %#x)", d.name(rel), st.Type)
 		}
 	}
-	return readAllLimited(f)
+	return readAllLimited(fd, d.name(rel))
 }
 
-// readAllLimited reads f (a proc or cgroup file, whose size is not
-// reported) to the end, failing for more than maxProcFile bytes. Errors
-// name f.
-func readAllLimited(f *os.File) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(f, maxProcFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", f.Name(), err)
-	}
-	if len(data) > maxProcFile {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", f.Name(), maxProcFile)
-	}
-	return data, nil
+// readAllLimited reads fd (a proc or cgroup file, whose size is not
+// reported, opened O_NONBLOCK) to the end with hostfile.ReadFD: anything
+// but a regular file is refused, and more than maxProcFile bytes is an
+// error. Errors name name.
+func readAllLimited(fd int, name string) ([]byte, error) {
+	return hostfile.ReadFD(fd, name, maxProcFile)
 }

@@ -2,6 +2,7 @@ package discover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/nctk/nctk/internal/devnum"
+	"github.com/nctk/nctk/internal/hostfile"
 	"github.com/nctk/nctk/internal/procfs"
 )
 
@@ -147,11 +149,15 @@ func (x *discoverer) version() error {
 	return nil
 }
 
-// devices reads /proc/devices. A missing file is not fatal: nodes are then
-// accepted with whatever major they have.
+// devices reads /proc/devices. A missing or unparsable file is not fatal:
+// nodes are then accepted with whatever major they have. A FIFO, device or
+// oversized file in its place is an error naming it.
 func (x *discoverer) devices() error {
 	p := x.procPath(procfs.DevicesPath)
 	devs, err := procfs.ReadDevices(p)
+	if errors.Is(err, hostfile.ErrNotRegular) || errors.Is(err, hostfile.ErrTooLarge) {
+		return fmt.Errorf("read device majors: %w", err)
+	}
 	if err != nil {
 		x.log.Warn("cannot read device majors", "path", p, "err", err)
 		return nil

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // binaries looks each driver binary up in the search path, every
@@ -111,7 +112,7 @@ func (x *discoverer) ipcs() error {
 // driver bundles such as the H100 host's keep it.
 func (x *discoverer) firmwareDirs() []string {
 	var dirs []string
-	if b, err := os.ReadFile(x.root.host("/sys/module/firmware_class/parameters/path")); err == nil {
+	if b, err := hostfile.ReadFile(x.root.host("/sys/module/firmware_class/parameters/path"), hostfile.MaxProc); err == nil {
 		if p := strings.TrimSpace(string(b)); strings.HasPrefix(p, "/") {
 			dirs = append(dirs, path.Clean(p))
 		}

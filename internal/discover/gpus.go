@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/nctk/nctk/internal/devnum"
+	"github.com/nctk/nctk/internal/hostfile"
 	"github.com/nctk/nctk/internal/procfs"
 )
 
@@ -270,13 +271,13 @@ func (x *discoverer) imexChannels() error {
 
 // maxMIGMinorsBytes bounds how much of the mig-minors file is read (about
 // 100 KiB on real hosts).
-const maxMIGMinorsBytes = 4 << 20
+const maxMIGMinorsBytes = hostfile.MaxProc
 
 // readMIGMinorsOf reads /proc/driver/nvidia-caps/mig-minors and returns the
 // "<name> <minor>" entries whose minor keep accepts, stopping once want
 // distinct minors are found (see scanMIGMinors).
 func readMIGMinorsOf(p string, keep func(uint32) bool, want int) (map[string]uint32, error) {
-	f, err := os.Open(p)
+	f, err := hostfile.Open(p, maxMIGMinorsBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/nctk/nctk/internal/atomicfile"
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // cacheVersion changes whenever Result's meaning changes, so that results of
@@ -123,7 +124,7 @@ func cacheKey(req Request) (string, error) {
 }
 
 func (c *cache) load() (*Result, bool) {
-	b, err := os.ReadFile(c.path)
+	b, err := hostfile.ReadFile(c.path, hostfile.MaxConfig)
 	if err != nil {
 		return nil, false
 	}

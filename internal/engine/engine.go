@@ -31,12 +31,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/nctk/nctk/internal/atomicfile"
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // Engine names a container engine (the names are in the engines' files).
@@ -205,7 +205,7 @@ func (f ConfigFile) update(data []byte) File {
 // read fills in f's Data and Existed from the disk; a missing file is
 // empty.
 func (f *ConfigFile) read() error {
-	data, err := os.ReadFile(f.Path)
+	data, err := hostfile.ReadFile(f.Path, hostfile.MaxConfig)
 	if errors.Is(err, fs.ErrNotExist) {
 		f.Data, f.Existed = nil, false
 		return nil

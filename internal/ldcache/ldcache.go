@@ -31,6 +31,8 @@ import (
 	"slices"
 	"strings"
 	"unsafe"
+
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // On-disk layout constants.
@@ -199,17 +201,19 @@ func Parse(data []byte) (*Cache, error) {
 }
 
 // MaxSize bounds the cache files Load and Read accept (a cache with 100,000
-// entries takes about 10 MiB).
-const MaxSize = 256 << 20
+// entries takes about 10 MiB). A larger file is refused from its size,
+// before anything is read.
+const MaxSize = hostfile.MaxLdCache
 
 // ErrTooLarge: the file is larger than MaxSize.
-var ErrTooLarge = errors.New("file too large")
+var ErrTooLarge = hostfile.ErrTooLarge
 
-// Load reads and parses the cache file at path (a regular file of at most
-// MaxSize bytes). Errors name the path:
+// Load reads and parses the cache file at path, opened with hostfile.Open
+// (a regular file of at most MaxSize bytes: a FIFO or device is refused at
+// once, a larger file before anything is read). Errors name the path:
 // "ld.so.cache /x/etc/ld.so.cache: truncated: …".
 func Load(path string) (*Cache, error) {
-	f, err := os.Open(path)
+	f, err := hostfile.Open(path, MaxSize)
 	if err != nil {
 		return nil, fmt.Errorf("ld.so.cache: %w", err)
 	}

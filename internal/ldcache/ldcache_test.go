@@ -12,8 +12,12 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/iotest"
+	"time"
+
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // sample returns entries covering every class the package distinguishes.
@@ -390,8 +394,44 @@ func TestRead(t *testing.T) {
 	}
 	if _, err := os.Stat("/dev/null"); err == nil {
 		_, err := Load("/dev/null")
-		if err == nil || !strings.Contains(err.Error(), "ld.so.cache /dev/null: not a regular file") {
+		if !errors.Is(err, hostfile.ErrNotRegular) || !strings.Contains(err.Error(), "/dev/null: not a regular file") {
 			t.Errorf("Load(/dev/null) err = %v", err)
+		}
+	}
+}
+
+// TestLoadRefuses: a FIFO is refused without blocking, a huge sparse
+// cache from its size, without reading it; both errors name the file.
+func TestLoadRefuses(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge")
+	if err := os.WriteFile(huge, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path string
+		want error
+	}{{fifo, hostfile.ErrNotRegular}, {huge, ErrTooLarge}} {
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { _, err := Load(tt.path); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.path) {
+				t.Errorf("Load(%s) err = %v, want %v naming the file", tt.path, err, tt.want)
+			}
+			if d := time.Since(start); d > 500*time.Millisecond {
+				t.Errorf("Load(%s) took %v", tt.path, d)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("Load(%s) still blocked after 1s", tt.path)
 		}
 	}
 }

@@ -23,10 +23,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 
 	"github.com/nctk/nctk/internal/atomicfile"
+	"github.com/nctk/nctk/internal/hostfile"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -47,17 +47,9 @@ type Doc struct {
 
 // Load reads and decodes the config.json at path.
 func Load(path string) (*Doc, error) {
-	f, err := os.Open(path)
+	data, err := hostfile.ReadFile(path, MaxSize)
 	if err != nil {
 		return nil, fmt.Errorf("read OCI spec: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read OCI spec %s: %w", path, err)
-	}
-	if len(data) > MaxSize {
-		return nil, fmt.Errorf("read OCI spec %s: larger than %d bytes", path, MaxSize)
 	}
 	return Parse(path, data)
 }

@@ -7,12 +7,10 @@
 package procfs
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"slices"
 	"strings"
-	"syscall"
+
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // Well-known paths (relative to a root; join with the driver root or "/").
@@ -25,54 +23,18 @@ const (
 	MIGMinorsPath    = "/proc/driver/nvidia-caps/mig-minors"
 	DevicesPath      = "/proc/devices"
 	InformationFile  = "information"
-	maxProcFileBytes = 4 << 20 // far above any real file (mig-minors is ~100 KiB)
+	maxProcFileBytes = hostfile.MaxProc
 )
 
 // ErrTooLarge is returned by ReadFile for files over the size limit.
-var ErrTooLarge = errors.New("file too large")
+var ErrTooLarge = hostfile.ErrTooLarge
 
-// ReadFile reads a small proc file (proc files report size 0, so the size
-// is not trusted) and fails for files larger than 4 MiB. Errors name path.
-// It reads with open/read rather than os.Open, whose poller registration
-// is a wasted system call for a proc file: these reads are on the
-// container-create path.
+// ReadFile reads a small proc file with hostfile.ReadFile: a FIFO, socket
+// or device in its place is refused at once, and more than 4 MiB is an
+// error (proc files report size 0, so the size is not trusted). Errors
+// name path.
 func ReadFile(path string) ([]byte, error) {
-	fd, err := openRetry(path)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer syscall.Close(fd)
-	buf := make([]byte, 0, 512) // as io.ReadAll: version and information files fit
-	for {
-		if len(buf) > maxProcFileBytes {
-			return nil, fmt.Errorf("read %s: %w (over %d bytes)", path, ErrTooLarge, maxProcFileBytes)
-		}
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, cap(buf))
-		}
-		n, err := syscall.Read(fd, buf[len(buf):min(cap(buf), maxProcFileBytes+1)])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", path, err)
-		}
-		if n == 0 {
-			break
-		}
-		buf = buf[:len(buf)+n]
-	}
-	return buf, nil
-}
-
-// openRetry opens path read-only, retrying on EINTR as os.Open does.
-func openRetry(path string) (int, error) {
-	for {
-		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		if err != syscall.EINTR {
-			return fd, err
-		}
-	}
+	return hostfile.ReadFile(path, maxProcFileBytes)
 }
 
 // read reads path and parses it with parse, naming path in errors.

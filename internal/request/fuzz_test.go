@@ -37,6 +37,9 @@ func FuzzFromSpec(f *testing.F) {
 				if !errors.As(err, &re) {
 					t.Fatalf("FromSpec: error %T (%v), want *Error", err, err)
 				}
+				if strings.ContainsAny(err.Error(), "\n\r") {
+					t.Fatalf("FromSpec: error %q is not one line", err)
+				}
 				return
 			}
 			kinds := 0

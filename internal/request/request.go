@@ -42,6 +42,7 @@ import (
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/requirements"
 	"github.com/nctk/nctk/internal/selector"
@@ -131,8 +132,31 @@ type Error struct {
 	Err   error
 }
 
+// Error echoes Value with echo.Quote: control characters escaped, a long
+// value cut (a value over MaxValueLen is refused with ErrValueTooLong
+// before it is parsed).
 func (e *Error) Error() string {
-	return fmt.Sprintf("container request: %s=%q: %v", e.Var, e.Value, e.Err)
+	return fmt.Sprintf("container request: %s=%s: %v", e.Var, echo.Quote(e.Value), e.Err)
+}
+
+// MaxValueLen bounds the value of a variable or annotation a request is
+// read from (real NVIDIA_REQUIRE_CUDA values are about 1 KiB). A longer
+// value is an *Error wrapping ErrValueTooLong, before it is parsed.
+const MaxValueLen = 32 << 10
+
+// ErrValueTooLong: a request value is longer than MaxValueLen.
+var ErrValueTooLong = errors.New("value too long")
+
+// ErrNoDevices: a device list that is nothing but separators (","): a
+// mistake, not a request for a non-GPU container.
+var ErrNoDevices = errors.New("the device list has only separators; name devices, or all, none or void")
+
+// checkLen refuses a value over MaxValueLen, naming name.
+func checkLen(name, v string) error {
+	if len(v) > MaxValueLen {
+		return &Error{Var: name, Value: v, Err: fmt.Errorf("%w: %d bytes, limit %d", ErrValueTooLong, len(v), MaxValueLen)}
+	}
+	return nil
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -267,8 +291,15 @@ func (r *Request) deviceTokens(spec *specs.Spec, e env, cfg *config.Config) ([]s
 		if !ok {
 			continue
 		}
+		if err := checkLen(v, val); err != nil {
+			return nil, err
+		}
 		setVars = append(setVars, v)
-		tokens = append(tokens, selector.Split(val)...)
+		split := selector.Split(val)
+		if len(split) == 0 && strings.Contains(val, ",") {
+			return nil, &Error{Var: v, Value: val, Err: ErrNoDevices}
+		}
+		tokens = append(tokens, split...)
 	}
 	source := strings.Join(setVars, ",")
 	if len(setVars) == 0 && r.Legacy {
@@ -316,7 +347,7 @@ func (r *Request) classify(tokens []string) error {
 	for _, t := range tokens {
 		if looksLikeCDI(t) {
 			if _, _, _, err := parser.ParseQualifiedName(t); err != nil {
-				return &Error{Var: r.sourceVar(), Value: strings.Join(tokens, ","), Err: fmt.Errorf("invalid CDI device name %q: %w", t, err)}
+				return &Error{Var: r.sourceVar(), Value: strings.Join(tokens, ","), Err: fmt.Errorf("invalid CDI device name %s: %w", echo.Quote(t), err)}
 			}
 			r.CDIDevices = append(r.CDIDevices, t)
 			continue
@@ -358,9 +389,12 @@ func annotationDevices(ann map[string]string, prefixes []string) ([]string, erro
 	sort.Strings(keys)
 	var out []string
 	for _, k := range keys {
+		if err := checkLen("annotation "+echo.Text(k), ann[k]); err != nil {
+			return nil, err
+		}
 		for _, item := range selector.Split(ann[k]) {
 			if _, _, _, err := parser.ParseQualifiedName(item); err != nil {
-				return nil, &Error{Var: "annotation " + k, Value: ann[k], Err: fmt.Errorf("invalid CDI device name %q: %w", item, err)}
+				return nil, &Error{Var: "annotation " + echo.Text(k), Value: ann[k], Err: fmt.Errorf("invalid CDI device name %s: %w", echo.Quote(item), err)}
 			}
 			out = append(out, item)
 		}
@@ -390,7 +424,7 @@ func mountDevices(mounts []specs.Mount) (devices, imex []string, err error) {
 				name = parts[0] + "/" + parts[1] + "=" + parts[2]
 			}
 			if _, _, _, err := parser.ParseQualifiedName(name); err != nil {
-				return nil, nil, &Error{Var: "mount", Value: m.Destination, Err: fmt.Errorf("invalid CDI device name %q: %w", name, err)}
+				return nil, nil, &Error{Var: "mount", Value: m.Destination, Err: fmt.Errorf("invalid CDI device name %s: %w", echo.Quote(name), err)}
 			}
 			devices = append(devices, name)
 		case strings.HasPrefix(rest, "imex/"):
@@ -428,6 +462,9 @@ func capabilities(e env, cfg *config.Config, legacy bool) (caps.Set, error) {
 			return supported, nil
 		}
 		return caps.Default().Intersect(supported), nil
+	}
+	if err := checkLen(EnvDriverCapabilities, val); err != nil {
+		return nil, err
 	}
 	out := caps.Set{}
 	for _, item := range selector.Split(val) {
@@ -468,7 +505,7 @@ func (r *Request) requirements(e env, cfg *config.Config) error {
 		b, err := strconv.ParseBool(strings.TrimSpace(v))
 		switch {
 		case err != nil:
-			r.warn("%s=%q is not a boolean (true or false): requirements are checked", EnvDisableRequire, v)
+			r.warn("%s=%s is not a boolean (true or false): requirements are checked", EnvDisableRequire, echo.Quote(v))
 		case b:
 			r.DisableRequire = true
 		}
@@ -479,6 +516,9 @@ func (r *Request) requirements(e env, cfg *config.Config) error {
 	for _, k := range e.order {
 		if !strings.HasPrefix(k, EnvRequirePrefix) || strings.HasPrefix(k, EnvRequireJetpack) {
 			continue
+		}
+		if err := checkLen(k, e.get(k)); err != nil {
+			return &phase.Error{Phase: phase.Requirement, Err: err}
 		}
 		v := strings.TrimSpace(e.get(k))
 		if v == "" {
@@ -492,6 +532,9 @@ func (r *Request) requirements(e env, cfg *config.Config) error {
 	}
 	if r.Legacy {
 		v := e.get(EnvCUDAVersion)
+		if err := checkLen(EnvCUDAVersion, v); err != nil {
+			return err
+		}
 		expr, err := legacyRequirement(v)
 		if err != nil {
 			return &Error{Var: EnvCUDAVersion, Value: v, Err: err}
@@ -529,6 +572,9 @@ func (r *Request) mig(e env) error {
 		phase phase.Phase
 		dst   *bool
 	}{{EnvMIGConfigDevices, phase.MIGConfig, &r.MIGConfig}, {EnvMIGMonitorDevices, phase.MIGMonitor, &r.MIGMonitor}} {
+		if err := checkLen(m.name, e.get(m.name)); err != nil {
+			return err
+		}
 		v := strings.TrimSpace(e.get(m.name))
 		if v == "" {
 			continue
@@ -565,7 +611,7 @@ func IMEXChannels(ids []string) ([]int, error) {
 	for _, id := range ids {
 		n, err := strconv.ParseUint(id, 10, 32)
 		if err != nil || n > MaxIMEXChannel {
-			return nil, fmt.Errorf("invalid IMEX channel: %s (want a decimal number from 0 to %d)", id, MaxIMEXChannel)
+			return nil, fmt.Errorf("invalid IMEX channel: %s (want a decimal number from 0 to %d)", echo.Text(id), MaxIMEXChannel)
 		}
 		if !slices.Contains(out, int(n)) {
 			out = append(out, int(n))
@@ -596,6 +642,9 @@ func (r *Request) imexChannels(spec *specs.Spec, e env, cfg *config.Config) ([]i
 			return nil, nil
 		}
 		source = EnvIMEXChannels
+		if err := checkLen(EnvIMEXChannels, v); err != nil {
+			return nil, err
+		}
 		ids = selector.Split(v)
 		switch {
 		case len(ids) == 0:
@@ -603,7 +652,7 @@ func (r *Request) imexChannels(spec *specs.Spec, e env, cfg *config.Config) ([]i
 		case slices.Contains(ids, "void") || slices.Contains(ids, "none"):
 			return nil, nil
 		case slices.Contains(ids, "all"):
-			r.warn("%s=%q: \"all\" is not honoured for IMEX channels; name the channels", EnvIMEXChannels, v)
+			r.warn("%s=%s: \"all\" is not honoured for IMEX channels; name the channels", EnvIMEXChannels, echo.Quote(v))
 			return nil, nil
 		}
 		if !r.Privileged && !cfg.AcceptEnvvarUnprivileged {

@@ -70,7 +70,7 @@ func TestFromSpec(t *testing.T) {
 	}{
 		{"unset is void", spec(false, "PATH=/bin"), nil, Request{Void: true}},
 		{"empty is void", spec(false, "NVIDIA_VISIBLE_DEVICES="), nil, Request{Void: true}},
-		{"blank items void", spec(false, "NVIDIA_VISIBLE_DEVICES= , ,"), nil, Request{Void: true}},
+		{"blank is void", spec(false, "NVIDIA_VISIBLE_DEVICES=  "), nil, Request{Void: true}},
 		{"void", spec(false, "NVIDIA_VISIBLE_DEVICES=void"), nil, Request{Void: true, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"void anywhere wins", spec(false, "NVIDIA_VISIBLE_DEVICES=all,void"), nil, Request{Void: true, DeviceSource: "NVIDIA_VISIBLE_DEVICES"}},
 		{"no process", &specs.Spec{}, nil, Request{Void: true}},
@@ -243,6 +243,12 @@ func TestFromSpecPhases(t *testing.T) {
 		v     string
 		text  string
 	}{
+		// Only separators: a mistake, not a non-GPU container (NVIDIA
+		// drops the empty items and treats it as void).
+		{"only separators", []string{"NVIDIA_VISIBLE_DEVICES= , ,"}, phase.Input, "NVIDIA_VISIBLE_DEVICES",
+			`input error: container request: NVIDIA_VISIBLE_DEVICES=" , ,": the device list has only separators; name devices, or all, none or void`},
+		{"only a comma", []string{"NVIDIA_VISIBLE_DEVICES=,"}, phase.Input, "NVIDIA_VISIBLE_DEVICES",
+			`input error: container request: NVIDIA_VISIBLE_DEVICES=",": the device list has only separators; name devices, or all, none or void`},
 		{"malformed requirement", []string{"NVIDIA_REQUIRE_ARCH=arch>>8"}, phase.Requirement, "NVIDIA_REQUIRE_ARCH",
 			`requirement error: container request: NVIDIA_REQUIRE_ARCH="arch>>8": invalid expression "arch>>8": "arch>>8": unknown operator ">>" (want = != < <= > >=)`},
 		{"mig-config not all", []string{"NVIDIA_MIG_CONFIG_DEVICES=0"}, phase.MIGConfig, "NVIDIA_MIG_CONFIG_DEVICES",
@@ -270,6 +276,52 @@ func TestFromSpecPhases(t *testing.T) {
 	var pe *phase.Error
 	if _, err := FromSpec(nil, nil); !errors.As(err, &pe) || pe.Phase != phase.Input {
 		t.Errorf("nil spec: %v, want an input error", err)
+	}
+}
+
+// TestOversizedValues: a value over MaxValueLen is refused before it is
+// parsed with a short one-line error naming the variable; values with
+// control characters are echoed escaped (no second line can be forged).
+func TestOversizedValues(t *testing.T) {
+	huge := strings.Repeat("cuda>=12.0 ", 10000) // 110,000 bytes
+	hugeList := strings.Repeat("0,", 50000)
+	tests := []struct {
+		name    string
+		spec    *specs.Spec
+		v       string
+		wantErr error
+	}{
+		{"NVIDIA_VISIBLE_DEVICES", spec(false, "NVIDIA_VISIBLE_DEVICES="+hugeList), EnvVisibleDevices, ErrValueTooLong},
+		{"NVIDIA_REQUIRE_CUDA", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA="+huge), EnvRequireCUDA, ErrValueTooLong},
+		{"NVIDIA_REQUIRE_other", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_X="+huge), "NVIDIA_REQUIRE_X", ErrValueTooLong},
+		{"NVIDIA_DRIVER_CAPABILITIES", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES="+hugeList), EnvDriverCapabilities, ErrValueTooLong},
+		{"NVIDIA_IMEX_CHANNELS", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS="+hugeList), EnvIMEXChannels, ErrValueTooLong},
+		{"NVIDIA_MIG_CONFIG_DEVICES", spec(true, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES="+hugeList), EnvMIGConfigDevices, ErrValueTooLong},
+		{"CUDA_VERSION", spec(false, "CUDA_VERSION="+hugeList), EnvCUDAVersion, ErrValueTooLong},
+		{"annotation", withAnnotations(spec(false), map[string]string{"cdi.k8s.io/x": hugeList}), "annotation cdi.k8s.io/x", ErrValueTooLong},
+		{"requirement with a newline", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=1\nlevel=error msg=forged"), EnvRequireCUDA, nil},
+		{"capability with a newline", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=gpu\nlevel=error msg=forged"), EnvDriverCapabilities, nil},
+		{"CDI name with a newline", spec(false, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=\nlevel=error"), EnvVisibleDevices, nil},
+		{"long invalid requirement", spec(false, "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA="+strings.Repeat("cuda>=1 ", 3000)+"x"), EnvRequireCUDA, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := FromSpec(tt.spec, nil)
+			var re *Error
+			if !errors.As(err, &re) || re.Var != tt.v {
+				t.Fatalf("FromSpec = %.300v, want an *Error naming %s", err, tt.v)
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Errorf("error %v, want %v", err, tt.wantErr)
+			}
+			msg := err.Error()
+			if len(msg) > 600 || strings.ContainsAny(msg, "\n\r") {
+				t.Errorf("error is %d bytes or not one line: %q", len(msg), msg)
+			}
+			if !strings.Contains(msg, tt.v) {
+				t.Errorf("error %q does not name %s", msg, tt.v)
+			}
+		})
 	}
 }
 

@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/nctk/nctk/internal/echo"
 )
 
 // Key is a requirement property.
@@ -113,11 +115,12 @@ type SyntaxError struct {
 	Reason string
 }
 
+// Error quotes Input and Item with echo.Quote (escaped, a long one cut).
 func (e *SyntaxError) Error() string {
 	if e.Item != "" {
-		return fmt.Sprintf("invalid expression %q: %q: %s", e.Input, e.Item, e.Reason)
+		return fmt.Sprintf("invalid expression %s: %s: %s", echo.Quote(e.Input), echo.Quote(e.Item), e.Reason)
 	}
-	return fmt.Sprintf("invalid expression %q: %s", e.Input, e.Reason)
+	return fmt.Sprintf("invalid expression %s: %s", echo.Quote(e.Input), e.Reason)
 }
 
 // isOpChar reports whether b can be part of an operator.
@@ -179,7 +182,7 @@ func parseCondition(s string) (Condition, *SyntaxError) {
 		return Condition{}, &SyntaxError{Item: s, Reason: "missing key (" + wantKeys + ")"}
 	}
 	if !slices.Contains(ops(), op) {
-		return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("unknown operator %q (%s)", string(op), wantOps)}
+		return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("unknown operator %s (%s)", echo.Quote(string(op)), wantOps)}
 	}
 	if value == "" {
 		return Condition{}, &SyntaxError{Item: s, Reason: "missing value"}
@@ -188,14 +191,14 @@ func parseCondition(s string) (Condition, *SyntaxError) {
 	switch c.Key {
 	case KeyCUDA, KeyDriver, KeyArch:
 		if !validVersion(value) {
-			return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("%s version %q must be numbers separated by dots", key, value)}
+			return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("%s version %s must be numbers separated by dots", key, echo.Quote(value))}
 		}
 	case KeyBrand:
 		if op != OpEqual && op != OpNotEqual {
 			return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("brand takes only = and !=, not %s", op)}
 		}
 	default:
-		return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("unknown key %q (%s)", s[:i], wantKeys)}
+		return Condition{}, &SyntaxError{Item: s, Reason: fmt.Sprintf("unknown key %s (%s)", echo.Quote(s[:i]), wantKeys)}
 	}
 	return c, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/nctk/nctk/internal/hostfile"
 	"github.com/nctk/nctk/internal/ldcache"
 	"golang.org/x/sys/unix"
 )
@@ -309,7 +310,7 @@ func (r *Root) pendingLibrary(sc *libScan, cp string, mounts map[string]PendingF
 				return *m.Library, true, nil // known from discovery
 			}
 			src := m.Source
-			f, err := os.Open(src)
+			f, err := hostfile.Open(src, hostfile.MaxLibrary)
 			if errors.Is(err, os.ErrNotExist) {
 				return ldcache.Library{}, false, nil
 			}

@@ -1,16 +1,21 @@
 package rootfs
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
+	"github.com/nctk/nctk/internal/hostfile"
 	"github.com/nctk/nctk/internal/ldcache"
 )
 
@@ -151,9 +156,10 @@ func TestUpdateLdCacheLoader(t *testing.T) {
 	}
 }
 
-// TestUpdateLdCacheNoCache: an image without a cache, or with garbage or a
-// symlink out of the root in its place, gets a fresh cache (the link is
-// replaced, its target untouched).
+// TestUpdateLdCacheNoCache: an image without a cache, or with garbage, a
+// FIFO, a 1 GB sparse file or a symlink out of the root in its place, gets
+// a fresh cache (the link is replaced, its target untouched); the FIFO
+// does not block it (TestReadFileRefuses times the refusals).
 func TestUpdateLdCacheNoCache(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -162,6 +168,19 @@ func TestUpdateLdCacheNoCache(t *testing.T) {
 		{"missing", func(*testing.T, string) {}},
 		{"garbage", func(t *testing.T, root string) {
 			if err := os.WriteFile(filepath.Join(root, "etc/ld.so.cache"), []byte("not a cache"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"FIFO", func(t *testing.T, root string) {
+			if err := syscall.Mkfifo(filepath.Join(root, "etc/ld.so.cache"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"huge sparse", func(t *testing.T, root string) {
+			if err := os.WriteFile(filepath.Join(root, "etc/ld.so.cache"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(filepath.Join(root, "etc/ld.so.cache"), 1<<30); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -196,8 +215,15 @@ func TestUpdateLdCacheNoCache(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer r.Close()
-			if err := r.UpdateLdCache(libs, []string{libDir}, nil); err != nil {
-				t.Fatal(err)
+			done := make(chan error, 1)
+			go func() { done <- r.UpdateLdCache(libs, []string{libDir}, nil) }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("UpdateLdCache still blocked after 10s")
 			}
 			c, err := ldcache.Load(filepath.Join(root, "etc/ld.so.cache"))
 			if err != nil {
@@ -211,6 +237,54 @@ func TestUpdateLdCacheNoCache(t *testing.T) {
 				t.Errorf("ld.so.conf = %q, %v", b, err)
 			}
 		})
+	}
+}
+
+// TestReadFileRefuses: Root.ReadFile refuses a FIFO and a 1 GB sparse
+// ld.so.cache at once, naming the file, without reading the sparse file.
+func TestReadFileRefuses(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(root, "etc/fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/ld.so.cache"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(root, "etc/ld.so.cache"), 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, tc := range []struct {
+		path string
+		want error
+	}{{"/etc/fifo", hostfile.ErrNotRegular}, {"/etc/ld.so.cache", hostfile.ErrTooLarge}} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { _, err := r.ReadFile(tc.path, ldcache.MaxSize); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.path) {
+				t.Errorf("ReadFile(%s) = %v, want %v naming the file", tc.path, err, tc.want)
+			}
+		case <-time.After(time.Second):
+			t.Fatalf("ReadFile(%s) still blocked after 1s", tc.path)
+		}
+		runtime.ReadMemStats(&after)
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Errorf("ReadFile(%s) took %v", tc.path, d)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
+			t.Errorf("ReadFile(%s) allocated %d bytes", tc.path, alloc)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
+	"github.com/nctk/nctk/internal/hostfile"
 	"golang.org/x/sys/unix"
 )
 
@@ -297,7 +298,9 @@ func (r *Root) Exists(p string) bool {
 }
 
 // ReadFile reads the regular file p inside the root (at most limit bytes;
-// limit <= 0 means 16 MiB).
+// limit <= 0 means 16 MiB) with hostfile.ReadFD: a FIFO, socket or device
+// is refused at once, and a file whose size is over limit is refused before
+// anything is read.
 func (r *Root) ReadFile(p string, limit int64) ([]byte, error) {
 	if limit <= 0 {
 		limit = 16 << 20
@@ -310,35 +313,16 @@ func (r *Root) ReadFile(p string, limit int64) ([]byte, error) {
 	if err != nil {
 		return nil, r.errorf(cp, err)
 	}
-	f := os.NewFile(uintptr(fd), cp)
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	defer unix.Close(fd)
+	data, err := hostfile.ReadFD(fd, cp, limit)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // r.errorf names cp
+		}
 		return nil, r.errorf(cp, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, r.errorf(cp, errors.New("not a regular file"))
-	}
-	buf := make([]byte, 0, min(st.Size, limit)+1)
-	for {
-		if int64(len(buf)) > limit {
-			return nil, r.errorf(cp, fmt.Errorf("larger than %d bytes", limit))
-		}
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, r.errorf(cp, err)
-		}
-		if n == 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
+	return data, nil
 }
 
 // WriteFile writes data to the regular file p inside the root, replacing it

@@ -2,6 +2,7 @@ package selector
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -24,7 +25,9 @@ func FuzzResolve(f *testing.F) {
 			if !errors.As(err, &de) {
 				t.Fatalf("Resolve(%q): error %T, want *Error", list, err)
 			}
-			_ = err.Error()
+			if msg := err.Error(); strings.ContainsAny(msg, "\n\r") {
+				t.Fatalf("Resolve(%q): error %q is not one line", list, msg)
+			}
 			return
 		}
 		seen := map[int]bool{}

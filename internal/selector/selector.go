@@ -26,6 +26,7 @@ import (
 	"strings"
 
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/echo"
 )
 
 // SelectedMIG is a selected MIG device with its parent GPU.
@@ -60,16 +61,21 @@ type Error struct {
 	Hint string
 }
 
+// Error echoes Token with echo.Text (control characters escaped, a long
+// token cut), and bounds Reason, which may quote parts of the token.
 func (e *Error) Error() string {
-	msg := fmt.Sprintf("%s: unknown device", e.Token)
+	msg := echo.Text(e.Token) + ": unknown device"
 	if e.Reason != "" {
-		msg += " (" + e.Reason + ")"
+		msg += " (" + echo.Line(e.Reason, maxReason) + ")"
 	}
 	if e.Hint != "" {
 		msg += "; " + e.Hint
 	}
 	return msg
 }
+
+// maxReason bounds an Error's Reason in its text.
+const maxReason = 512
 
 // NoGPUError reports a device request on a host where discovery found no
 // GPU. Like Error, its text has no phase prefix.
@@ -87,7 +93,7 @@ func (e *NoGPUError) Error() string {
 	if src == "" {
 		src = "the device list"
 	}
-	return fmt.Sprintf("no NVIDIA GPU found on this host but %s asks for %q", src, e.Request)
+	return fmt.Sprintf("no NVIDIA GPU found on this host but %s asks for %s", src, echo.Quote(e.Request))
 }
 
 // Split splits a comma-separated device list into tokens, trimming

@@ -162,6 +162,29 @@ func TestResolveErrors(t *testing.T) {
 	}
 }
 
+// TestErrorEcho: a token with a newline (NVIDIA_VISIBLE_DEVICES=$'0\n…')
+// cannot forge a second log line, and a huge token gives a short message.
+func TestErrorEcho(t *testing.T) {
+	tests := []struct {
+		token, wantPrefix string
+	}{
+		{"0\nlevel=error msg=forged", `0\nlevel=error msg=forged: unknown device`},
+		{"MIG-GPU-21111111-2222-3333-4444-555555555555/9\r\n/0", `MIG-GPU-21111111-2222-3333-4444-555555555555/9\r\n/0: unknown device`},
+		{strings.Repeat("x", 30000), strings.Repeat("x", 128) + "… (30000 bytes): unknown device"},
+	}
+	for _, tt := range tests {
+		_, err := Resolve(testDriver(), []string{tt.token})
+		msg := err.Error()
+		if !strings.HasPrefix(msg, tt.wantPrefix) || strings.ContainsAny(msg, "\n\r") || len(msg) > 2000 {
+			t.Errorf("Resolve(%.40q) = %.300q (%d bytes), want one short line starting %.200q", tt.token, msg, len(msg), tt.wantPrefix)
+		}
+	}
+	ne := &NoGPUError{Request: "0\n" + strings.Repeat("1,", 20000)}
+	if msg := ne.Error(); strings.ContainsAny(msg, "\n") || len(msg) > 400 {
+		t.Errorf("NoGPUError = %.300q (%d bytes)", msg, len(msg))
+	}
+}
+
 func TestResolveNoGPU(t *testing.T) {
 	for _, d := range []*discover.Driver{nil, {Version: "535.261.03"}} {
 		if sel, err := Resolve(d, nil); err != nil || !sel.Empty() {

@@ -34,6 +34,7 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
@@ -122,7 +123,7 @@ func Main(e *app.Env) int {
 	if len(chain) > 1 {
 		data, err := e.ReadStdin(maxState)
 		if err != nil {
-			fmt.Fprintf(e.Stderr, "%s: OCI state: %v\n", prog, err)
+			fmt.Fprintf(e.Stderr, "%s: OCI state: %s\n", prog, echo.Error(err))
 			return 1
 		}
 		shared := *e
@@ -156,12 +157,12 @@ func runHook(e *app.Env, prog string, log *slog.Logger, args []string) int {
 		hookargs.HookUsage(e.Stderr, prog, name)
 		return 0
 	case err != nil:
-		fmt.Fprintf(e.Stderr, "%s %s: %v\n", prog, name, err)
+		fmt.Fprintf(e.Stderr, "%s %s: %s\n", prog, name, echo.Error(err))
 		return 1
 	}
 	h := &hookEnv{Env: e, name: prog + " " + name, log: log.With("hook", name)}
 	if err := h.run(hook); err != nil {
-		fmt.Fprintf(e.Stderr, "%s: %v\n", h.name, err)
+		fmt.Fprintf(e.Stderr, "%s: %s\n", h.name, echo.Error(err))
 		return 1
 	}
 	return 0

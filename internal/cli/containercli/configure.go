@@ -14,6 +14,7 @@ import (
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/configure"
+	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/planner"
@@ -73,6 +74,9 @@ func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, 
 		return &phase.Error{Phase: phase.Input, Err: fmt.Errorf(format, args...)}
 	}
 	for _, p := range parsed {
+		if len(p.Value) > request.MaxValueLen { // refused before it is parsed
+			return nil, input("--%s: %w: %d bytes, limit %d", p.Name(), request.ErrValueTooLong, len(p.Value), request.MaxValueLen)
+		}
 		if ok, err := shared.set(p); ok {
 			if err != nil {
 				return nil, err
@@ -83,7 +87,7 @@ func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, 
 		case "pid":
 			n, err := strconv.ParseUint(p.Value, 10, 31)
 			if err != nil || n == 0 {
-				return nil, input("invalid pid: %s", p.Value)
+				return nil, input("invalid pid: %s", echo.Text(p.Value))
 			}
 			r.pid = int(n)
 		case "device":
@@ -114,7 +118,7 @@ func parseConfigure(parsed []nvc.Parsed, operands []string) (*configureRequest, 
 			case configure.CompatLdconfig, configure.CompatMount, configure.CompatDisabled:
 				compat[p.Value] = true
 			default:
-				return nil, input("invalid cuda-compat-mode: %s", p.Value)
+				return nil, input("invalid cuda-compat-mode: %s", echo.Text(p.Value))
 			}
 		case "no-cntlibs":
 			compat[configure.CompatDisabled] = true

@@ -181,6 +181,12 @@ func TestConfigureErrors(t *testing.T) {
 		{"relative ldconfig", []string{"configure", "--ldconfig=@sbin/ldconfig", "--pid", pid, rootfs}, nil, 1, `input error: invalid ldconfig: "@sbin/ldconfig" is not an absolute path`},
 		{"two compat modes", []string{"configure", "--cuda-compat-mode=mount", "--cuda-compat-mode=ldconfig", "--pid", pid, rootfs}, nil, 1, "only one cuda-compat-mode"},
 		{"too many requirements", append(reqs, "--pid", pid, rootfs), nil, 1, "too many requirements"},
+		{"100 KB requirement", []string{"configure", "--require=" + strings.Repeat("cuda>=12.0 ", 10000), "--pid", pid, rootfs}, nil, 1,
+			"nvidia-container-cli: input error: --require: value too long: 110000 bytes, limit 32768\n"},
+		{"newline in a device", []string{"configure", "--device=0\nlevel=error", "--pid", pid, rootfs}, func(r *configureRun) {
+			r.planErr = &phase.Error{Phase: phase.Device, Err: &selector.Error{Token: "0\nlevel=error"}}
+		}, 1, "nvidia-container-cli: device error: 0\\nlevel=error: unknown device\n"},
+		{"newline in the pid", []string{"configure", "--pid=1\nlevel=error", rootfs}, nil, 1, "input error: invalid pid: 1\\nlevel=error\n"},
 		{"missing rootfs dir", []string{"configure", "--pid", pid, filepath.Join(rootfs, "missing")}, nil, 1, "container error: open container root"},
 		{"requirement", []string{"configure", "--pid", pid, rootfs}, func(r *configureRun) {
 			r.planErr = &phase.Error{Phase: phase.Requirement, Err: errors.New("unsatisfied condition: cuda>=13.1")}
@@ -213,6 +219,9 @@ func TestConfigureErrors(t *testing.T) {
 			}
 			if r.code == 1 && strings.Count(r.stderr, " error: ") != 1 {
 				t.Errorf("stderr %q: want the phase named once", r.stderr)
+			}
+			if r.code == 1 && (strings.Count(r.stderr, "\n") != 1 || len(r.stderr) > 1024) {
+				t.Errorf("stderr %.300q (%d bytes): want one short line", r.stderr, len(r.stderr))
 			}
 			if r.code != 0 && r.applied && r.applyErr == nil {
 				t.Error("applied despite the error")

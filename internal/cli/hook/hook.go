@@ -41,6 +41,7 @@ import (
 	"github.com/nctk/nctk/internal/cli/containercli"
 	"github.com/nctk/nctk/internal/cli/lookpath"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/version"
@@ -148,7 +149,7 @@ func mainWith(e *app.Env, exec execFunc) int {
 			if errors.As(err, &status) {
 				return int(status) // the CLI printed why, as an exec'd one would
 			}
-			fmt.Fprintf(e.Stderr, "%s: prestart: %v\n", name, err)
+			fmt.Fprintf(e.Stderr, "%s: prestart: %s\n", name, echo.Error(err))
 			return 1
 		}
 		return 0

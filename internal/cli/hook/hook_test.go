@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nctk/nctk/internal/app"
@@ -221,6 +222,10 @@ func TestPrestartErrors(t *testing.T) {
 	badJSON := t.TempDir()
 	must(t, os.WriteFile(badJSON+"/config.json", []byte(`{"ociVersion":`), 0o644))
 	unpriv := bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_MIG_CONFIG_DEVICES=all"}, nil)
+	hugeRequire := bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=" + strings.Repeat("cuda>=12.0 ", 10000)}, nil)
+	newline := bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=gpu\nlevel=error msg=forged"}, nil)
+	fifoSpec := t.TempDir()
+	must(t, syscall.Mkfifo(filepath.Join(fifoSpec, "config.json"), 0o644))
 	tests := []struct {
 		name, stdin string
 		args        []string
@@ -234,6 +239,9 @@ func TestPrestartErrors(t *testing.T) {
 		{"malformed spec", state(1, badJSON), []string{"-config", cfg, "prestart"}, "invalid OCI spec"},
 		{"missing config", state(1, good), []string{"-config", "/nonexistent.toml", "prestart"}, "nonexistent.toml"},
 		{"mig config unprivileged", state(1, unpriv), []string{"-config", cfg, "prestart"}, "NVIDIA_MIG_CONFIG_DEVICES"},
+		{"100 KB NVIDIA_REQUIRE_CUDA", state(1, hugeRequire), []string{"-config", cfg, "prestart"}, "NVIDIA_REQUIRE_CUDA=\"cuda>=12.0 "},
+		{"newline in a value", state(1, newline), []string{"-config", cfg, "prestart"}, `NVIDIA_DRIVER_CAPABILITIES="gpu\nlevel=error msg=forged"`},
+		{"FIFO config.json", state(1, fifoSpec), []string{"-config", cfg, "prestart"}, "config.json: not a regular file: a FIFO"},
 		{"cdi mode", state(1, good), []string{"-config", writeConfig(t, "[nvidia-container-cli]\npath = \""+cli+"\"\n[nvidia-container-runtime]\nmode = \"cdi\"\n"), "prestart"}, "not supported"},
 		{"container ldconfig", state(1, good), []string{"-config", writeConfig(t, "[nvidia-container-cli]\npath = \""+cli+"\"\nldconfig = \"/sbin/ldconfig\"\n"), "prestart"},
 			`nvidia-container-cli.ldconfig = "/sbin/ldconfig" is a container path (no "@"), refused unless features.allow-ldconfig-from-container = true`},
@@ -243,7 +251,10 @@ func TestPrestartErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := runHook(t, tt.stdin, []string{"PATH=/nonexistent"}, tt.args...)
 			if c.code != 1 || c.called || !strings.Contains(c.errot, tt.want) {
-				t.Errorf("exit %d, exec %v, stderr %q; want exit 1 with %q", c.code, c.called, c.errot, tt.want)
+				t.Errorf("exit %d, exec %v, stderr %.600q; want exit 1 with %q", c.code, c.called, c.errot, tt.want)
+			}
+			if strings.Count(c.errot, "\n") != 1 || len(c.errot) > 2048 {
+				t.Errorf("stderr %.600q (%d bytes): want one short line", c.errot, len(c.errot))
 			}
 		})
 	}

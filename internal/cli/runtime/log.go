@@ -13,14 +13,20 @@ import (
 	"github.com/nctk/nctk/internal/config"
 )
 
+// maxLogBytes bounds what one run writes to a log file; records past it
+// are dropped (each record is whole or absent).
+const maxLogBytes = 1 << 20
+
 // lazyFile is an append-only log file opened on the first write, so a
-// command that logs nothing creates no file.
+// command that logs nothing creates no file. It writes at most
+// maxLogBytes.
 type lazyFile struct {
-	path string
-	mode os.FileMode
-	once sync.Once
-	f    *os.File
-	err  error
+	path    string
+	mode    os.FileMode
+	once    sync.Once
+	f       *os.File
+	err     error
+	written int
 }
 
 func (l *lazyFile) Write(p []byte) (int, error) {
@@ -30,6 +36,10 @@ func (l *lazyFile) Write(p []byte) (int, error) {
 	if l.err != nil {
 		return 0, l.err
 	}
+	if l.written+len(p) > maxLogBytes {
+		return len(p), nil
+	}
+	l.written += len(p)
 	return l.f.Write(p)
 }
 

@@ -38,6 +38,7 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
@@ -100,8 +101,9 @@ func (r *Runtime) Run(e *app.Env) int {
 	log := newLogger(inv, cfg)
 	defer log.close()
 	fail := func(err error) int {
-		log.Error(err.Error())
-		fmt.Fprintf(e.Stderr, "nvidia-container-runtime: error: %v\n", err)
+		msg := echo.Error(err) // one short line: a stderr pipe nobody drains cannot block it
+		log.Error(msg)
+		fmt.Fprintf(e.Stderr, "nvidia-container-runtime: error: %s\n", msg)
 		return 1
 	}
 	if perr != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/driverprobe"
+	"github.com/nctk/nctk/internal/echo"
 )
 
 // Prog is the program name used in messages.
@@ -191,7 +192,7 @@ func (g *Globals) DiscoverOptions(e *app.Env, log *slog.Logger) discover.Options
 // Fail reports err as "nvidia-container-cli: <phase> error: <err>" and
 // returns exit status 1.
 func Fail(e *app.Env, phase string, err error) int {
-	fmt.Fprintf(e.Stderr, "%s: %s error: %v\n", Prog, phase, err)
+	fmt.Fprintf(e.Stderr, "%s: %s error: %s\n", Prog, phase, echo.Error(err))
 	return 1
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nctk/nctk/internal/devnodes"
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // LoadKmods does what --load-kmods asks: load the nvidia, nvidia_uvm and
@@ -85,7 +86,7 @@ func loaded(module string) bool {
 // inUserNamespace reports whether this process runs in a user namespace
 // other than the initial one (uid_map is not the identity map of all ids).
 func inUserNamespace() bool {
-	b, err := os.ReadFile("/proc/self/uid_map")
+	b, err := hostfile.ReadFile("/proc/self/uid_map", hostfile.MaxProc)
 	if err != nil {
 		return false
 	}
