@@ -315,7 +315,7 @@ func TestCDIGenerateErrors(t *testing.T) {
 		{name: "bad caps", args: []string{"--driver-capabilities", "warp"}, want: "warp"},
 		{name: "bad vendor", args: []string{"--vendor", "-x"}, want: `vendor "-x"`},
 		{name: "relative ldconfig", args: []string{"--ldconfig-path", "sbin/ldconfig"}, want: "absolute"},
-		{name: "output dir missing", args: []string{"--output", filepath.Join(root, "no", "such", "x.yaml")}, want: "no such"},
+		{name: "output parent is a file", args: []string{"--output", filepath.Join(root, "etc", "ld.so.cache", "x.yaml")}, want: "not a directory"},
 		{name: "no driver", args: []string{"--driver-root", t.TempDir()}, want: "no NVIDIA driver found"},
 	}
 	for _, tt := range tests {

@@ -73,7 +73,7 @@ func TestHostileInputsFailClean(t *testing.T) {
 			bundle := writeBundle(t, envSpec(t, tt.env...))
 			before := readFile(t, filepath.Join(bundle, "config.json"))
 			h := newHarness(t)
-			h.rt.Planner = defaultPlanner()
+			h.rt.planner = defaultPlanner()
 			h.rt.LoadConfig = func(*app.Env) (*config.Config, error) {
 				c := config.Default()
 				c.Runtime.Runtimes = []string{h.runc}
