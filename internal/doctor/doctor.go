@@ -32,6 +32,8 @@ import (
 	"slices"
 	"strings"
 
+	securejoin "github.com/cyphar/filepath-securejoin"
+
 	"github.com/nctk/nctk/internal/driverprobe"
 )
 
@@ -271,10 +273,15 @@ func (r *Report) Text(verbose bool) string {
 	return b.String()
 }
 
-// hostPath returns the host path of an absolute path p below root.
+// hostPath returns the host path of an absolute path p below root, with
+// the symbolic links on the way resolved inside root (a host tree's
+// absolute links, /var/run -> /run, stay in it).
 func hostPath(root, p string) string {
 	if root == "" || root == "/" {
 		return filepath.Clean(p)
+	}
+	if j, err := securejoin.SecureJoin(root, p); err == nil {
+		return j
 	}
 	return filepath.Join(root, p)
 }
