@@ -168,15 +168,6 @@ func registry() []Check {
 	}
 }
 
-// CheckIDs returns the ids of every check, in the order they run.
-func CheckIDs() []string {
-	var ids []string
-	for _, c := range registry() {
-		ids = append(ids, c.ID)
-	}
-	return ids
-}
-
 // Report is the outcome of Run.
 type Report struct {
 	// Findings are ordered by severity (errors first), then by check

@@ -623,7 +623,8 @@ func TestSeverityText(t *testing.T) {
 // TestCheckIDs: every check has a unique, group-prefixed id.
 func TestCheckIDs(t *testing.T) {
 	seen := map[string]bool{}
-	for _, id := range CheckIDs() {
+	for _, c := range registry() {
+		id := c.ID
 		group, _, ok := strings.Cut(id, ".")
 		if !ok || seen[id] || !strings.Contains("driver devices config cdi engine container host", group) {
 			t.Errorf("bad or duplicate check id %q", id)
