@@ -118,6 +118,10 @@ type Options struct {
 	// Engines limits the engine checks to these engines (docker,
 	// containerd, crio, podman); nil checks every engine found.
 	Engines []string
+	// GPUArchs are compute capabilities ("9.0") to check the container's
+	// GPU code against instead of the host GPUs' (which only a reachable
+	// GPU tells).
+	GPUArchs []string
 	// Rootless says the user runs rootless containers (nvidia-ctk sets it
 	// when it runs as a user other than root).
 	Rootless bool
@@ -159,6 +163,8 @@ func registry() []Check {
 		{"engine.podman", checkPodman},
 		{"container.request", checkContainerRequest},
 		{"container.requirements", checkRequirements},
+		{"container.cuda-runtime", checkCUDARuntime},
+		{"container.kernel-images", checkKernelImages},
 		{"container.driver-libraries", checkImageDriverLibs},
 		{"container.libc", checkImageLibc},
 		{"container.ld-library-path", checkLDLibraryPath},

@@ -402,6 +402,50 @@ func TestBrokenHosts(t *testing.T) {
 				values: func(r *fixture.Root) map[string]string {
 					return map[string]string{"requirements": "cuda>=13.0", "host_cuda": r.CUDAVersion, "host_driver": r.Version}
 				}}},
+		{name: "image built for other GPUs",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				o.GPUArchs = []string{"9.0"}
+				o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"},
+					map[string]string{"/usr/local/bin/train": string(elfBytes(t, makeFatbin(FatbinEntry{Arch: 70}, FatbinEntry{Arch: 80})))})
+			},
+			want: want{check: "container.kernel-images", sev: Error, problem: "/usr/local/bin/train has no GPU code for compute capability 9.0",
+				fix: "-gencode arch=compute_90,code=sm_90", breaks: "no kernel image is available for execution on the device",
+				values: func(r *fixture.Root) map[string]string {
+					return map[string]string{"file": "/usr/local/bin/train", "gpu_arch": "9.0", "image_archs": "sm_70,sm_80"}
+				}}},
+		{name: "image CUDA runtime newer than the driver",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				if r.CUDAVersion == "" {
+					t.Skip("the fixture's CUDA version was not measured")
+				}
+				o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, map[string]string{"/usr/local/cuda-13.0/lib64/libcudart.so.13.0.48": "x"})
+			},
+			want: want{check: "container.cuda-runtime", sev: Error, problem: "needs a newer driver", fix: "update the host driver", breaks: "CUDA error 35",
+				values: func(r *fixture.Root) map[string]string {
+					return map[string]string{"image_cuda": "13.0", "host_cuda": r.CUDAVersion, "cudart": "/usr/local/cuda-13.0/lib64/libcudart.so.13.0.48"}
+				}}},
+		{name: "image CUDA runtime a minor version ahead",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				if r.CUDAVersion != "12.2" {
+					t.Skipf("the fixture's CUDA version is %q, not 12.2", r.CUDAVersion)
+				}
+				o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, map[string]string{"/usr/local/cuda/targets/x86_64-linux/lib/libcudart.so.12.4.127": "x"})
+			},
+			want: want{check: "container.cuda-runtime", sev: Warning, problem: "minor version compatibility", breaks: "CUDA error 222",
+				values: func(r *fixture.Root) map[string]string { return map[string]string{"image_cuda": "12.4"} }}},
+		{name: "image relies on forward compatibility",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				if r.CUDAVersion == "" {
+					t.Skip("the fixture's CUDA version was not measured")
+				}
+				o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, map[string]string{
+					"/usr/local/cuda-13.0/lib64/libcudart.so.13.0.48":  "x",
+					"/usr/local/cuda-13.0/compat/libcuda.so.580.65.06": "x"})
+			},
+			want: want{check: "container.cuda-runtime", sev: Warning, problem: "forward-compatibility libcuda", breaks: "CUDA error 804",
+				values: func(r *fixture.Root) map[string]string {
+					return map[string]string{"compat": "/usr/local/cuda-13.0/compat/libcuda.so.580.65.06"}
+				}}},
 		{name: "image ships its own libcuda",
 			setup: func(t *testing.T, r *fixture.Root, o *Options) {
 				o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, map[string]string{"/usr/lib/x86_64-linux-gnu/libcuda.so.470.82.01": "x"})
@@ -526,7 +570,12 @@ func TestHealthyHost(t *testing.T) {
 			t.Parallel()
 			r := healthyHost(t, layout)
 			needNodes(t, r)
-			o := Options{Bundle: bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=11.0", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64"}, nil)}
+			o := Options{Bundle: bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=11.0", "LD_LIBRARY_PATH=/usr/local/nvidia/lib64"},
+				map[string]string{
+					"/usr/local/bin/train":                             string(elfBytes(t, makeFatbin(FatbinEntry{Arch: 80}, FatbinEntry{PTX: true, Arch: 80}))),
+					"/usr/local/cuda-11.0/lib64/libcudart.so.11.0.221": "x",
+				}),
+				GPUArchs: []string{"9.0"}}
 			start := time.Now()
 			rep := run(t, r, o)
 			took := time.Since(start)
@@ -539,7 +588,8 @@ func TestHealthyHost(t *testing.T) {
 				t.Fatalf("report:\n%s", dump(rep))
 			}
 			for _, id := range []string{"driver.module", "driver.user-space", "driver.libraries", "devices.nodes", "devices.char-links",
-				"cdi.specs", "engine.docker", "engine.containerd", "container.request", "container.requirements", "container.driver-libraries"} {
+				"cdi.specs", "engine.docker", "engine.containerd", "container.request", "container.requirements", "container.driver-libraries",
+				"container.cuda-runtime", "container.kernel-images"} {
 				if len(find(rep, id)) == 0 {
 					t.Errorf("no finding from %s", id)
 				}

@@ -1,7 +1,9 @@
 package ctk
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -20,6 +22,8 @@ func doctorCommand(e *env, args []string) error {
 		func(s string) error { o.SpecDirs = append(o.SpecDirs, s); return nil })
 	fs.String(&o.Bundle, []string{"bundle", "b"}, nil, "DIR", "an OCI bundle (config.json + rootfs) to judge as the runtime would start it")
 	fs.String(&image, []string{"image"}, nil, "NAME", "an image known to docker, podman or containerd (not supported yet: export it and use --bundle)")
+	fs.Func([]string{"gpu-arch"}, "CC", "check the container's GPU code against this compute capability, e.g. 9.0 (repeatable; default: the host GPUs')",
+		func(s string) error { o.GPUArchs = append(o.GPUArchs, s); return nil })
 	fs.String(&engines, []string{"engine"}, nil, "LIST", "limit the engine checks to these engines (docker,containerd,crio,podman)")
 	fs.Bool(&asJSON, []string{"json"}, nil, "print the findings as JSON")
 	fs.Bool(&verbose, []string{"verbose", "v"}, nil, "also list the checks that passed")
@@ -46,7 +50,11 @@ func doctorCommand(e *env, args []string) error {
 	}
 	o.Environ = e.Environ
 	o.Rootless = os.Geteuid() != 0
-	o.Logger = e.log
+	// Discovery's records (missing optional libraries, …) are noise next
+	// to the findings; they are shown with --debug only.
+	if e.log.Enabled(context.Background(), slog.LevelDebug) {
+		o.Logger = e.log
+	}
 	rep, err := doctor.Run(o)
 	if err != nil {
 		return fmt.Errorf("%s: %w", e.path, err)
