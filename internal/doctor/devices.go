@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/nctk/nctk/internal/devnodes"
@@ -28,7 +29,8 @@ func nodeImpact(p string) (Severity, string, string) {
 		return Warning, "CUDA profilers and debuggers (nsys, ncu, cuda-gdb) fail in containers",
 			"sudo nvidia-modprobe -u -c 0"
 	case base == "nvidia-modeset":
-		return Warning, "containers asking for the display capability do not get nvidia-modeset",
+		// Only the display capability uses it; compute hosts often lack it.
+		return OK, "containers asking for the display capability do not get nvidia-modeset",
 			"sudo nvidia-modprobe -m"
 	case strings.HasPrefix(p, devnodes.CapsDir+"/"):
 		return Warning, "MIG configuration/monitoring (NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES) and MIG devices fail with \"Insufficient Permissions\"",
@@ -70,6 +72,8 @@ func checkDeviceNodes(h *hostState) []Finding {
 		case !ok && lexists(host):
 			out = append(out, Finding{Severity: Error, Problem: fmt.Sprintf("%s is not a character device (want %s)", host, want.ID()),
 				Breaks: breaks, Fix: fmt.Sprintf("sudo rm %s && %s", host, fix), Values: vals})
+		case !ok && sev == OK:
+			out = append(out, Finding{Severity: OK, Problem: fmt.Sprintf("device node %s (%s) is absent: %s", want.Path, want.ID(), breaks)})
 		case !ok:
 			out = append(out, Finding{Severity: sev, Problem: fmt.Sprintf("device node %s (%s) is missing", want.Path, want.ID()),
 				Breaks: breaks, Fix: fix, Values: vals})
@@ -80,8 +84,8 @@ func checkDeviceNodes(h *hostState) []Finding {
 				Breaks:  breaks, Fix: fmt.Sprintf("sudo rm %s && %s", host, fix), Values: vals})
 		}
 	}
-	if len(out) == 0 {
-		out = append(out, Finding{Severity: OK, Problem: fmt.Sprintf("all %d device nodes the driver implies exist", len(expected))})
+	if !slices.ContainsFunc(out, func(f Finding) bool { return f.Severity > OK }) {
+		out = append(out, Finding{Severity: OK, Problem: fmt.Sprintf("the device nodes the driver implies exist (%d expected)", len(expected))})
 	}
 	return out
 }
