@@ -15,13 +15,17 @@ import (
 // cdiFix is the command that writes a fresh spec.
 const cdiFix = "sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"
 
-// cdiCache loads the spec directories with the CDI library, as engines do.
+// cdiCache loads the spec directories with the CDI library, as engines
+// do, once.
 func (h *hostState) cdiCache() (*pkgcdi.Cache, error) {
-	c, err := pkgcdi.NewCache(pkgcdi.WithSpecDirs(h.specDirs()...), pkgcdi.WithAutoRefresh(false))
-	if err != nil {
-		return nil, fmt.Errorf("load CDI specs: %w", err)
+	if !h.cdiRead {
+		h.cdiRead = true
+		h.cdi, h.cdiErr = pkgcdi.NewCache(pkgcdi.WithSpecDirs(h.specDirs()...), pkgcdi.WithAutoRefresh(false))
+		if h.cdiErr != nil {
+			h.cdiErr = fmt.Errorf("load CDI specs: %w", h.cdiErr)
+		}
 	}
-	return c, nil
+	return h.cdi, h.cdiErr
 }
 
 // specPath returns the host path of a path a CDI spec names: paths already

@@ -123,7 +123,8 @@ type Options struct {
 	// GPU tells).
 	GPUArchs []string
 	// Rootless says the user runs rootless containers (nvidia-ctk sets it
-	// when it runs as a user other than root).
+	// when run by a user other than root who has a rootless docker socket
+	// or podman state in $XDG_RUNTIME_DIR).
 	Rootless bool
 	// ProbeConfig tunes the driver probe that learns the driver's CUDA
 	// version for a container's cuda requirements.

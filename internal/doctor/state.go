@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
+
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/ocispec"
@@ -34,6 +36,9 @@ type hostState struct {
 	bundle                    *bundleState
 	bundleRead                bool
 	probed                    bool
+	cdi                       *pkgcdi.Cache
+	cdiErr                    error
+	cdiRead                   bool
 }
 
 // bundleState is the container of Options.Bundle.

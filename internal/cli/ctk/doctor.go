@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/nctk/nctk/internal/doctor"
@@ -49,7 +50,7 @@ func doctorCommand(e *env, args []string) error {
 		o.ConfigFile = e.config
 	}
 	o.Environ = e.Environ
-	o.Rootless = os.Geteuid() != 0
+	o.Rootless = rootlessUse(e)
 	// Discovery's records (missing optional libraries, …) are noise next
 	// to the findings; they are shown with --debug only.
 	if e.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -76,4 +77,20 @@ func doctorCommand(e *env, args []string) error {
 		return fmt.Errorf("%s: %d problem(s) would stop or break GPU containers", e.path, n)
 	}
 	return nil
+}
+
+// rootlessUse reports whether the user running doctor uses rootless
+// containers: not root, with a rootless docker socket or podman state in
+// $XDG_RUNTIME_DIR.
+func rootlessUse(e *env) bool {
+	dir := e.Getenv("XDG_RUNTIME_DIR")
+	if os.Geteuid() == 0 || dir == "" {
+		return false
+	}
+	for _, p := range []string{"docker.sock", "podman", "containers"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err == nil {
+			return true
+		}
+	}
+	return false
 }
