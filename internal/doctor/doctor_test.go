@@ -682,3 +682,54 @@ func TestCheckIDs(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// TestNoFalseAlarms: setups that look like a breakage but are not give no
+// such finding.
+func TestNoFalseAlarms(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, r *fixture.Root, o *Options)
+		check string
+		sev   Severity // no finding of check at this severity or worse
+		about string   // only findings whose problem says this ("": any)
+	}{
+		{"all capabilities without 32-bit libraries", func(t *testing.T, r *fixture.Root, o *Options) {
+			o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"}, nil)
+		}, "driver.libraries", Warning, ""},
+		{"containerd binary without a config file", func(t *testing.T, r *fixture.Root, o *Options) {
+			write(t, r, "/usr/bin/containerd", "#!/bin/sh\n", 0o755)
+		}, "engine.containerd", Warning, "enable_cdi"},
+		{"SELinux permissive", func(t *testing.T, r *fixture.Root, o *Options) {
+			write(t, r, "/sys/fs/selinux/enforce", "0\n", 0o644)
+		}, "host.selinux", Warning, ""},
+		{"rootful use", nil, "host.rootless", Warning, ""},
+		{"forward-compat libcuda in the image", func(t *testing.T, r *fixture.Root, o *Options) {
+			o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, map[string]string{"/usr/local/cuda/compat/libcuda.so.580.65.06": "x"})
+		}, "container.driver-libraries", Warning, ""},
+		{"CDI spec with host paths below the host root", func(t *testing.T, r *fixture.Root, o *Options) {
+			write(t, r, "/usr/bin/nvidia-cdi-hook", "#!/bin/sh\n", 0o755)
+			write(t, r, "/etc/cdi/nvidia.yaml", cdiSpec(t, r, "0", r.HostPath(libcuda(t, r))), 0o644)
+		}, "cdi.stale", Warning, ""},
+		{"GPU code as PTX only", func(t *testing.T, r *fixture.Root, o *Options) {
+			o.GPUArchs = []string{"9.0", "8.6"}
+			o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"},
+				map[string]string{"/app/serve": string(elfBytes(t, makeFatbin(FatbinEntry{PTX: true, Arch: 80})))})
+		}, "container.kernel-images", Warning, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := fixture.Build(t, fixture.Spec{GPUs: 1})
+			var o Options
+			if tc.setup != nil {
+				tc.setup(t, r, &o)
+			}
+			rep := run(t, r, o)
+			for _, f := range find(rep, tc.check) {
+				if f.Severity >= tc.sev && strings.Contains(f.Problem, tc.about) {
+					t.Errorf("false alarm: %s %s: %s", f.Severity, f.Check, f.Problem)
+				}
+			}
+		})
+	}
+}

@@ -89,9 +89,12 @@ func checkLibraries(h *hostState) []Finding {
 		return nil
 	}
 	var out []Finding
+	// compat32 named explicitly: "all" also selects it, but a container
+	// asking for all capabilities does not need the 32-bit libraries.
 	want32 := false
 	if b := h.container(); b != nil && b.err == nil && b.reqErr == nil && !b.req.Void && b.req.Caps.Has(caps.Compat32) {
-		want32 = true
+		v, _ := b.env("NVIDIA_DRIVER_CAPABILITIES")
+		want32 = strings.Contains(v, string(caps.Compat32))
 	}
 	for _, lib := range []struct {
 		name, breaks string

@@ -3,6 +3,7 @@ package doctor
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,8 +77,8 @@ func checkDocker(h *hostState) []Finding {
 	var out []Finding
 	hook := h.findBinary("nvidia-container-runtime-hook")
 	var name, path string
-	for n, r := range dc.Runtimes {
-		if filepath.Base(r.Path) == runtimeBinary && (name == "" || n == "nvidia") {
+	for _, n := range slices.Sorted(maps.Keys(dc.Runtimes)) {
+		if r := dc.Runtimes[n]; filepath.Base(r.Path) == runtimeBinary && (name == "" || n == "nvidia") {
 			name, path = n, r.Path
 		}
 	}
@@ -245,8 +246,8 @@ func checkContainerd(h *hostState) []Finding {
 		}
 		if rts, ok := tomlGet(t, append(slices.Clone(cri), "containerd", "runtimes")...); ok {
 			if m, ok := rts.(map[string]any); ok {
-				for _, rt := range m {
-					if bn, ok := tomlGet(rt, "options", "BinaryName"); ok {
+				for _, n := range slices.Sorted(maps.Keys(m)) {
+					if bn, ok := tomlGet(m[n], "options", "BinaryName"); ok {
 						if s, ok := bn.(string); ok && filepath.Base(s) == runtimeBinary {
 							rtPath, rtFile = s, f
 						}
@@ -276,8 +277,9 @@ func checkContainerd(h *hostState) []Finding {
 			out = append(out, Finding{Severity: OK, Problem: "containerd runtime handler for " + rtPath + " in " + rtFile})
 		}
 	}
-	// containerd 2.x (config version 3) has CDI on by default.
-	if (cdiSet && !cdi) || (!cdiSet && version < 3) {
+	// containerd 2.x (config version 3) has CDI on by default; without a
+	// config file the version, hence the default, is unknown.
+	if (cdiSet && !cdi) || (!cdiSet && version < 3 && exists(mainPath)) {
 		out = append(out, Finding{Severity: Warning,
 			Problem: "containerd's CRI plugin has enable_cdi off",
 			Breaks:  `CDI device requests (device plugins in CDI mode, cdi.k8s.io annotations) are ignored or fail: "unresolvable CDI devices"`,
@@ -311,8 +313,8 @@ func checkCRIO(h *hostState) []Finding {
 		}
 		if rts, ok := tomlGet(t, "crio", "runtime", "runtimes"); ok {
 			if m, ok := rts.(map[string]any); ok {
-				for _, rt := range m {
-					if rp, ok := tomlGet(rt, "runtime_path"); ok {
+				for _, n := range slices.Sorted(maps.Keys(m)) {
+					if rp, ok := tomlGet(m[n], "runtime_path"); ok {
 						if s, ok := rp.(string); ok && filepath.Base(s) == runtimeBinary {
 							rtPath, rtFile = s, f
 						}
