@@ -12,12 +12,15 @@
 //
 // Every check is a function over the host state (hostState), registered by
 // one line in registry; the checks of one group live in one file
-// (driver.go, devices.go, config.go, cdi.go, engines.go, container.go,
-// posture.go). The checks reuse the project's own readers (discover,
-// procfs, devnodes, config, cdispec, request, requirements) and only read:
-// nothing on the host is changed, no daemon is contacted, and no GPU is
-// needed (the driver is loaded in a child process only when a container's
-// cuda requirement asks for the CUDA version).
+// (driver.go, devices.go, config.go, cdi.go, engines.go, container.go and
+// cuda.go for the container, posture.go); fatbin.go reads the GPU code
+// headers of CUDA binaries. The checks reuse the project's own readers
+// (discover, procfs, devnodes, config, cdispec, request, requirements,
+// ldcache) and only read: nothing on the host is changed, no daemon is
+// contacted, and no GPU is needed (the driver's libcuda is loaded in a
+// child process, as the runtime does, only when a container's requirements
+// or CUDA runtime need the CUDA version, or its GPU code the GPUs' compute
+// capability).
 //
 // Options.HostRoot points every fixed host location (/proc, /sys, /dev,
 // /etc, /run, /usr/bin) at another directory, which is how the tests run
