@@ -7,6 +7,7 @@
 //	  system create-device-nodes
 //	  system create-dev-char-symlinks
 //	  cdi generate|list         CDI specs (internal/cdispec)
+//	  doctor                    check the host for what breaks GPU containers (internal/doctor)
 //	  hook ...                  the nvidia-cdi-hook commands (delegated)
 //
 // Every flag also works with a single dash, and the global ones have
@@ -69,6 +70,7 @@ func commands() []command {
 			{name: "create-dev-char-symlinks", summary: "create /dev/char/MAJOR:MINOR links to the NVIDIA device nodes", run: createDevCharSymlinks},
 		}},
 		{name: "cdi", summary: "generate and list CDI specs", subs: cdiCommands()},
+		{name: "doctor", summary: "say why a GPU container does not work, and how to fix it", run: doctorCommand},
 		{name: "hook", summary: "OCI hooks used by CDI specs (nvidia-cdi-hook)", tool: cdihook.Main},
 	}
 }

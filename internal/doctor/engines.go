@@ -1,0 +1,368 @@
+package doctor
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/nctk/nctk/internal/engine"
+)
+
+// engineNames are the engines --engine accepts.
+func engineNames() []string { return []string{"docker", "containerd", "crio", "podman"} }
+
+// runtimeBinary is the executable the engines register.
+const runtimeBinary = "nvidia-container-runtime"
+
+// configureFix is the command that registers the runtime with an engine.
+func configureFix(eng, daemon string) string {
+	return fmt.Sprintf("sudo nvidia-ctk runtime configure --runtime=%s && sudo systemctl restart %s", eng, daemon)
+}
+
+// runtimeUsable checks a registered runtime executable: an absolute path
+// must be an executable file below the host root, a bare name must be on
+// the default PATH. It returns "" when usable, else why not.
+func (h *hostState) runtimeUsable(p string) string {
+	if !filepath.IsAbs(p) {
+		if h.findBinary(p) == "" {
+			return fmt.Sprintf("%s is not on the daemon's PATH (%s)", p, strings.Join(binDirs(), ":"))
+		}
+		return ""
+	}
+	fi, err := os.Stat(h.host(p))
+	if err != nil {
+		return fmt.Sprintf("%s does not exist", p)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Sprintf("%s is not an executable file", p)
+	}
+	return ""
+}
+
+// dockerConfig is the part of daemon.json the checks read.
+type dockerConfig struct {
+	Runtimes map[string]struct {
+		Path string `json:"path"`
+	} `json:"runtimes"`
+	DefaultRuntime string          `json:"default-runtime"`
+	Features       map[string]bool `json:"features"`
+}
+
+// checkDocker: daemon.json parses; the nvidia runtime is registered (or at
+// least the hook `--gpus` uses is on dockerd's PATH) and its executable
+// exists; CDI is enabled; dockerd was restarted after the last edit.
+func checkDocker(h *hostState) []Finding {
+	cfgPath := h.host(engine.DefaultDockerConfig)
+	dockerd := h.findBinary("dockerd")
+	if !h.engineWanted("docker") || (!exists(cfgPath) && dockerd == "") {
+		return nil
+	}
+	var dc dockerConfig
+	data, err := os.ReadFile(cfgPath)
+	if err == nil {
+		if err := json.Unmarshal(data, &dc); err != nil {
+			return []Finding{{Severity: Error,
+				Problem: fmt.Sprintf("%s is not valid JSON: %v", cfgPath, err),
+				Breaks:  "dockerd does not start (\"unable to configure the Docker daemon with file\"), so no container runs",
+				Fix:     "correct the file (python3 -m json.tool " + cfgPath + " shows where), then " + configureFix("docker", "docker"),
+				Values:  map[string]string{"file": cfgPath}}}
+		}
+	}
+	var out []Finding
+	hook := h.findBinary("nvidia-container-runtime-hook")
+	var name, path string
+	for _, n := range slices.Sorted(maps.Keys(dc.Runtimes)) {
+		if r := dc.Runtimes[n]; filepath.Base(r.Path) == runtimeBinary && (name == "" || n == "nvidia") {
+			name, path = n, r.Path
+		}
+	}
+	switch {
+	case name == "" && hook == "":
+		out = append(out, Finding{Severity: Error,
+			Problem: "docker has no NVIDIA runtime registered and nvidia-container-runtime-hook is not on dockerd's PATH",
+			Breaks:  `docker run --gpus: "could not select device driver \"\" with capabilities: [[gpu]]"; --runtime=nvidia: "unknown or invalid runtime name: nvidia"`,
+			Fix:     "install nctk (make install), then " + configureFix("docker", "docker"),
+			Values:  map[string]string{"file": cfgPath}})
+	case name == "":
+		out = append(out, Finding{Severity: Warning,
+			Problem: "docker has no NVIDIA runtime registered (docker run --gpus works through the hook " + hook + ")",
+			Breaks:  `docker run --runtime=nvidia: "unknown or invalid runtime name: nvidia"`,
+			Fix:     configureFix("docker", "docker"),
+			Values:  map[string]string{"file": cfgPath, "hook": hook}})
+	default:
+		if why := h.runtimeUsable(path); why != "" {
+			out = append(out, Finding{Severity: Error,
+				Problem: fmt.Sprintf("docker's runtime %q is registered but %s", name, why),
+				Breaks:  `docker run --runtime=` + name + `: "fork/exec ` + path + `: no such file or directory"`,
+				Fix:     "install nctk (make install), or point it at the installed runtime: sudo nvidia-ctk runtime configure --runtime=docker --nvidia-runtime-path=/usr/bin/nvidia-container-runtime && sudo systemctl restart docker",
+				Values:  map[string]string{"file": cfgPath, "runtime": name, "path": path}})
+		} else {
+			def := ""
+			if dc.DefaultRuntime == name {
+				def = ", the default"
+			}
+			out = append(out, Finding{Severity: OK, Problem: fmt.Sprintf("docker runtime %q registered (%s%s)", name, path, def)})
+		}
+	}
+	if !dc.Features["cdi"] {
+		out = append(out, Finding{Severity: Warning,
+			Problem: "docker's CDI support is not enabled (features.cdi in " + cfgPath + ")",
+			Breaks:  `docker run --device nvidia.com/gpu=all (Docker 25-27): "could not select device driver \"cdi\""`,
+			Fix:     "sudo nvidia-ctk runtime configure --runtime=docker --enable-cdi && sudo systemctl restart docker",
+			Values:  map[string]string{"file": cfgPath}})
+	}
+	out = append(out, h.restartCheck("docker", cfgPath, "/run/docker.pid", `"unknown or invalid runtime name: nvidia"`)...)
+	return out
+}
+
+// restartCheck warns when an engine's config file changed after the
+// daemon started (its pid file's time).
+func (h *hostState) restartCheck(eng, cfgPath, pidFile, breaks string) []Finding {
+	cfg, err1 := os.Stat(cfgPath)
+	pid, err2 := os.Stat(h.host(pidFile))
+	if err1 != nil || err2 != nil || !cfg.ModTime().After(pid.ModTime()) {
+		return nil
+	}
+	return []Finding{{Severity: Warning,
+		Problem: fmt.Sprintf("%s changed after %s started (%s newer than %s)", cfgPath, eng, cfgPath, h.host(pidFile)),
+		Breaks:  "the running daemon does not know the change yet: " + breaks,
+		Fix:     "sudo systemctl restart " + eng,
+		Values: map[string]string{"file": cfgPath, "changed": cfg.ModTime().UTC().Format("2006-01-02T15:04:05Z"),
+			"started": pid.ModTime().UTC().Format("2006-01-02T15:04:05Z")}}}
+}
+
+// tomlTable decodes a TOML file into nested maps.
+func tomlTable(p string) (map[string]any, bool, error) {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, false, nil
+	}
+	t := map[string]any{}
+	if err := toml.Unmarshal(data, &t); err != nil {
+		return nil, true, fmt.Errorf("%s: %w", p, err)
+	}
+	return t, true, nil
+}
+
+// tomlGet walks nested tables.
+func tomlGet(t any, keys ...string) (any, bool) {
+	cur := t
+	for _, k := range keys {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// containerdCRIPath is the CRI runtime plugin's key path in a containerd
+// config of the version given.
+func containerdCRIPath(version int64) []string {
+	switch version {
+	case 1:
+		return []string{"plugins", "cri"}
+	case 2:
+		return []string{"plugins", "io.containerd.grpc.v1.cri"}
+	}
+	return []string{"plugins", "io.containerd.cri.v1.runtime"}
+}
+
+// checkContainerd: config.toml parses; the nvidia drop-in, when there is
+// one, is imported; the nvidia runtime handler (for Kubernetes/CRI) is
+// registered with an existing executable; enable_cdi is on.
+func checkContainerd(h *hostState) []Finding {
+	mainPath := h.host(engine.DefaultContainerdConfig)
+	dropIn := h.host(engine.DefaultContainerdDropIn)
+	if !h.engineWanted("containerd") || (!exists(mainPath) && h.findBinary("containerd") == "") {
+		return nil
+	}
+	main, _, err := tomlTable(mainPath)
+	if err != nil {
+		return []Finding{{Severity: Error, Problem: "containerd's config does not parse: " + err.Error(),
+			Breaks: "containerd does not start (or ignores the file), so no container runs", Fix: "correct the file, then " + configureFix("containerd", "containerd"),
+			Values: map[string]string{"file": mainPath}}}
+	}
+	if main == nil {
+		main = map[string]any{}
+	}
+	version := int64(2)
+	if v, ok := main["version"].(int64); ok {
+		version = v
+	} else if len(main) > 0 {
+		version = 1
+	}
+	files := []string{mainPath}
+	imported := false
+	if imps, ok := main["imports"].([]any); ok {
+		for _, i := range imps {
+			s, ok := i.(string)
+			if !ok {
+				continue
+			}
+			if !filepath.IsAbs(s) {
+				s = filepath.Join(filepath.Dir(engine.DefaultContainerdConfig), s)
+			}
+			matches, _ := filepath.Glob(h.host(s))
+			for _, m := range matches {
+				files = append(files, m)
+				if m == dropIn {
+					imported = true
+				}
+			}
+		}
+	}
+	var out []Finding
+	if exists(dropIn) && !imported {
+		out = append(out, Finding{Severity: Error,
+			Problem: fmt.Sprintf("%s exists but %s does not import it", dropIn, mainPath),
+			Breaks:  `the nvidia runtime it defines is unknown to containerd: pods with runtimeClassName nvidia fail with "no runtime for \"nvidia\" is configured"`,
+			Fix:     configureFix("containerd", "containerd") + " (adds the imports entry)",
+			Values:  map[string]string{"file": mainPath, "drop_in": dropIn}})
+	}
+	cri := containerdCRIPath(version)
+	var rtPath, rtFile string
+	cdi, cdiSet := false, false
+	for _, f := range files {
+		t := main
+		if f != mainPath {
+			var err error
+			if t, _, err = tomlTable(f); err != nil || t == nil {
+				if err != nil {
+					out = append(out, Finding{Severity: Error, Problem: "a containerd drop-in does not parse: " + err.Error(),
+						Breaks: "containerd does not start", Fix: "correct or remove " + f, Values: map[string]string{"file": f}})
+				}
+				continue
+			}
+		}
+		if rts, ok := tomlGet(t, append(slices.Clone(cri), "containerd", "runtimes")...); ok {
+			if m, ok := rts.(map[string]any); ok {
+				for _, n := range slices.Sorted(maps.Keys(m)) {
+					if bn, ok := tomlGet(m[n], "options", "BinaryName"); ok {
+						if s, ok := bn.(string); ok && filepath.Base(s) == runtimeBinary {
+							rtPath, rtFile = s, f
+						}
+					}
+				}
+			}
+		}
+		if v, ok := tomlGet(t, append(slices.Clone(cri), "enable_cdi")...); ok {
+			cdi, cdiSet = v == true, true
+		}
+	}
+	switch {
+	case rtPath == "":
+		out = append(out, Finding{Severity: Warning,
+			Problem: "containerd has no runtime handler for nvidia-container-runtime (ctr run --gpus still works through the hook)",
+			Breaks:  `Kubernetes pods with runtimeClassName nvidia: "no runtime for \"nvidia\" is configured"`,
+			Fix:     configureFix("containerd", "containerd"),
+			Values:  map[string]string{"file": mainPath}})
+	default:
+		if why := h.runtimeUsable(rtPath); why != "" {
+			out = append(out, Finding{Severity: Error,
+				Problem: "containerd's nvidia runtime handler is registered but " + why,
+				Breaks:  `pods using it fail: "failed to create containerd task: … ` + rtPath + `: no such file or directory"`,
+				Fix:     "install nctk (make install), then " + configureFix("containerd", "containerd"),
+				Values:  map[string]string{"file": rtFile, "path": rtPath}})
+		} else {
+			out = append(out, Finding{Severity: OK, Problem: "containerd runtime handler for " + rtPath + " in " + rtFile})
+		}
+	}
+	// containerd 2.x (config version 3) has CDI on by default; without a
+	// config file the version, hence the default, is unknown.
+	if (cdiSet && !cdi) || (!cdiSet && version < 3 && exists(mainPath)) {
+		out = append(out, Finding{Severity: Warning,
+			Problem: "containerd's CRI plugin has enable_cdi off",
+			Breaks:  `CDI device requests (device plugins in CDI mode, cdi.k8s.io annotations) are ignored or fail: "unresolvable CDI devices"`,
+			Fix:     "sudo nvidia-ctk runtime configure --runtime=containerd --enable-cdi && sudo systemctl restart containerd",
+			Values:  map[string]string{"file": mainPath, "config_version": fmt.Sprint(version)}})
+	}
+	return out
+}
+
+// checkCRIO: the nvidia runtime is in crio.conf or a drop-in, with an
+// existing executable.
+func checkCRIO(h *hostState) []Finding {
+	mainPath := h.host("/etc/crio/crio.conf")
+	dropDir := h.host("/etc/crio/crio.conf.d")
+	if !h.engineWanted("crio") || (!exists(mainPath) && !exists(dropDir) && h.findBinary("crio") == "") {
+		return nil
+	}
+	files := []string{mainPath}
+	if drops, err := filepath.Glob(filepath.Join(dropDir, "*.conf")); err == nil {
+		slices.Sort(drops)
+		files = append(files, drops...)
+	}
+	var out []Finding
+	var rtPath, rtFile string
+	for _, f := range files {
+		t, _, err := tomlTable(f)
+		if err != nil {
+			out = append(out, Finding{Severity: Error, Problem: "a CRI-O config file does not parse: " + err.Error(),
+				Breaks: "CRI-O does not start", Fix: "correct " + f, Values: map[string]string{"file": f}})
+			continue
+		}
+		if rts, ok := tomlGet(t, "crio", "runtime", "runtimes"); ok {
+			if m, ok := rts.(map[string]any); ok {
+				for _, n := range slices.Sorted(maps.Keys(m)) {
+					if rp, ok := tomlGet(m[n], "runtime_path"); ok {
+						if s, ok := rp.(string); ok && filepath.Base(s) == runtimeBinary {
+							rtPath, rtFile = s, f
+						}
+					}
+				}
+			}
+		}
+	}
+	switch {
+	case rtPath == "":
+		out = append(out, Finding{Severity: Warning,
+			Problem: "CRI-O has no runtime for nvidia-container-runtime",
+			Breaks:  `pods with runtimeClassName nvidia: "runtime handler \"nvidia\" is not supported"`,
+			Fix:     configureFix("crio", "crio"),
+			Values:  map[string]string{"file": mainPath}})
+	default:
+		if why := h.runtimeUsable(rtPath); why != "" {
+			out = append(out, Finding{Severity: Error, Problem: "CRI-O's nvidia runtime is registered but " + why,
+				Breaks: "pods using it fail to start", Fix: "install nctk (make install), then " + configureFix("crio", "crio"),
+				Values: map[string]string{"file": rtFile, "path": rtPath}})
+		} else {
+			out = append(out, Finding{Severity: OK, Problem: "CRI-O runtime " + rtPath + " in " + rtFile})
+		}
+	}
+	return out
+}
+
+// checkPodman: podman reaches GPUs only through CDI specs in /etc/cdi or
+// /var/run/cdi.
+func checkPodman(h *hostState) []Finding {
+	if !h.engineWanted("podman") || h.findBinary("podman") == "" {
+		return nil
+	}
+	var dirs []string
+	for _, d := range engine.DefaultCDISpecDirs() {
+		dirs = append(dirs, h.host(d))
+	}
+	for _, d := range dirs {
+		matches, _ := filepath.Glob(filepath.Join(d, "*"))
+		for _, m := range matches {
+			if ext := filepath.Ext(m); ext == ".yaml" || ext == ".json" {
+				return []Finding{{Severity: OK, Problem: "podman finds CDI specs in " + d}}
+			}
+		}
+	}
+	return []Finding{{Severity: Warning,
+		Problem: "podman is installed but there is no CDI spec in " + strings.Join(dirs, " or "),
+		Breaks:  `podman run --device nvidia.com/gpu=all: "Error: setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=all"`,
+		Fix:     cdiFix,
+		Values:  map[string]string{"spec_dirs": strings.Join(dirs, ",")}}}
+}
