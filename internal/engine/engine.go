@@ -110,10 +110,6 @@ const (
 	DefaultRuntimePath = "/usr/bin/nvidia-container-runtime"
 )
 
-// DefaultCDISpecDirs returns the CDI spec directories written to
-// containerd's cdi_spec_dirs when CDI is enabled and the file names none.
-func DefaultCDISpecDirs() []string { return []string{"/etc/cdi", "/var/run/cdi"} }
-
 // Options says what to register.
 type Options struct {
 	// RuntimeName is the runtime's name in the engine (default "nvidia").
@@ -125,11 +121,9 @@ type Options struct {
 	// SetAsDefault makes the runtime the engine's default runtime.
 	SetAsDefault bool
 	// EnableCDI turns on the engine's CDI support (Docker: features.cdi;
-	// containerd: enable_cdi and cdi_spec_dirs; CRI-O: always on, no-op).
+	// containerd: enable_cdi, whose spec directories default to /etc/cdi
+	// and /var/run/cdi; CRI-O: always on, no-op).
 	EnableCDI bool
-	// CDISpecDirs is written to containerd's cdi_spec_dirs when CDI is
-	// enabled and the config has none; nil means DefaultCDISpecDirs.
-	CDISpecDirs []string
 }
 
 func (o Options) withDefaults() Options {
@@ -138,9 +132,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RuntimePath == "" {
 		o.RuntimePath = DefaultRuntimePath
-	}
-	if o.CDISpecDirs == nil {
-		o.CDISpecDirs = DefaultCDISpecDirs()
 	}
 	return o
 }
