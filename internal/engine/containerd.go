@@ -189,9 +189,9 @@ func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
 			out.Notes = append(out.Notes, fmt.Sprintf("%s: config version 1 cannot import drop-in files; editing it in place instead of writing %s", mainName, in.DropInPath))
 		}
 		before := deepCopy(mainT)
-		if len(mainT) == 0 {
-			mainT["version"] = int64(version)
-		}
+		// The version is written even where it is implied (version 1 has
+		// no key), as NVIDIA's nvidia-ctk does.
+		mainT["version"] = int64(version)
 		if err := registerContainerdRuntime(mainT, criPluginPath(version), version, srcCRI, in.Source == nil, o); err != nil {
 			return nil, fmt.Errorf("%s: %w", mainName, err)
 		}
