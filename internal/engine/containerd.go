@@ -73,7 +73,9 @@ type ContainerdInput struct {
 	// MainPath names the main file in messages and resolves relative
 	// imports.
 	MainPath string
-	// DropIn is the current content of the drop-in file (empty: none).
+	// DropIn is the current content of the drop-in file (empty: none). It
+	// is replaced, not merged; when it already says what the edit writes,
+	// its bytes are kept.
 	DropIn []byte
 	// DropInPath, an absolute path, selects drop-in mode; "" edits Main.
 	DropInPath string

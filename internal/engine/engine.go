@@ -8,7 +8,11 @@
 // containerd.go, crio.go) and one line in kinds, the registry Lookup and
 // Plan consult: adding an engine is adding a file and that line.
 //
-// Every edit keeps the rest of the file: other runtimes, unknown keys and
+// What is written follows NVIDIA's nvidia-ctk 1.20 case by case (see
+// docs/runtime-configure.md): the runtime's own entry is rebuilt from the
+// engine's base runtime, and a drop-in file is nvidia-ctk's own, rewritten
+// whole from the main configuration on every run. A main file that is
+// edited keeps the rest of its content: other runtimes, unknown keys and
 // settings the engine's own defaults would produce. An edit is idempotent:
 // configuring twice gives the same bytes as configuring once, and a file that
 // already says what was asked is left byte for byte as it was.
@@ -156,8 +160,9 @@ type Request struct {
 	ConfigPath string
 	// DropInPath, when set, receives the runtime instead of ConfigPath
 	// (containerd config versions 2 and 3, CRI-O). For containerd the main
-	// file is then only given an `imports` entry for it. Ignored, with a
-	// note, for Docker and for containerd version 1 configs.
+	// file is then only given an `imports` entry for the drop-in's
+	// directory. Ignored, with a note, for Docker and for containerd
+	// version 1 configs.
 	DropInPath string
 	// Source, when non-nil, is the engine's effective configuration (for
 	// example `containerd config dump`), used instead of ConfigPath's
