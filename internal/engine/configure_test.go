@@ -202,3 +202,108 @@ func TestConfigureGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestDropInRewritten checks that a drop-in is nvidia-ctk's own file:
+// whatever it held is replaced by what the run writes (a drop-in that
+// does not parse included), and one that already says the same, however
+// formatted, keeps its bytes.
+func TestDropInRewritten(t *testing.T) {
+	const rt = "/usr/bin/nvidia-container-runtime"
+	main := []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\nruntime_type = \"io.containerd.runc.v2\"\n")
+	crioMain := []byte("[crio.runtime.runtimes.runc]\nruntime_root = \"/run/runc\"\n")
+	tests := []struct {
+		name   string
+		engine Engine
+		main   []byte
+		dropIn string
+		// gone must not be in the new drop-in; kept reports whether the old
+		// bytes stay.
+		gone string
+		kept bool
+	}{
+		{name: "containerd garbage", engine: Containerd, main: main, dropIn: "[[", gone: "[["},
+		{name: "containerd other content", engine: Containerd, main: main, dropIn: "version = 2\n[plugins.other]\nx = 1\n", gone: "other"},
+		{name: "containerd equivalent", engine: Containerd, main: main, kept: true,
+			dropIn: "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\nruntime_type = \"io.containerd.runc.v2\"\n" +
+				"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_type = \"io.containerd.runc.v2\"\n" +
+				"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"" + rt + "\"\n"},
+		{name: "crio garbage", engine: CRIO, main: crioMain, dropIn: "[[", gone: "[["},
+		{name: "crio other content", engine: CRIO, main: crioMain, dropIn: "[crio.image]\npause_image = \"x\"\n", gone: "pause_image"},
+		{name: "crio equivalent", engine: CRIO, main: crioMain, kept: true,
+			dropIn: "[crio.runtime.runtimes.nvidia]\nruntime_root = \"/run/runc\"\nruntime_path = \"" + rt + "\"\nruntime_type = \"oci\"\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k, err := Lookup(string(tt.engine))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := Config{
+				Main:   ConfigFile{Path: k.DefaultConfigPath(), Data: tt.main, Existed: true},
+				DropIn: ConfigFile{Path: k.DefaultDropInPath(), Data: []byte(tt.dropIn), Existed: true},
+			}
+			res, err := k.Edit(c, Options{RuntimePath: rt}.withDefaults())
+			if err != nil {
+				t.Fatalf("Edit: %v", err)
+			}
+			f := res.Files[0]
+			if f.Path != c.DropIn.Path {
+				t.Fatalf("first file is %s, want the drop-in", f.Path)
+			}
+			if tt.kept {
+				if f.Changed || string(f.Data) != tt.dropIn {
+					t.Errorf("equivalent drop-in rewritten:\n%s", f.Data)
+				}
+				return
+			}
+			if !f.Changed || strings.Contains(string(f.Data), tt.gone) {
+				t.Errorf("drop-in not replaced (changed %v):\n%s", f.Changed, f.Data)
+			}
+			if got := mustTOML(t, f.Data); lookup(got, "crio", "runtime", "runtimes", "nvidia", "runtime_path") != rt &&
+				lookup(got, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "nvidia", "options", "BinaryName") != rt {
+				t.Errorf("new drop-in lacks the runtime:\n%s", f.Data)
+			}
+		})
+	}
+}
+
+// TestInPlaceNVIDIADefault checks the one place where nctk's base runtime
+// differs from NVIDIA's: a file edited in place whose default runtime is
+// already an NVIDIA one keeps the runtime's own settings (NVIDIA would copy
+// runc's), and without --set-as-default the default is removed.
+func TestInPlaceNVIDIADefault(t *testing.T) {
+	const rt = "/usr/bin/nvidia-container-runtime"
+	ctrd := []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia\"\n" +
+		"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\nruntime_type = \"io.containerd.runc.v2\"\n" +
+		"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/old\"\nSystemdCgroup = true\n" +
+		"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\nruntime_type = \"io.containerd.runc.v2\"\n")
+	out, err := EditContainerd(ContainerdInput{Main: ctrd}, Options{RuntimePath: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mustTOML(t, out.Main)
+	ctr := []string{"plugins", "io.containerd.grpc.v1.cri", "containerd"}
+	if got := lookup(m, append(ctr, "runtimes", "nvidia", "options", "SystemdCgroup")...); got != true {
+		t.Errorf("containerd: own SystemdCgroup = %v, want kept\n%s", got, out.Main)
+	}
+	if got := lookup(m, append(ctr, "runtimes", "nvidia", "options", "BinaryName")...); got != rt {
+		t.Errorf("containerd: BinaryName = %v", got)
+	}
+	if got := lookup(m, append(ctr, "default_runtime_name")...); got != nil {
+		t.Errorf("containerd: default_runtime_name = %v, want removed", got)
+	}
+
+	crio := []byte("[crio.runtime]\ndefault_runtime = \"nvidia\"\n[crio.runtime.runtimes.nvidia]\nmonitor_env = [\"A=1\"]\nruntime_path = \"/old\"\n" +
+		"[crio.runtime.runtimes.runc]\nruntime_root = \"/run/runc\"\n")
+	data, err := EditCRIO(crio, nil, Options{RuntimePath: rt, SetAsDefault: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustTOML(t, data)
+	if got := lookup(c, "crio", "runtime", "runtimes", "nvidia", "monitor_env"); got == nil || lookup(c, "crio", "runtime", "runtimes", "nvidia", "runtime_root") != nil {
+		t.Errorf("crio: the runtime's own table was not its base:\n%s", data)
+	}
+	if got := lookup(c, "crio", "runtime", "default_runtime"); got != "nvidia" {
+		t.Errorf("crio: default_runtime = %v", got)
+	}
+}
