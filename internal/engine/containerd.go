@@ -73,7 +73,9 @@ type ContainerdInput struct {
 	// MainPath names the main file in messages and resolves relative
 	// imports.
 	MainPath string
-	// DropIn is the current content of the drop-in file (empty: none).
+	// DropIn is the current content of the drop-in file (empty: none). It
+	// is replaced, not merged; when it already says what the edit writes,
+	// its bytes are kept.
 	DropIn []byte
 	// DropInPath, an absolute path, selects drop-in mode; "" edits Main.
 	DropInPath string
@@ -126,22 +128,29 @@ func containerdVersion(t tomlTable) (int, error) {
 	return int(n), nil
 }
 
-// EditContainerd registers the runtime in containerd's configuration.
+// EditContainerd registers the runtime in containerd's configuration, as
+// NVIDIA's nvidia-ctk 1.20 does.
 //
 // The runtime goes to <cri plugin>.containerd.runtimes.<name> (the plugin
-// path depends on the config version, see criPluginPath); a new entry
-// starts as a copy of the default, runc or crun runtime's table (when that
-// uses the runc shim), so that options such as SystemdCgroup carry over;
-// then runtime_type = "io.containerd.runc.v2" and options.BinaryName =
-// RuntimePath are set. SetAsDefault sets containerd.default_runtime_name;
-// EnableCDI sets enable_cdi = true and, when absent, cdi_spec_dirs.
+// path depends on the config version, see criPluginPath). The entry is
+// rebuilt on every run as a copy of the base runtime's table, whatever its
+// type (see baseRuntime), so that SystemdCgroup, runtime_root,
+// privileged_without_host_devices and the like carry over; runtime_type is
+// set to "io.containerd.runc.v2" only when the copy has none, and
+// options.BinaryName (in version 1 also options.Runtime) to RuntimePath.
+// SetAsDefault sets containerd.default_runtime_name; without it a
+// default_runtime_name naming the runtime is removed. EnableCDI sets
+// enable_cdi = true in the CRI plugin table.
 //
-// In drop-in mode (DropInPath set, config version 2 or 3) the drop-in gets
-// the change: because containerd before 2.1 replaces a plugin's whole table
-// with an imported file's, a drop-in without a CRI plugin table starts with a
-// copy of the source's. The main file gets DropInPath appended to its
-// top-level imports unless an entry (or glob) already covers it. Version 1
-// configs cannot import files; they are edited in place, with a note.
+// In drop-in mode (DropInPath set, config version 2 or 3) the drop-in is
+// written afresh on every run: the version, a copy of the source's whole
+// CRI plugin table (containerd before 2.1 replaces a plugin's table with an
+// imported file's, so a partial table would drop the main file's settings)
+// and the change; an existing drop-in is replaced, not merged. The main
+// file gets "<drop-in dir>/*.toml" appended to its top-level imports unless
+// an entry already names that glob or is a glob covering the drop-in.
+// Version 1 configs cannot import files; they are edited in place, with a
+// note. With a Source, the drop-in follows the source's config version.
 func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
 	o = o.withDefaults()
 	if err := o.validate(containerdEngine{}); err != nil {
@@ -182,10 +191,10 @@ func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
 			out.Notes = append(out.Notes, fmt.Sprintf("%s: config version 1 cannot import drop-in files; editing it in place instead of writing %s", mainName, in.DropInPath))
 		}
 		before := deepCopy(mainT)
-		if len(mainT) == 0 {
-			mainT["version"] = int64(version)
-		}
-		if err := registerContainerdRuntime(mainT, criPluginPath(version), srcCRI, o); err != nil {
+		// The version is written even where it is implied (version 1 has
+		// no key), as NVIDIA's nvidia-ctk does.
+		mainT["version"] = int64(version)
+		if err := registerContainerdRuntime(mainT, criPluginPath(version), version, srcCRI, in.Source == nil, o); err != nil {
 			return nil, fmt.Errorf("%s: %w", mainName, err)
 		}
 		if out.Main, err = encodeChanged(in.Main, before, mainT); err != nil {
@@ -197,30 +206,25 @@ func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
 	if !filepath.IsAbs(in.DropInPath) {
 		return nil, fmt.Errorf("drop-in path %q must be absolute", in.DropInPath)
 	}
-	dropT, err := parseTOML(in.DropIn)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", in.DropInPath, err)
+	dropVersion := version
+	if in.Source != nil && srcVersion > 1 {
+		dropVersion = srcVersion
 	}
-	before := deepCopy(dropT)
-	dropT["version"] = int64(version)
-	path := criPluginPath(version)
-	cri, err := subTable(dropT, path, false)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", in.DropInPath, err)
+	out.Version = dropVersion
+	path := criPluginPath(dropVersion)
+	cri := tomlTable{}
+	if srcCRI != nil && srcVersion == dropVersion {
+		cri = deepCopy(srcCRI).(map[string]any)
 	}
-	if cri == nil {
-		plugins, err := subTable(dropT, path[:1], true)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", in.DropInPath, err)
-		}
-		cri = tomlTable{}
-		if srcCRI != nil {
-			cri = deepCopy(srcCRI).(map[string]any)
-		}
-		plugins[path[1]] = cri
+	dropT := tomlTable{"version": int64(dropVersion), path[0]: tomlTable{path[1]: cri}}
+	if err := registerContainerdRuntime(dropT, path, dropVersion, srcCRI, false, o); err != nil {
+		return nil, fmt.Errorf("%s: %w", sourceName(in, mainName), err)
 	}
-	if err := registerContainerdRuntime(dropT, path, cri, o); err != nil {
-		return nil, fmt.Errorf("%s: %w", in.DropInPath, err)
+	// The drop-in is ours and rewritten whole; one that already says the
+	// same keeps its bytes, one that does not parse is replaced.
+	var before any
+	if old, err := parseTOML(in.DropIn); err == nil {
+		before = old
 	}
 	if out.DropIn, err = encodeChanged(in.DropIn, before, dropT); err != nil {
 		return nil, err
@@ -238,9 +242,11 @@ func sourceName(in ContainerdInput, mainName string) string {
 	return mainName
 }
 
-// registerContainerdRuntime edits the CRI plugin table at path in root;
-// base is the CRI table to copy an existing runc runtime from.
-func registerContainerdRuntime(root tomlTable, path []string, base tomlTable, o Options) error {
+// registerContainerdRuntime edits the CRI plugin table at path in root, a
+// config of the given version; base is the CRI table the new runtime's
+// settings are copied from (see baseRuntime), inPlace whether base is the
+// table being edited.
+func registerContainerdRuntime(root tomlTable, path []string, version int, base tomlTable, inPlace bool, o Options) error {
 	cri, err := subTable(root, path, true)
 	if err != nil {
 		return err
@@ -255,67 +261,84 @@ func registerContainerdRuntime(root tomlTable, path []string, base tomlTable, o 
 	if err != nil {
 		return err
 	}
-	rtPath := append(append([]string{}, runtimesPath...), o.RuntimeName)
-	rt, err := subTable(root, rtPath, false)
-	if err != nil {
-		return err
+	self := ""
+	if inPlace {
+		self = o.RuntimeName
 	}
-	if rt == nil {
-		rt = baseRuntime(base, o.RuntimeName)
-		runtimes[o.RuntimeName] = rt
+	rt := baseRuntime(base, runtimesPath[len(path):], self)
+	runtimes[o.RuntimeName] = rt
+	if typ, _ := rt["runtime_type"].(string); typ == "" {
+		rt["runtime_type"] = runcShimV2
 	}
-	rt["runtime_type"] = runcShimV2
-	opts, err := subTable(root, append(rtPath, "options"), true)
+	opts, err := subTable(rt, []string{"options"}, true)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", dotted(append(runtimesPath, o.RuntimeName)), err)
 	}
 	opts["BinaryName"] = o.RuntimePath
+	if version == 1 {
+		// containerd 1.x's v1 configs name the runc binary "Runtime".
+		opts["Runtime"] = o.RuntimePath
+	}
 	if o.SetAsDefault {
 		ctrd["default_runtime_name"] = o.RuntimeName
+	} else if def, _ := ctrd["default_runtime_name"].(string); def == o.RuntimeName {
+		delete(ctrd, "default_runtime_name")
 	}
 	if o.EnableCDI {
 		cri["enable_cdi"] = true
-		if _, ok := cri["cdi_spec_dirs"]; !ok {
-			cri["cdi_spec_dirs"] = anySlice(o.CDISpecDirs)
-		}
 	}
 	return nil
 }
 
-// baseRuntime returns a copy of the runtime table a new runtime should
-// start from: the default runtime, runc or crun of the CRI table base,
-// whichever exists first and runs through the runc shim; else an empty
-// table.
-func baseRuntime(base tomlTable, name string) tomlTable {
-	if base == nil {
-		return tomlTable{}
+// isNVIDIARuntime reports whether a default runtime's name is one of
+// NVIDIA's (nvidia, nvidia-cdi, nvidia-legacy, ...), which are never the
+// base a new runtime is copied from.
+func isNVIDIARuntime(name string) bool { return strings.HasPrefix(name, "nvidia") }
+
+// baseRuntime returns a copy of the runtime table a new runtime starts
+// from: in the CRI table base, the default runtime (unless it is one of
+// NVIDIA's, see isNVIDIARuntime), runc or crun, whichever has a table
+// first, whatever its runtime_type. Without one it is a runc-shim table
+// with empty runtime_root and runtime_engine and
+// privileged_without_host_devices = false. runtimesPath is the key path of
+// the runtimes table inside base.
+//
+// self, when not "", names the runtime being configured in a file edited in
+// place: when the default runtime is one of NVIDIA's, an existing table of
+// self is its own base. The default was then set by an earlier run, which
+// copied the table from the default of the time, and a second run writes
+// the same again instead of switching to runc's settings.
+func baseRuntime(base tomlTable, runtimesPath []string, self string) tomlTable {
+	var candidates []string
+	switch def, _ := lookupTable(base, runtimesPath[:1])["default_runtime_name"].(string); {
+	case def != "" && !isNVIDIARuntime(def):
+		candidates = append(candidates, def)
+	case def != "" && self != "":
+		candidates = append(candidates, self)
 	}
-	ctrd, _ := base["containerd"].(map[string]any)
-	if ctrd == nil {
-		return tomlTable{}
-	}
-	runtimes, _ := ctrd["runtimes"].(map[string]any)
-	var candidates []any
-	if def, ok := ctrd["default_runtime_name"].(string); ok && def != name && runtimes != nil {
-		candidates = append(candidates, runtimes[def])
-	}
-	if runtimes != nil {
-		candidates = append(candidates, runtimes["runc"], runtimes["crun"])
-	}
-	for _, c := range candidates {
-		t, ok := c.(map[string]any)
-		if !ok {
-			continue
-		}
-		switch typ, _ := t["runtime_type"].(string); typ {
-		case "", runcShimV2, "io.containerd.runc.v1":
+	runtimes := lookupTable(base, runtimesPath)
+	for _, c := range append(candidates, "runc", "crun") {
+		if t, ok := runtimes[c].(map[string]any); ok {
 			return deepCopy(t).(map[string]any)
 		}
 	}
-	return tomlTable{}
+	return tomlTable{
+		"runtime_type":                    runcShimV2,
+		"runtime_root":                    "",
+		"runtime_engine":                  "",
+		"privileged_without_host_devices": false,
+	}
 }
 
-// addContainerdImport returns main with dropIn in its top-level imports.
+// containerdImportGlob is the imports entry that makes containerd read the
+// drop-in: every .toml file of its directory, as NVIDIA writes it.
+func containerdImportGlob(dropIn string) string { return filepath.Dir(dropIn) + "/*.toml" }
+
+// addContainerdImport returns main with the drop-in directory's glob (see
+// containerdImportGlob) in its top-level imports, unless an entry already
+// is that glob or another glob covering the drop-in. An entry naming the
+// drop-in file itself does not count: the glob is added, as NVIDIA does
+// (containerd reads a file imported twice once).
 func addContainerdImport(main []byte, mainT tomlTable, version int, mainName, dropIn string) ([]byte, error) {
 	var imports []string
 	if v, ok := mainT["imports"]; ok {
@@ -329,28 +352,31 @@ func addContainerdImport(main []byte, mainT tomlTable, version int, mainName, dr
 	if abs, err := filepath.Abs(mainName); err == nil {
 		mainDir = filepath.Dir(abs)
 	}
+	glob := containerdImportGlob(dropIn)
 	for _, imp := range imports {
 		p := imp
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(mainDir, p)
 		}
-		if p == dropIn {
+		if p == glob {
 			return main, nil
 		}
-		if ok, err := filepath.Match(p, dropIn); err == nil && ok {
-			return main, nil
+		if strings.ContainsAny(p, "*?[") {
+			if ok, err := filepath.Match(p, dropIn); err == nil && ok {
+				return main, nil
+			}
 		}
 	}
 	want := deepCopy(mainT).(map[string]any)
 	if len(want) == 0 {
 		want["version"] = int64(version)
 	}
-	want["imports"] = anySlice(append(imports, dropIn))
+	want["imports"] = anySlice(append(imports, glob))
 
 	// Edit the text so that the rest of the file keeps its comments and
 	// layout; fall back to re-encoding when the result does not parse to
 	// exactly what it should.
-	line, err := toml.Marshal(map[string]any{"imports": append(imports, dropIn)})
+	line, err := toml.Marshal(map[string]any{"imports": append(imports, glob)})
 	if err != nil {
 		return nil, fmt.Errorf("encoding imports: %w", err)
 	}

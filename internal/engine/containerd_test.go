@@ -115,8 +115,8 @@ func TestEditContainerd(t *testing.T) {
 					}
 					dropT = mustTOML(t, out.DropIn)
 					imports, _ := stringSlice(mainT["imports"])
-					if !containsString(imports, m.dropIn) {
-						t.Errorf("main imports = %v, want it to contain %s", imports, m.dropIn)
+					if !containsString(imports, "/etc/containerd/conf.d/*.toml") {
+						t.Errorf("main imports = %v, want it to contain the drop-in directory's glob", imports)
 					}
 					if lookup(dropT, "version") != int64(version) {
 						t.Errorf("drop-in version = %v, want %d", lookup(dropT, "version"), version)
@@ -154,8 +154,8 @@ func TestEditContainerd(t *testing.T) {
 					if got := lookup(eff, append(append([]string{}, cri...), "enable_cdi")...); got != true {
 						t.Errorf("enable_cdi = %v", got)
 					}
-					if got := lookup(eff, append(append([]string{}, cri...), "cdi_spec_dirs")...); got == nil {
-						t.Errorf("cdi_spec_dirs missing")
+					if got := lookup(eff, append(append([]string{}, cri...), "cdi_spec_dirs")...); got != lookup(origT, append(append([]string{}, cri...), "cdi_spec_dirs")...) && got != nil {
+						t.Errorf("cdi_spec_dirs written: %v", got)
 					}
 				}
 
@@ -172,6 +172,9 @@ func TestEditContainerd(t *testing.T) {
 				want := deepCopy(origT).(map[string]any)
 				if len(origT) == 0 {
 					want["version"] = int64(2)
+				}
+				if version == 1 {
+					want["version"] = int64(1) // written explicitly, as NVIDIA does
 				}
 				if !reflect.DeepEqual(eff, want) {
 					t.Errorf("unrelated settings changed:\n got %v\nwant %v", eff, want)
@@ -283,7 +286,8 @@ func TestEditContainerdCopiesRuncOptions(t *testing.T) {
 			}
 		})
 	}
-	// A non-runc default runtime (kata) is not copied.
+	// A non-runc default runtime (kata) is copied too, type included, as
+	// NVIDIA's nvidia-ctk does.
 	in := []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"kata\"\n" +
 		"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.kata]\nruntime_type = \"io.containerd.kata.v2\"\n" +
 		"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.kata.options]\nConfigPath = \"/etc/kata.toml\"\n")
@@ -291,8 +295,12 @@ func TestEditContainerdCopiesRuncOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := lookup(mustTOML(t, out.Main), "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "nvidia", "options", "ConfigPath"); got != nil {
-		t.Errorf("kata options copied: ConfigPath = %v", got)
+	nv := []string{"plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "nvidia"}
+	if got := lookup(mustTOML(t, out.Main), append(nv, "options", "ConfigPath")...); got != "/etc/kata.toml" {
+		t.Errorf("kata options not copied: ConfigPath = %v", got)
+	}
+	if got := lookup(mustTOML(t, out.Main), append(nv, "runtime_type")...); got != "io.containerd.kata.v2" {
+		t.Errorf("runtime_type = %v, want the base's io.containerd.kata.v2", got)
 	}
 }
 
@@ -304,9 +312,10 @@ func TestEditContainerdImports(t *testing.T) {
 	}{
 		{"none", "version = 2\n", true},
 		{"other import", "version = 2\nimports = [\"/etc/containerd/x.toml\"]\n", true},
-		{"exact", "version = 2\nimports = [\"" + dropIn + "\"]\n", false},
+		{"exact", "version = 2\nimports = [\"" + dropIn + "\"]\n", true},
 		{"glob", "version = 2\nimports = [\"/etc/containerd/conf.d/*.toml\"]\n", false},
-		{"relative", "version = 2\nimports = [\"conf.d/99-nvidia.toml\"]\n", false},
+		{"relative", "version = 2\nimports = [\"conf.d/99-nvidia.toml\"]\n", true},
+		{"narrower glob", "version = 2\nimports = [\"/etc/containerd/conf.d/9*.toml\"]\n", false},
 		{"relative glob", "version = 2\nimports = [\"conf.d/*.toml\"]\n", false},
 		{"comment header", "# hello\n\n# world\nversion = 2\n[plugins]\n", true},
 	}
@@ -361,9 +370,9 @@ func TestEditContainerdErrors(t *testing.T) {
 		{"version 4", "version = 4\n", "", "unsupported config version 4"},
 		{"plugins scalar", "version = 2\nplugins = 3\n", "", "plugins is a integer"},
 		{"cri scalar", "version = 2\n[plugins]\n\"io.containerd.grpc.v1.cri\" = \"x\"\n", "", `plugins."io.containerd.grpc.v1.cri" is a string`},
-		{"runtime scalar", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes]\nnvidia = 1\n", "", "runtimes.nvidia is a integer"},
+		{"runtimes scalar", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nruntimes = 1\n", "", "containerd.runtimes is a integer"},
+		{"base options scalar", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\noptions = 1\n", "", "runtimes.nvidia: options is a integer"},
 		{"imports scalar", "version = 2\nimports = \"x\"\n", "", "imports is a string"},
-		{"bad drop-in", "version = 2\n", "[[", "/etc/containerd/conf.d/99-nvidia.toml: parsing TOML"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"reflect"
 )
 
 // CRIO is CRI-O's engine name.
@@ -31,23 +32,26 @@ func (crioEngine) ConfigCommands(string) [][]string {
 	return [][]string{{"crio", "status", "config"}, {"crio-status", "config"}}
 }
 
-// Edit registers the runtime (see EditCRIO) in the drop-in file, with the
-// main file as the base configuration, or else in the main file. A
-// configuration source replaces the base. CDI needs no setting: CRI-O
-// always has it on.
+// Edit registers the runtime (see EditCRIO). In drop-in mode the drop-in is
+// written afresh, as NVIDIA's nvidia-ctk does: it holds only the runtime
+// (and the default), copied from the main file's base runtime; a drop-in
+// that already says the same keeps its bytes. Without a drop-in the main
+// file is edited in place, keeping the rest of it. A configuration source
+// replaces the main file as the base. CDI needs no setting: CRI-O always
+// has it on.
 func (crioEngine) Edit(c Config, o Options) (*Result, error) {
 	res := &Result{}
 	if o.EnableCDI {
 		res.Notes = append(res.Notes, "CDI is always enabled in CRI-O; --cdi.enabled has no effect")
 	}
-	target, base, baseName := c.Main, []byte(nil), c.Main.Path
+	target, data, base, baseName := c.Main, c.Main.Data, []byte(nil), c.Main.Path
 	if c.DropIn.Path != "" {
-		target, base = c.DropIn, c.Main.Data
+		target, data, base = c.DropIn, nil, c.Main.Data
 	}
 	if c.Source != nil {
 		base, baseName = c.Source, "configuration source"
 	}
-	out, err := EditCRIO(target.Data, base, o)
+	out, err := EditCRIO(data, base, o)
 	var be *baseConfigError
 	if errors.As(err, &be) {
 		return nil, fmt.Errorf("%s: %w", baseName, be.err)
@@ -55,8 +59,28 @@ func (crioEngine) Edit(c Config, o Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", target.Path, err)
 	}
+	if c.DropIn.Path != "" {
+		out = keepEquivalent(target.Data, out)
+	}
 	res.Files = []File{target.update(out)}
 	return res, nil
+}
+
+// keepEquivalent returns old when it is TOML that decodes to the same as
+// data, else data.
+func keepEquivalent(old, data []byte) []byte {
+	if len(old) == 0 {
+		return data
+	}
+	a, err := parseTOML(old)
+	if err != nil {
+		return data
+	}
+	b, err := parseTOML(data)
+	if err != nil || !reflect.DeepEqual(a, b) {
+		return data
+	}
+	return old
 }
 
 // baseConfigError is EditCRIO's error for a base configuration that does
@@ -70,16 +94,17 @@ func (e *baseConfigError) Unwrap() error { return e.err }
 func crioRuntimesPath() []string { return []string{"crio", "runtime", "runtimes"} }
 
 // EditCRIO registers the runtime in the CRI-O TOML content data (crio.conf
-// itself, or a drop-in from crio.conf.d, which CRI-O merges key by key over
-// the main file) and returns the new content:
-// [crio.runtime.runtimes.<name>] with runtime_path = RuntimePath and
-// runtime_type = "oci", and with SetAsDefault crio.runtime.default_runtime.
-// A new runtime table starts as a copy of an existing table of that name
-// in base, or else of the default runtime's (crio.runtime.default_runtime,
-// else runc, else crun) in data or base, so that monitor_path,
-// runtime_root and the like carry over. base (may be nil) is the main
-// configuration in drop-in mode, or the effective configuration. Unchanged
-// content is returned as is.
+// itself, or empty for a new drop-in for crio.conf.d, which CRI-O merges
+// key by key over the main file) and returns the new content, as NVIDIA's
+// nvidia-ctk 1.20 writes it: [crio.runtime.runtimes.<name>] is replaced by
+// a copy of the base runtime's table, then runtime_path = RuntimePath and
+// runtime_type = "oci" are set. The base runtime is, in base (or in data
+// when base is nil), the default runtime (crio.runtime.default_runtime,
+// unless it is one of NVIDIA's), else runc, else crun, so that
+// monitor_path, runtime_root and the like carry over; when there is none,
+// an existing entry is kept and updated. SetAsDefault sets
+// crio.runtime.default_runtime; without it a default_runtime naming the
+// runtime is removed. Unchanged content is returned as is.
 func EditCRIO(data, base []byte, o Options) ([]byte, error) {
 	b, err := parseTOML(base)
 	if err != nil {
@@ -93,58 +118,56 @@ func EditCRIO(data, base []byte, o Options) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if base == nil {
+		b = t
+	}
 	before := deepCopy(t)
 	runtimes, err := subTable(t, crioRuntimesPath(), true)
 	if err != nil {
 		return nil, err
 	}
-	rtPath := append(crioRuntimesPath(), o.RuntimeName)
-	rt, err := subTable(t, rtPath, false)
+	self := ""
+	if base == nil {
+		self = o.RuntimeName
+	}
+	if r := crioBaseRuntime(b, self); r != nil {
+		runtimes[o.RuntimeName] = r
+	}
+	rt, err := subTable(t, append(crioRuntimesPath(), o.RuntimeName), true)
 	if err != nil {
 		return nil, err
 	}
-	if rt == nil {
-		rt = crioBaseRuntime(t, b, o.RuntimeName)
-		runtimes[o.RuntimeName] = rt
-	}
 	rt["runtime_path"] = o.RuntimePath
 	rt["runtime_type"] = "oci"
+	rtTable, err := subTable(t, []string{"crio", "runtime"}, true)
+	if err != nil {
+		return nil, err
+	}
 	if o.SetAsDefault {
-		rtTable, err := subTable(t, []string{"crio", "runtime"}, true)
-		if err != nil {
-			return nil, err
-		}
 		rtTable["default_runtime"] = o.RuntimeName
+	} else if def, _ := rtTable["default_runtime"].(string); def == o.RuntimeName {
+		delete(rtTable, "default_runtime")
 	}
 	return encodeChanged(data, before, t)
 }
 
-// crioBaseRuntime picks the table a new CRI-O runtime is copied from.
-func crioBaseRuntime(t, base tomlTable, name string) tomlTable {
-	lookup := func(rt string) tomlTable {
-		for _, cfg := range []tomlTable{t, base} {
-			if r, err := subTable(cfg, append(crioRuntimesPath(), rt), false); err == nil && r != nil {
-				return r
-			}
-		}
-		return nil
-	}
-	if r, err := subTable(base, append(crioRuntimesPath(), name), false); err == nil && r != nil {
-		return deepCopy(r).(map[string]any)
-	}
+// crioBaseRuntime returns a copy of the table a new CRI-O runtime starts
+// from (see EditCRIO), or nil. self is as for containerd's baseRuntime:
+// the runtime configured in a file edited in place, its own base when the
+// default runtime is one of NVIDIA's.
+func crioBaseRuntime(base tomlTable, self string) tomlTable {
 	var candidates []string
-	for _, cfg := range []tomlTable{t, base} {
-		if rtTable, err := subTable(cfg, []string{"crio", "runtime"}, false); err == nil && rtTable != nil {
-			if def, ok := rtTable["default_runtime"].(string); ok && def != name {
-				candidates = append(candidates, def)
-			}
-		}
+	switch def, _ := lookupTable(base, []string{"crio", "runtime"})["default_runtime"].(string); {
+	case def != "" && !isNVIDIARuntime(def):
+		candidates = append(candidates, def)
+	case def != "" && self != "":
+		candidates = append(candidates, self)
 	}
-	candidates = append(candidates, "runc", "crun")
-	for _, c := range candidates {
-		if r := lookup(c); r != nil {
+	runtimes := lookupTable(base, crioRuntimesPath())
+	for _, c := range append(candidates, "runc", "crun") {
+		if r, ok := runtimes[c].(map[string]any); ok {
 			return deepCopy(r).(map[string]any)
 		}
 	}
-	return tomlTable{}
+	return nil
 }

@@ -38,12 +38,14 @@ func (dockerEngine) Edit(c Config, o Options) (*Result, error) {
 }
 
 // EditDocker registers the runtime in the daemon.json content data (empty
-// data is an empty configuration) and returns the new content:
-// runtimes.<name> = {"path": <path>, "args": []} (other keys of an existing
-// entry are kept), "default-runtime": <name> with SetAsDefault and
-// "features": {"cdi": true} with EnableCDI. Every other key and value is
-// kept as written, in its order; the output is indented with two spaces.
-// When data already says all this, it is returned unchanged.
+// data is an empty configuration) and returns the new content, as NVIDIA's
+// nvidia-ctk 1.20 writes it: runtimes.<name> becomes exactly
+// {"args": [], "path": <path>} (an existing entry is replaced whole),
+// "default-runtime": <name> is set with SetAsDefault (and left alone
+// without it) and "features": {"cdi": true} with EnableCDI, other features
+// kept. Every other key and value is kept as written, in its order; the
+// output is indented with two spaces. When data already says all this, it
+// is returned unchanged.
 func EditDocker(data []byte, o Options) ([]byte, error) {
 	o = o.withDefaults()
 	if err := o.validate(dockerEngine{}); err != nil {
@@ -62,20 +64,11 @@ func EditDocker(data []byte, o Options) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	entry, err := runtimes.child(o.RuntimeName)
+	c, err := runtimes.setValue(o.RuntimeName, map[string]any{"args": []any{}, "path": o.RuntimePath})
 	if err != nil {
 		return nil, fmt.Errorf("runtimes: %w", err)
 	}
-	c, err := entry.setValue("path", o.RuntimePath)
-	if err != nil {
-		return nil, err
-	}
 	changed = changed || c
-	if !entry.has("args") {
-		entry.setRaw("args", json.RawMessage("[]"))
-		changed = true
-	}
-	runtimes.setRaw(o.RuntimeName, entry.marshal())
 	root.setRaw("runtimes", runtimes.marshal())
 
 	if o.SetAsDefault {
@@ -167,11 +160,6 @@ func describeToken(tok json.Token) string {
 	default:
 		return fmt.Sprintf("%v", t)
 	}
-}
-
-func (o *jsonObject) has(key string) bool {
-	_, ok := o.vals[key]
-	return ok
 }
 
 func (o *jsonObject) setRaw(key string, v json.RawMessage) {

@@ -78,8 +78,8 @@ func TestEditDocker(t *testing.T) {
 			if entry["path"] != o.RuntimePath {
 				t.Errorf("runtimes.%s.path = %v, want %s\n%s", name, entry["path"], o.RuntimePath, out)
 			}
-			if _, ok := entry["args"].([]any); !ok {
-				t.Errorf("runtimes.%s.args missing or not an array\n%s", name, out)
+			if args, ok := entry["args"].([]any); !ok || len(args) != 0 || len(entry) != 2 {
+				t.Errorf("runtimes.%s = %v, want exactly path and empty args\n%s", name, entry, out)
 			}
 			if d, _ := got["default-runtime"].(string); d != tt.wantDefault {
 				t.Errorf("default-runtime = %q, want %q", d, tt.wantDefault)
@@ -121,12 +121,8 @@ func TestEditDocker(t *testing.T) {
 func stripDockerEdits(got, orig map[string]any, name string, o Options) {
 	rts := got["runtimes"].(map[string]any)
 	origRts, _ := orig["runtimes"].(map[string]any)
-	if origEntry, ok := origRts[name].(map[string]any); ok {
-		entry := rts[name].(map[string]any)
-		entry["path"] = origEntry["path"]
-		if _, ok := origEntry["args"]; !ok {
-			delete(entry, "args")
-		}
+	if origEntry, ok := origRts[name]; ok {
+		rts[name] = origEntry // replaced whole
 	} else {
 		delete(rts, name)
 	}
@@ -202,7 +198,6 @@ func TestEditDockerErrors(t *testing.T) {
 		{"string", `"x"`, "want a JSON object", Options{}},
 		{"trailing", `{} {}`, "after the object", Options{}},
 		{"runtimes array", `{"runtimes": []}`, `"runtimes"`, Options{}},
-		{"entry string", `{"runtimes": {"nvidia": "x"}}`, `"nvidia"`, Options{}},
 		{"features array", `{"features": [1]}`, `"features"`, Options{EnableCDI: true}},
 		{"bad name", `{}`, "invalid runtime name", Options{RuntimeName: " x"}},
 	}

@@ -8,7 +8,11 @@
 // containerd.go, crio.go) and one line in kinds, the registry Lookup and
 // Plan consult: adding an engine is adding a file and that line.
 //
-// Every edit keeps the rest of the file: other runtimes, unknown keys and
+// What is written follows NVIDIA's nvidia-ctk 1.20 case by case (see
+// docs/runtime-configure.md): the runtime's own entry is rebuilt from the
+// engine's base runtime, and a drop-in file is nvidia-ctk's own, rewritten
+// whole from the main configuration on every run. A main file that is
+// edited keeps the rest of its content: other runtimes, unknown keys and
 // settings the engine's own defaults would produce. An edit is idempotent:
 // configuring twice gives the same bytes as configuring once, and a file that
 // already says what was asked is left byte for byte as it was.
@@ -110,10 +114,6 @@ const (
 	DefaultRuntimePath = "/usr/bin/nvidia-container-runtime"
 )
 
-// DefaultCDISpecDirs returns the CDI spec directories written to
-// containerd's cdi_spec_dirs when CDI is enabled and the file names none.
-func DefaultCDISpecDirs() []string { return []string{"/etc/cdi", "/var/run/cdi"} }
-
 // Options says what to register.
 type Options struct {
 	// RuntimeName is the runtime's name in the engine (default "nvidia").
@@ -125,11 +125,9 @@ type Options struct {
 	// SetAsDefault makes the runtime the engine's default runtime.
 	SetAsDefault bool
 	// EnableCDI turns on the engine's CDI support (Docker: features.cdi;
-	// containerd: enable_cdi and cdi_spec_dirs; CRI-O: always on, no-op).
+	// containerd: enable_cdi, whose spec directories default to /etc/cdi
+	// and /var/run/cdi; CRI-O: always on, no-op).
 	EnableCDI bool
-	// CDISpecDirs is written to containerd's cdi_spec_dirs when CDI is
-	// enabled and the config has none; nil means DefaultCDISpecDirs.
-	CDISpecDirs []string
 }
 
 func (o Options) withDefaults() Options {
@@ -138,9 +136,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RuntimePath == "" {
 		o.RuntimePath = DefaultRuntimePath
-	}
-	if o.CDISpecDirs == nil {
-		o.CDISpecDirs = DefaultCDISpecDirs()
 	}
 	return o
 }
@@ -165,8 +160,9 @@ type Request struct {
 	ConfigPath string
 	// DropInPath, when set, receives the runtime instead of ConfigPath
 	// (containerd config versions 2 and 3, CRI-O). For containerd the main
-	// file is then only given an `imports` entry for it. Ignored, with a
-	// note, for Docker and for containerd version 1 configs.
+	// file is then only given an `imports` entry for the drop-in's
+	// directory. Ignored, with a note, for Docker and for containerd
+	// version 1 configs.
 	DropInPath string
 	// Source, when non-nil, is the engine's effective configuration (for
 	// example `containerd config dump`), used instead of ConfigPath's

@@ -79,6 +79,20 @@ func subTable(t tomlTable, path []string, create bool) (tomlTable, error) {
 	return cur, nil
 }
 
+// lookupTable returns the table at path in t, or nil when there is none
+// (a missing key or a value of another kind).
+func lookupTable(t tomlTable, path []string) tomlTable {
+	cur := t
+	for _, k := range path {
+		n, ok := cur[k].(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = n
+	}
+	return cur
+}
+
 // dotted renders a key path the way TOML writes it.
 func dotted(path []string) string {
 	parts := make([]string, len(path))

@@ -365,7 +365,8 @@ func TestRuntimeCDIMode(t *testing.T) {
 // TestEngineContainerd configures containerd's own default configuration
 // (`containerd config default`, with its machine-wide paths moved into the
 // test's directory) with `nvidia-ctk runtime configure
-// --runtime=containerd`, checks that only the nvidia runtime entry was
+// --runtime=containerd --drop-in-config=""` (in place: without it the
+// default drop-in in /etc/containerd/conf.d is written), checks that only the nvidia runtime entry was
 // added, that containerd's merged view (`containerd config dump`) and its
 // CRI plugin, started on the file, have the entry, and runs a GPU container
 // with ctr through the runtime binary the entry names (ctr 1.6 cannot pick a
@@ -422,7 +423,7 @@ func TestEngineContainerd(t *testing.T) {
 	}
 
 	t.Run("configure", func(t *testing.T) {
-		engConfigure(t, "--runtime=containerd", "--config", cfg, "--nvidia-runtime-path", nvRuntime)
+		engConfigure(t, "--runtime=containerd", "--config", cfg, "--drop-in-config=", "--nvidia-runtime-path", nvRuntime)
 		data := readFile(t, cfg)
 		var after map[string]any
 		if err := toml.Unmarshal(data, &after); err != nil {
@@ -434,7 +435,7 @@ func TestEngineContainerd(t *testing.T) {
 		if !reflect.DeepEqual(after, before) {
 			t.Errorf("configure changed more than the nvidia runtime entry:\n%s", data)
 		}
-		engConfigure(t, "--runtime=containerd", "--config", cfg, "--nvidia-runtime-path", nvRuntime)
+		engConfigure(t, "--runtime=containerd", "--config", cfg, "--drop-in-config=", "--nvidia-runtime-path", nvRuntime)
 		if again := readFile(t, cfg); !bytes.Equal(again, data) {
 			t.Errorf("configuring twice changed the file:\nfirst:\n%s\nsecond:\n%s", data, again)
 		}

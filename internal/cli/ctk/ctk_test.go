@@ -78,7 +78,7 @@ func TestGlobal(t *testing.T) {
 }
 
 func TestRuntimeConfigureDocker(t *testing.T) {
-	pathDir, rtPath := fakeRuntimeDir(t)
+	pathDir, _ := fakeRuntimeDir(t)
 	environ := []string{"PATH=" + pathDir}
 	cfg := filepath.Join(t.TempDir(), "daemon.json")
 	if err := os.WriteFile(cfg, []byte(`{"registry-mirrors": ["https://m.example"], "runtimes": {"crun": {"path": "crun"}}}`), 0o600); err != nil {
@@ -94,7 +94,9 @@ func TestRuntimeConfigureDocker(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 		t.Fatalf("dry-run output is not JSON: %v\n%s", err, stdout)
 	}
-	if got["default-runtime"] != "nvidia" || got["runtimes"].(map[string]any)["nvidia"].(map[string]any)["path"] != rtPath {
+	// dockerd looks the runtime up in its own PATH: the bare name, as
+	// NVIDIA writes it.
+	if got["default-runtime"] != "nvidia" || got["runtimes"].(map[string]any)["nvidia"].(map[string]any)["path"] != "nvidia-container-runtime" {
 		t.Errorf("dry-run output: %s", stdout)
 	}
 	if data, _ := os.ReadFile(cfg); strings.Contains(string(data), "nvidia") {
@@ -129,10 +131,16 @@ func TestRuntimeConfigureDocker(t *testing.T) {
 }
 
 func TestRuntimeConfigureDefaultRuntimePath(t *testing.T) {
-	cfg := filepath.Join(t.TempDir(), "daemon.json")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "daemon.json")
 	stdout, stderr, code := run(t, []string{"PATH=" + t.TempDir()}, "runtime", "configure", "--config", cfg, "--dry-run")
-	if code != 0 || !strings.Contains(stdout, `"path": "/usr/bin/nvidia-container-runtime"`) {
-		t.Errorf("exit %d stdout %q stderr %q", code, stdout, stderr)
+	if code != 0 || !strings.Contains(stdout, `"path": "nvidia-container-runtime"`) {
+		t.Errorf("docker: exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	ctrd := filepath.Join(dir, "config.toml")
+	stdout, stderr, code = run(t, []string{"PATH=" + t.TempDir()}, "runtime", "configure", "--runtime=containerd", "--config", ctrd, "--drop-in-config=", "--dry-run")
+	if code != 0 || !strings.Contains(stdout, `BinaryName = '/usr/bin/nvidia-container-runtime'`) {
+		t.Errorf("containerd: exit %d stdout %q stderr %q", code, stdout, stderr)
 	}
 	stdout, _, _ = run(t, nil, "runtime", "configure", "--config", cfg, "--dry-run", "--runtime-path", "my-runtime")
 	if !strings.Contains(stdout, `"path": "my-runtime"`) {
@@ -150,8 +158,19 @@ func TestRuntimeConfigureContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// --config given, no --drop-in-config: the main file is edited.
+	// --config given, no --drop-in-config: the default drop-in is written
+	// all the same (as NVIDIA's does) and the main file imports its
+	// directory.
 	stdout, stderr, code := run(t, environ, "runtime", "configure", "--runtime", "containerd", "--config", cfg, "--dry-run")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.HasPrefix(stdout, "# /etc/containerd/conf.d/99-nvidia.toml\n") || !strings.Contains(stdout, "# "+cfg+"\n# my containerd\nimports = ['/etc/containerd/conf.d/*.toml']\n") {
+		t.Errorf("dry run with --config only:\n%s", stdout)
+	}
+
+	// --drop-in-config="": the main file is edited.
+	stdout, stderr, code = run(t, environ, "runtime", "configure", "--runtime", "containerd", "--config", cfg, "--drop-in-config=", "--dry-run")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -169,7 +188,7 @@ func TestRuntimeConfigureContainerd(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	gotMain, _ := os.ReadFile(cfg)
-	if want := "# my containerd\nimports = ['" + dropIn + "']\n" + main[len("# my containerd\n"):]; string(gotMain) != want {
+	if want := "# my containerd\nimports = ['" + filepath.Join(dir, "conf.d") + "/*.toml']\n" + main[len("# my containerd\n"):]; string(gotMain) != want {
 		t.Errorf("main file:\n%s\nwant:\n%s", gotMain, want)
 	}
 	d, err := os.ReadFile(dropIn)
@@ -186,7 +205,7 @@ func TestRuntimeConfigureContainerd(t *testing.T) {
 	if abs, _ := filepath.Abs("bin/rt"); code != 0 || !strings.Contains(stdout, "BinaryName = '"+abs+"'") {
 		t.Errorf("relative path: exit %d\n%s", code, stdout)
 	}
-	_, stderr, code = run(t, environ, "runtime", "configure", "--runtime=containerd", "--config", cfg, "--dry-run", "--runtime-path", "no-such-runtime")
+	_, stderr, code = run(t, environ, "runtime", "configure", "--runtime=containerd", "--config", cfg, "--drop-in-config=", "--dry-run", "--runtime-path", "no-such-runtime")
 	if code != 1 || !strings.Contains(stderr, "needs an absolute path") {
 		t.Errorf("bare name: exit %d stderr %q", code, stderr)
 	}
@@ -232,9 +251,8 @@ func TestRuntimeConfigureErrors(t *testing.T) {
 		{"malformed", []string{"--config", bad}, "nvidia-ctk: " + bad + ": parsing JSON"},
 		{"engine", []string{"--runtime", "podman"}, `nvidia-ctk: --runtime: unknown runtime "podman"`},
 		{"docker drop-in", []string{"--config", bad, "--drop-in-config", "/x.json"}, "docker has no drop-in"},
-		{"mode", []string{"--config-mode", "oci-hook"}, "--config-mode=oci-hook is not supported"},
+		{"hook path", []string{"--config-mode", "oci-hook", "--nvidia-runtime-hook-path", "bin/hook"}, `--nvidia-runtime-hook-path: runtime hook path "bin/hook" must be absolute`},
 		{"source", []string{"--config-source", "magic"}, `--config-source="magic"`},
-		{"docker command source", []string{"--config-source", "command"}, "not supported for docker"},
 		{"flag value", []string{"--set-as-default=perhaps"}, `invalid boolean value "perhaps"`},
 	}
 	for _, tt := range tests {
@@ -325,7 +343,7 @@ func TestRuntimeConfigureContainerdCommandSource(t *testing.T) {
 	// The drop-in copies the effective CRI table: the main file's setting
 	// and containerd's defaults (which the file did not spell out).
 	for _, want := range []string{"# " + dropIn, "sandbox_image = 'example.com/pause:from-main'", "max_concurrent_downloads = 3",
-		"BinaryName = '/usr/bin/nvidia-container-runtime'", "# " + main, "imports = ['" + dropIn + "']"} {
+		"BinaryName = '/usr/bin/nvidia-container-runtime'", "# " + main, "imports = ['" + filepath.Dir(dropIn) + "/*.toml']"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("dry-run output lacks %q:\n%s", want, stdout)
 		}

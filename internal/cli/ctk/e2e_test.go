@@ -46,7 +46,7 @@ func TestE2EDockerConfigure(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(orig), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, stderr, code := run(t, []string{"PATH=" + binDir}, "runtime", "configure", "--runtime=docker", "--config", cfg, "--set-as-default"); code != 0 {
+	if _, stderr, code := run(t, []string{"PATH=" + binDir}, "runtime", "configure", "--runtime=docker", "--config", cfg, "--set-as-default", "--runtime-path", fake.Path); code != 0 {
 		t.Fatalf("nvidia-ctk runtime configure: exit %d: %s", code, stderr)
 	}
 	data, _ := os.ReadFile(cfg)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nctk/nctk/internal/atomicfile"
 	"github.com/nctk/nctk/internal/cli/lookpath"
 	"github.com/nctk/nctk/internal/engine"
 )
@@ -25,7 +26,10 @@ func runtimeConfigure(e *env, args []string) error {
 		configPath  string
 		dropIn      string
 		source      = "file"
-		mode        = "config-file"
+		execPath    string
+		mode        string
+		hookFile    string
+		hookPath    = engine.DefaultRuntimeHookPath
 		rtName      = engine.DefaultRuntimeName
 		rtPath      string
 		setDefault  bool
@@ -35,24 +39,32 @@ func runtimeConfigure(e *env, args []string) error {
 	fs := newFlagSet("configure")
 	fs.String(&runtimeName, []string{"runtime"}, nil, "NAME", "the engine to configure: docker, containerd or crio")
 	fs.String(&configPath, []string{"config"}, nil, "FILE", "the engine's config file (default: /etc/docker/daemon.json, /etc/containerd/config.toml, /etc/crio/crio.conf)")
-	fs.String(&dropIn, []string{"drop-in-config"}, nil, "FILE", "write the runtime to this drop-in file (containerd, crio; default /etc/containerd/conf.d/99-nvidia.toml, /etc/crio/crio.conf.d/99-nvidia.toml unless --config is given; \"\" edits the main file)")
+	fs.String(&dropIn, []string{"drop-in-config"}, nil, "FILE", "write the runtime to this drop-in file (containerd, crio; default /etc/containerd/conf.d/99-nvidia.toml, /etc/crio/crio.conf.d/99-nvidia.toml, also with --config; \"\" edits the main file)")
 	fs.String(&source, []string{"config-source"}, nil, "SOURCE", "where the current settings come from: file, or command (`containerd config dump`, `crio status config`)")
-	fs.String(&mode, []string{"config-mode"}, nil, "MODE", "config-file (the only mode supported)")
+	fs.String(&execPath, []string{"executable-path"}, nil, "PATH", "the engine's executable for --config-source=command (containerd, crio)")
+	fs.String(&mode, []string{"config-mode"}, nil, "MODE", "config-file (default), or oci-hook (deprecated: write an OCI hooks.d file instead of editing the engine's config)")
+	fs.String(&hookFile, []string{"oci-hook-path"}, nil, "FILE", "with --config-mode=oci-hook, the hook file to write (default: stdout)")
+	fs.String(&hookPath, []string{"nvidia-runtime-hook-path"}, nil, "PATH", "with --config-mode=oci-hook, the nvidia-container-runtime-hook executable (absolute)")
 	fs.String(&rtName, []string{"nvidia-runtime-name"}, nil, "NAME", "the runtime's name in the engine")
-	fs.String(&rtPath, []string{"nvidia-runtime-path", "runtime-path"}, nil, "PATH", "the nvidia-container-runtime executable (default: found in PATH, else /usr/bin/nvidia-container-runtime)")
-	fs.Bool(&setDefault, []string{"set-as-default", "nvidia-set-as-default"}, nil, "make the runtime the engine's default")
-	fs.Bool(&enableCDI, []string{"cdi.enabled", "enable-cdi"}, nil, "enable CDI in the engine (docker: features.cdi; containerd: enable_cdi; always on in CRI-O)")
+	fs.String(&rtPath, []string{"nvidia-runtime-path", "runtime-path"}, nil, "PATH", "the nvidia-container-runtime executable (default: docker nvidia-container-runtime, looked up by dockerd; containerd, crio: found in PATH, else /usr/bin/nvidia-container-runtime)")
+	fs.Bool(&setDefault, []string{"set-as-default", "nvidia-set-as-default"}, nil, "make the runtime the engine's default (without it, a default naming the runtime is removed: containerd, crio)")
+	fs.Bool(&enableCDI, []string{"cdi.enabled", "cdi.enable", "enable-cdi"}, nil, "enable CDI in the engine (docker: features.cdi; containerd: enable_cdi; always on in CRI-O)")
 	fs.Bool(&dryRun, []string{"dry-run"}, nil, "print the resulting file(s) instead of writing them")
 	if err := parseLeaf(e, fs, args, "[flags]", "Register the NVIDIA runtime in a container engine's configuration, keeping every other setting."); err != nil {
 		return err
 	}
 
+	switch mode {
+	case "oci-hook", "hook":
+		e.log.Warn(fmt.Sprintf("the %q config mode is deprecated", mode))
+		return writeOCIHook(e, hookFile, hookPath)
+	case "", "config-file", "config":
+	default:
+		e.log.Warn(fmt.Sprintf("ignoring the unsupported config mode %q; using config-file", mode))
+	}
 	eng, err := engine.Lookup(runtimeName)
 	if err != nil {
 		return fmt.Errorf("--runtime: %w", err)
-	}
-	if mode != "config-file" {
-		return fmt.Errorf("--config-mode=%s is not supported (only config-file)", mode)
 	}
 	if configPath == "" {
 		configPath = eng.DefaultConfigPath()
@@ -63,7 +75,7 @@ func runtimeConfigure(e *env, args []string) error {
 			return fmt.Errorf("--drop-in-config: %s has no drop-in configuration files", eng.Name())
 		}
 		dropIn = ""
-	case !fs.IsSet("drop-in-config") && !fs.IsSet("config"):
+	case !fs.IsSet("drop-in-config"):
 		dropIn = eng.DefaultDropInPath()
 	}
 	if rtPath, err = runtimePath(e, eng, rtPath); err != nil {
@@ -75,12 +87,20 @@ func runtimeConfigure(e *env, args []string) error {
 		DropInPath: dropIn,
 		Options:    engine.Options{RuntimeName: rtName, RuntimePath: rtPath, SetAsDefault: setDefault, EnableCDI: enableCDI},
 	}
+	commands := eng.ConfigCommands(configPath)
+	if execPath != "" {
+		if commands == nil {
+			e.log.Warn(fmt.Sprintf("ignoring --executable-path=%s for %s", execPath, eng.Name()))
+		} else {
+			commands[0] = append([]string{execPath}, commands[0][1:]...)
+		}
+	}
 	switch source {
 	case "file":
 	case "command":
-		commands := eng.ConfigCommands(configPath)
 		if commands == nil {
-			return fmt.Errorf("--config-source=command is not supported for %s", eng.Name())
+			e.log.Warn(fmt.Sprintf("--config-source=command is not supported for %s; using the file", eng.Name()))
+			break
 		}
 		if req.Source, err = engineConfigDump(e, commands); err != nil {
 			return err
@@ -121,13 +141,38 @@ func runtimeConfigure(e *env, args []string) error {
 	return nil
 }
 
-// runtimePath resolves --nvidia-runtime-path: the default is the runtime
-// found in PATH (absolute), else /usr/bin/nvidia-container-runtime.
-// Engines that do not look the runtime up themselves (containerd, CRI-O)
-// need an absolute path: a bare name is looked up in PATH, a relative path
-// is made absolute.
+// writeOCIHook writes the OCI hooks.d file for --config-mode=oci-hook to
+// file (its directory created), or to stdout when file is "".
+func writeOCIHook(e *env, file, hookPath string) error {
+	data, err := engine.OCIHook(hookPath)
+	if err != nil {
+		return fmt.Errorf("--nvidia-runtime-hook-path: %w", err)
+	}
+	if file == "" {
+		_, err := e.Stdout.Write(data)
+		return err
+	}
+	if err := atomicfile.WriteFile(file, data, atomicfile.Options{Mode: 0o644, DirMode: 0o755, Sync: true}); err != nil {
+		return fmt.Errorf("--oci-hook-path: writing %s: %w", file, err)
+	}
+	e.log.Info("wrote OCI hook", "file", file)
+	return nil
+}
+
+// runtimePath resolves --nvidia-runtime-path. An engine that looks the
+// runtime up itself (Docker) gets it as given, by default the bare name
+// nvidia-container-runtime, as NVIDIA writes it. The others (containerd,
+// CRI-O) need an absolute path: the default is the runtime found in PATH,
+// else /usr/bin/nvidia-container-runtime; a bare name is looked up in
+// PATH, a relative path is made absolute.
 func runtimePath(e *env, eng engine.Kind, p string) (string, error) {
 	pathEnv := e.Getenv("PATH")
+	if eng.RuntimeByName() {
+		if p == "" {
+			return runtimeBinary, nil
+		}
+		return p, nil
+	}
 	if p == "" {
 		if found, err := lookPath(runtimeBinary, pathEnv); err == nil {
 			return found, nil
@@ -135,7 +180,7 @@ func runtimePath(e *env, eng engine.Kind, p string) (string, error) {
 		e.log.Debug("nvidia-container-runtime not found in PATH; using the default path", "path", engine.DefaultRuntimePath)
 		return engine.DefaultRuntimePath, nil
 	}
-	if eng.RuntimeByName() || filepath.IsAbs(p) {
+	if filepath.IsAbs(p) {
 		return p, nil
 	}
 	if !strings.Contains(p, "/") {
@@ -163,11 +208,18 @@ func lookPath(name, pathEnv string) (string, error) {
 
 // engineConfigDump runs the first of the engine's own "print the effective
 // config" commands (Kind.ConfigCommands) that works, for
-// --config-source=command.
+// --config-source=command. A command named by a bare name is looked up in
+// PATH and the sbin directories; one given as a path (--executable-path)
+// is run as it is.
 func engineConfigDump(e *env, candidates [][]string) ([]byte, error) {
 	var errs []string
 	for _, argv := range candidates {
-		path, err := lookPath(argv[0], e.Getenv("PATH")+":/usr/local/sbin:/usr/sbin:/sbin")
+		path, err := argv[0], error(nil)
+		if !strings.Contains(path, "/") {
+			path, err = lookPath(argv[0], e.Getenv("PATH")+":/usr/local/sbin:/usr/sbin:/sbin")
+		} else if !lookpath.IsExecutable(path) {
+			err = fmt.Errorf("%s: not an executable file", path)
+		}
 		if err != nil {
 			errs = append(errs, err.Error())
 			continue
