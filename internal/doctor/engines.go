@@ -11,6 +11,7 @@ import (
 
 	toml "github.com/pelletier/go-toml/v2"
 
+	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/engine"
 )
 
@@ -349,7 +350,7 @@ func checkPodman(h *hostState) []Finding {
 		return nil
 	}
 	var dirs []string
-	for _, d := range engine.DefaultCDISpecDirs() {
+	for _, d := range cdispec.DefaultSpecDirs() {
 		dirs = append(dirs, h.host(d))
 	}
 	for _, d := range dirs {
