@@ -118,6 +118,19 @@ type Options struct {
 	// Bundle is an OCI bundle directory to judge as the runtime would
 	// start it; "" checks no container.
 	Bundle string
+	// Image is an image known to docker, podman or containerd to judge as
+	// Bundle judges a bundle (Bundle wins when both are set); "" checks
+	// no image. The engines asked are those of Engines among docker,
+	// podman and containerd (all three when Engines names none of them),
+	// in that order; the first that knows the image streams it
+	// (`docker image save`, `podman image save`, `ctr images export`).
+	Image string
+	// DockerHost is DOCKER_HOST for the docker client that reads Image
+	// ("": the environment's, else docker's default socket).
+	DockerHost string
+	// ContainerdNamespace is the containerd namespace holding Image (""
+	// searches k8s.io, default and moby).
+	ContainerdNamespace string
 	// Engines limits the engine checks to these engines (docker,
 	// containerd, crio, podman); nil checks every engine found.
 	Engines []string
@@ -195,6 +208,7 @@ func Run(o Options) (*Report, error) {
 		}
 	}
 	h := newHostState(o)
+	defer h.close()
 	var out []Finding
 	for _, c := range registry() {
 		for _, f := range c.Run(h) {

@@ -500,35 +500,50 @@ func TestBrokenHosts(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, r, &o)
 			}
-			rep := run(t, r, o)
-			var got *Finding
-			for _, f := range find(rep, tc.want.check) {
-				if f.Severity == tc.want.sev && strings.Contains(f.Problem, tc.want.problem) {
-					got = &f
-					break
-				}
-			}
-			if got == nil {
-				t.Fatalf("no %s finding %q from %s; report:\n%s", tc.want.sev, tc.want.problem, tc.want.check, dump(rep))
-			}
-			if !strings.Contains(got.Fix, tc.want.fix) {
-				t.Errorf("fix %q, want it to contain %q", got.Fix, tc.want.fix)
-			}
-			if !strings.Contains(got.Breaks, tc.want.breaks) {
-				t.Errorf("breaks %q, want it to contain %q", got.Breaks, tc.want.breaks)
-			}
-			if tc.want.sev > OK && (got.Fix == "" || got.Breaks == "") {
-				t.Errorf("finding without fix or breaks: %+v", *got)
-			}
-			if tc.want.values != nil {
-				for k, v := range tc.want.values(r) {
-					if got.Values[k] != v {
-						t.Errorf("value %s = %q, want %q (values %v)", k, got.Values[k], v, got.Values)
+			check := func(t *testing.T, rep *Report) {
+				t.Helper()
+				var got *Finding
+				for _, f := range find(rep, tc.want.check) {
+					if f.Severity == tc.want.sev && strings.Contains(f.Problem, tc.want.problem) {
+						got = &f
+						break
 					}
 				}
+				if got == nil {
+					t.Fatalf("no %s finding %q from %s; report:\n%s", tc.want.sev, tc.want.problem, tc.want.check, dump(rep))
+				}
+				if !strings.Contains(got.Fix, tc.want.fix) {
+					t.Errorf("fix %q, want it to contain %q", got.Fix, tc.want.fix)
+				}
+				if !strings.Contains(got.Breaks, tc.want.breaks) {
+					t.Errorf("breaks %q, want it to contain %q", got.Breaks, tc.want.breaks)
+				}
+				if tc.want.sev > OK && (got.Fix == "" || got.Breaks == "") {
+					t.Errorf("finding without fix or breaks: %+v", *got)
+				}
+				if tc.want.values != nil {
+					for k, v := range tc.want.values(r) {
+						if got.Values[k] != v {
+							t.Errorf("value %s = %q, want %q (values %v)", k, got.Values[k], v, got.Values)
+						}
+					}
+				}
+				if tc.want.sev == Error && rep.Worst() != Error {
+					t.Errorf("worst severity %s, want error", rep.Worst())
+				}
 			}
-			if tc.want.sev == Error && rep.Worst() != Error {
-				t.Errorf("worst severity %s, want error", rep.Worst())
+			check(t, run(t, r, o))
+			if o.Bundle == "" {
+				return
+			}
+			// The same container as an image, read from a docker client in
+			// both archive layouts, gives the same finding.
+			for _, layout := range []string{layoutDockerSave, layoutOCI} {
+				t.Run(layout, func(t *testing.T) {
+					io := o
+					asImage(t, &io, layout)
+					check(t, run(t, r, io))
+				})
 			}
 		})
 	}
