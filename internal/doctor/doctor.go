@@ -175,6 +175,7 @@ func registry() []Check {
 		{"cdi.stale", checkCDIStale},
 		{"cdi.duplicates", checkCDIDuplicates},
 		{"engine.docker", checkDocker},
+		{"engine.docker-cgroup", checkDockerCgroup},
 		{"engine.containerd", checkContainerd},
 		{"engine.crio", checkCRIO},
 		{"engine.podman", checkPodman},
