@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/ocispec"
 )
 
@@ -305,8 +306,9 @@ func TestImageIndexBounds(t *testing.T) {
 	}
 }
 
-// fakeDocker writes a docker client that knows one image (name) and
-// streams archive for `docker image save`; it returns the PATH to use.
+// fakeDocker writes a docker client (which serves as a podman client
+// too) that knows one image (name) and streams archive for `image save`;
+// it returns the PATH to use.
 func fakeDocker(t *testing.T, name string, archive []byte) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -322,7 +324,7 @@ func fakeDocker(t *testing.T, name string, archive []byte) string {
 last=""; for a in "$@"; do last="$a"; done
 [ "$last" = "` + name + `" ] || { echo "Error: No such image: $last" >&2; exit 1; }
 case "$1 $2" in
-"image inspect") echo sha256:1234 ;;
+"image inspect"|"image exists") echo sha256:1234 ;;
 "image save") exec ` + cat + ` ` + arch + ` ;;
 *) echo "unexpected: $*" >&2; exit 2 ;;
 esac
@@ -378,4 +380,96 @@ func asImage(t *testing.T, o *Options, layout string) {
 	const name = "nctk-test/image:1"
 	bin := fakeDocker(t, name, imageArchive(t, layout, cfg, tarOf(t, entries...)))
 	o.Bundle, o.Image, o.Environ = "", name, []string{"PATH=" + bin}
+}
+
+// TestImageFromEngine reads images through stand-in engine clients: the
+// engine that knows the image is used, --engine limits the engines
+// asked, and a client that fails or streams garbage is a
+// container.request error naming why.
+func TestImageFromEngine(t *testing.T) {
+	r := fixture.Build(t, fixture.Spec{GPUs: 1})
+	layer := tarOf(t, tent{name: "lib/ld-musl-x86_64.so.1", body: "x"})
+	good := imageArchive(t, layoutDockerSave, imageConfig{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}, layer)
+	client := func(t *testing.T, name, script string) string {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	for _, tc := range []struct {
+		name    string
+		path    func(t *testing.T) string
+		engines []string
+		check   string
+		problem string
+	}{
+		{"docker knows it", func(t *testing.T) string { return fakeDocker(t, "img", good) }, nil, "container.libc", "musl"},
+		{"podman knows it", func(t *testing.T) string {
+			dir := fakeDocker(t, "img", good)
+			if err := os.Rename(filepath.Join(dir, "docker"), filepath.Join(dir, "podman")); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, nil, "container.libc", "musl"},
+		{"nobody knows it", func(t *testing.T) string {
+			dir := fakeDocker(t, "other", good)
+			if err := os.Link(filepath.Join(dir, "docker"), filepath.Join(dir, "podman")); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, nil, "container.request", "no engine knows it (docker: Error: No such image: img; podman: Error: No such image: img; containerd (namespace k8s.io): ctr not found on PATH"},
+		{"containerd knows it, in namespace default", func(t *testing.T) string {
+			dir := t.TempDir()
+			arch := filepath.Join(dir, "oci.tar")
+			if err := os.WriteFile(arch, imageArchive(t, layoutOCI, imageConfig{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}, layer), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cat, err := exec.LookPath("cat")
+			if err != nil {
+				t.Skip("no cat on PATH")
+			}
+			const ref = "docker.io/library/img:latest"
+			return client(t, "ctr", `[ "$2" = default ] || exit 0
+case "$4" in
+ls) [ "$6" = "name==`+ref+`" ] && echo `+ref+`; exit 0 ;;
+export) [ "$5 $6" = "- `+ref+`" ] && exec `+cat+` `+arch+`; exit 1 ;;
+esac
+exit 2
+`)
+		}, nil, "container.libc", "musl"},
+		{"engine limited", func(t *testing.T) string { return fakeDocker(t, "img", good) }, []string{"podman"}, "container.request", "podman not found on PATH"},
+		{"garbage stream", func(t *testing.T) string { return fakeDocker(t, "img", []byte("garbage")) }, nil, "container.request", "image archive"},
+		{"client fails", func(t *testing.T) string {
+			return client(t, "docker", "[ \"$2\" = save ] && { echo 'permission denied while trying to connect' >&2; exit 1; }\nexit 0\n")
+		}, nil, "container.request", "permission denied while trying to connect"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{Image: "img", Environ: []string{"PATH=" + tc.path(t)}, Engines: tc.engines}
+			rep := run(t, r, o)
+			var ok bool
+			for _, f := range find(rep, tc.check) {
+				ok = ok || strings.Contains(f.Problem, tc.problem)
+			}
+			if !ok {
+				t.Fatalf("no %s finding %q:\n%s", tc.check, tc.problem, dump(rep))
+			}
+		})
+	}
+}
+
+func TestFullImageName(t *testing.T) {
+	for in, want := range map[string]string{
+		"ubuntu":                         "docker.io/library/ubuntu:latest",
+		"ubuntu:22.04":                   "docker.io/library/ubuntu:22.04",
+		"nvidia/cuda:12.4.1-base":        "docker.io/nvidia/cuda:12.4.1-base",
+		"nvcr.io/nvidia/pytorch:24.01":   "nvcr.io/nvidia/pytorch:24.01",
+		"localhost/app":                  "localhost/app:latest",
+		"registry:5000/app":              "registry:5000/app:latest",
+		"ubuntu@sha256:" + sha([]byte{}): "docker.io/library/ubuntu@sha256:" + sha([]byte{}),
+	} {
+		if got := fullImageName(in); got != want {
+			t.Errorf("fullImageName(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

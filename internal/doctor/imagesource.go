@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,17 +214,19 @@ func (h *hostState) export(c engineCmd, want func(*image) []string) (*image, err
 	}
 	im, rerr := readImageArchive(out, want)
 	if rerr != nil {
-		// Let the client finish (or fail) before waiting on it.
-		_, _ = io.Copy(io.Discard, out)
+		// The archive is refused: stop the client rather than read the
+		// rest of its stream.
+		cancel()
+		_ = cmd.Wait()
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			return nil, fmt.Errorf("%s: %w (%s said: %s)", c.engine, rerr, c.export[0], echo.Line(msg, 300))
+		}
+		return nil, fmt.Errorf("%s: %w", c.engine, rerr)
 	}
-	werr := cmd.Wait()
-	if werr != nil {
+	if err := cmd.Wait(); err != nil {
 		im.close()
 		msg := strings.TrimSpace(stderr.String())
-		return nil, fmt.Errorf("%s: %s: %w (%s)", c.engine, strings.Join(c.export, " "), werr, echo.Line(msg, 300))
-	}
-	if rerr != nil {
-		return nil, fmt.Errorf("%s: %w", c.engine, rerr)
+		return nil, fmt.Errorf("%s: %s: %w (%s)", c.engine, strings.Join(c.export, " "), err, echo.Line(msg, 300))
 	}
 	return im, nil
 }
