@@ -103,6 +103,7 @@ func TestE2EDoctorImage(t *testing.T) {
 
 	// DOCKER_HOST works as the flag does.
 	stdout, _, _ = doctorRun(append(env, "DOCKER_HOST="+d.Host))
+	t.Logf("DOCKER_HOST=%s nvidia-ctk doctor --host-root %s --engine docker --image %s:\n%s", d.Host, host.Path, image, stdout)
 	if !strings.Contains(stdout, "ERROR    container.requirements") {
 		t.Errorf("with DOCKER_HOST: no requirement error:\n%s", stdout)
 	}
