@@ -160,12 +160,13 @@ func TestImageArchive(t *testing.T) {
 		tent{name: "hard-missing", typ: tar.TypeLink, link: "no/such"},
 		tent{name: "bin/tool", body: "v2"},
 		tent{name: "dev/fifo", typ: tar.TypeFifo},
+		tent{name: "lib/via-link", body: "z"}, // lib is a link to usr/lib
 	)
 	cfg := imageConfig{Env: []string{"A=1"}, Entrypoint: []string{"/usr/local/bin/app"}, Cmd: []string{"--x"}, WorkingDir: "/w"}
 	for _, layout := range []string{layoutDockerSave, layoutOCI} {
 		t.Run(layout, func(t *testing.T) {
-			im, err := readImageArchive(bytes.NewReader(imageArchive(t, layout, cfg, base, top)), func(*image) []string {
-				return []string{"/up", "/hard", "/bin/tool", "/lib/nothing"}
+			im, err := readImageArchive(bytes.NewReader(imageArchive(t, layout, cfg, base, top)), func(*image) []keepFile {
+				return []keepFile{{"/up", 1 << 20}, {"/hard", 1 << 20}, {"/bin/tool", 1 << 20}, {"/lib/nothing", 1 << 20}, {"/abs/file", 2}}
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -178,11 +179,14 @@ func TestImageArchive(t *testing.T) {
 			for p, want := range map[string]bool{
 				"/opt/keep/upper": true, "/opt/keep/lower": false, "/opt/keep/sub/deep": false, "/opt/old/gone": false, "/opt/old": false,
 				"/usr/lib/libcuda.so.470.82.01": false, "/lib/libcuda.so.470.82.01": false, "/escape": false, "/escape2": false,
-				"/abs/file": true, "/loop1": false, "/up": true, "/hard": true, "/hard-missing": false, "/usr/local/bin/app": true,
+				"/abs/file": true, "/usr/lib/via-link": true, "/loop1": false, "/up": true, "/hard": true, "/hard-missing": false, "/usr/local/bin/app": true,
 			} {
 				if _, _, ok := x.stat(p); ok != want {
 					t.Errorf("stat(%s) exists = %v, want %v", p, ok, want)
 				}
+			}
+			if e := x.entries["/lib"]; e == nil || e.kind != kindSymlink {
+				t.Errorf("/lib is no longer a link: %+v", e)
 			}
 			if real, regular, _ := x.stat("/up"); real != "/usr/local/bin/app" || !regular {
 				t.Errorf("/up resolves to %q (regular %v)", real, regular)
@@ -204,8 +208,10 @@ func TestImageArchive(t *testing.T) {
 					t.Errorf("read %s: %d bytes, %v", p, len(data), err)
 				}
 			}
-			if _, err := readAll(x, "/etc/ld.so.cache", 1<<20); err == nil || !strings.Contains(err.Error(), errNotKept.Error()) {
-				t.Errorf("ld.so.cache read without being kept: %v", err)
+			for _, p := range []string{"/etc/ld.so.cache", "/abs/file"} { // not asked for; over its limit
+				if _, err := readAll(x, p, 1<<20); err == nil || !strings.Contains(err.Error(), errNotKept.Error()) {
+					t.Errorf("%s read without being kept: %v", p, err)
+				}
 			}
 			if entries, err := fileFatbin(x, "/up"); err != nil || !reflect.DeepEqual(entries, []FatbinEntry{{Arch: 80}}) {
 				t.Errorf("fatbin of /up: %v, %v", entries, err)
@@ -249,7 +255,7 @@ func TestImageArchiveErrors(t *testing.T) {
 			tent{name: "manifest.json", body: `[{"Config":"c.json","Layers":["l.tar"]}]`}), "layer l.tar"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			im, err := readImageArchive(bytes.NewReader(tc.archive), func(*image) []string { return nil })
+			im, err := readImageArchive(bytes.NewReader(tc.archive), func(*image) []keepFile { return nil })
 			if err == nil {
 				im.close()
 				t.Fatal("read without error")

@@ -262,7 +262,7 @@ func (a *archiveReader) layerTar(p string) (*tar.Reader, error) {
 // the checks read, which a second pass keeps (in an unlinked temporary
 // file). Everything is bounded: the archive's size, each layer's expanded
 // size, the number of files, path lengths, link hops, and the content kept.
-func readImageArchive(r io.Reader, want func(*image) []string) (*image, error) {
+func readImageArchive(r io.Reader, want func(*image) []keepFile) (*image, error) {
 	a, err := spool(r, maxArchiveBytes)
 	if err != nil {
 		return nil, err
@@ -316,6 +316,12 @@ func (a *archiveReader) applyLayer(x *imageIndex, n int, p string) error {
 			x.skipped++
 			continue
 		}
+		// A directory on the way that an earlier entry made a link is
+		// followed, inside the image, as the engines do when they apply
+		// a layer.
+		if dir, e, ok := x.lookup(path.Dir(name)); ok && e.kind == kindDir && dir != path.Dir(name) {
+			name = path.Join(dir, path.Base(name))
+		}
 		if x.whiteout(name, n) {
 			continue
 		}
@@ -346,13 +352,20 @@ func (a *archiveReader) applyLayer(x *imageIndex, n int, p string) error {
 	}
 }
 
+// keepFile names a file whose content the checks read, and the largest
+// size that is read of it (a larger file is not kept).
+type keepFile struct {
+	path  string
+	limit int64
+}
+
 // keep reads the content of the files named (links followed) in a second
 // pass over the layers that hold them.
-func (a *archiveReader) keep(im *image, names []string, layers []string) error {
+func (a *archiveReader) keep(im *image, files []keepFile, layers []string) error {
 	need := map[imageSrc][]*imageEntry{}
-	for _, n := range names {
-		_, e, ok := im.files.lookup(n)
-		if !ok || e.kind != kindRegular || e.kept || e.size > hostfile.MaxLibrary {
+	for _, f := range files {
+		_, e, ok := im.files.lookup(f.path)
+		if !ok || e.kind != kindRegular || e.kept || e.size > f.limit || slices.Contains(need[e.src], e) {
 			continue
 		}
 		need[e.src] = append(need[e.src], e)

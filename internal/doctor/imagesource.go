@@ -176,7 +176,7 @@ func (h *hostState) probe(c engineCmd) string {
 // loadImage finds an engine that knows the image and reads its archive
 // from the engine's export command's stdout. It changes nothing in the
 // engine.
-func (h *hostState) loadImage(name string, want func(*image) []string) (*image, string, error) {
+func (h *hostState) loadImage(name string, want func(*image) []keepFile) (*image, string, error) {
 	nf := &ImageNotFoundError{Image: name}
 	for _, c := range h.engineCmds(name) {
 		if why := h.probe(c); why != "" {
@@ -193,7 +193,7 @@ func (h *hostState) loadImage(name string, want func(*image) []string) (*image, 
 }
 
 // export streams c's export command into readImageArchive.
-func (h *hostState) export(c engineCmd, want func(*image) []string) (*image, error) {
+func (h *hostState) export(c engineCmd, want func(*image) []keepFile) (*image, error) {
 	bin, err := h.lookClient(c.export[0])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.engine, err)

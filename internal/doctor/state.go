@@ -14,6 +14,8 @@ import (
 
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/hostfile"
+	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/procfs"
 	"github.com/nctk/nctk/internal/request"
@@ -235,7 +237,7 @@ func (h *hostState) loadBundle() *containerState {
 // keeping the content of the files the checks read.
 func (h *hostState) loadImageContainer() *containerState {
 	c := &containerState{name: "image " + h.o.Image}
-	im, eng, err := h.loadImage(h.o.Image, func(im *image) []string {
+	im, eng, err := h.loadImage(h.o.Image, func(im *image) []keepFile {
 		c.fromImage(im)
 		return c.keptFiles()
 	})
@@ -263,8 +265,12 @@ func (c *containerState) fromImage(im *image) {
 
 // keptFiles are the files whose content the checks read: the
 // ld.so.cache and the binaries checked for GPU code.
-func (c *containerState) keptFiles() []string {
-	return append([]string{"/etc/ld.so.cache"}, c.cudaBinaries()...)
+func (c *containerState) keptFiles() []keepFile {
+	out := []keepFile{{"/etc/ld.so.cache", ldcache.MaxSize}}
+	for _, b := range c.cudaBinaries() {
+		out = append(out, keepFile{b, hostfile.MaxLibrary})
+	}
+	return out
 }
 
 // close releases what the container holds open.
