@@ -27,7 +27,7 @@ func doctorCommand(e *env, args []string) error {
 	fs.String(&o.ContainerdNamespace, []string{"containerd-namespace"}, []string{"CONTAINERD_NAMESPACE"}, "NS", "the containerd namespace holding --image (default: k8s.io, default, moby)")
 	fs.Func([]string{"gpu-arch"}, "CC", "check the container's GPU code against this compute capability, e.g. 9.0 (repeatable; default: the host GPUs')",
 		func(s string) error { o.GPUArchs = append(o.GPUArchs, s); return nil })
-	fs.String(&engines, []string{"engine"}, nil, "LIST", "limit the engine checks to these engines (docker,containerd,crio,podman)")
+	fs.String(&engines, []string{"engine"}, nil, "LIST", "limit the engine checks, and the engines --image asks, to these engines (docker,containerd,crio,podman)")
 	fs.Bool(&asJSON, []string{"json"}, nil, "print the findings as JSON")
 	fs.Bool(&verbose, []string{"verbose", "v"}, nil, "also list the checks that passed")
 	fs.String(&o.HostRoot, []string{"host-root"}, nil, "DIR", "read every host path below DIR (for testing and for inspecting a mounted host)")
