@@ -3,13 +3,11 @@ package doctor
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
-
+	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/requirements"
 )
 
@@ -20,16 +18,21 @@ func checkContainerRequest(h *hostState) []Finding {
 	switch {
 	case b == nil:
 		return nil
-	case b.err != nil:
-		return []Finding{{Severity: Error, Problem: "the bundle cannot be read: " + b.err.Error(),
+	case b.err != nil && h.o.Bundle != "":
+		return []Finding{{Severity: Error, Problem: "the bundle cannot be read: " + echo.Error(b.err),
 			Breaks: "the runtime cannot start it either", Fix: "check --bundle: it must hold config.json and the root it names",
 			Values: map[string]string{"bundle": h.o.Bundle}}}
+	case b.err != nil:
+		return []Finding{{Severity: Error, Problem: "the image cannot be read: " + echo.Error(b.err),
+			Breaks: "the container cannot be judged (and if no engine has the image, it cannot be run either)",
+			Fix:    "check --image and the engine holding it (--engine docker|podman|containerd, --docker-host, --containerd-namespace)",
+			Values: map[string]string{"image": h.o.Image}}}
 	case b.reqErr != nil:
-		return []Finding{{Severity: Error, Problem: "the container's GPU request is invalid: " + b.reqErr.Error(),
+		return []Finding{{Severity: Error, Problem: "the container's GPU request is invalid: " + echo.Error(b.reqErr),
 			Breaks: "the runtime refuses to create it with this error", Fix: "correct the variable named in the image or the run command",
-			Values: map[string]string{"bundle": h.o.Bundle}}}
+			Values: map[string]string{"container": b.name}}}
 	case b.req.Void:
-		v, set := b.env("NVIDIA_VISIBLE_DEVICES")
+		v, set := b.getenv("NVIDIA_VISIBLE_DEVICES")
 		if !set {
 			v = "(unset)"
 		}
@@ -95,24 +98,16 @@ type shippedLib struct {
 }
 
 // driverLibsIn lists the regular driver library files of a directory of
-// the rootfs (resolved inside it) whose names carry a version.
-func driverLibsIn(rootfs, dir string) []shippedLib {
-	p, err := securejoin.SecureJoin(rootfs, dir)
-	if err != nil {
-		return nil
-	}
-	entries, err := os.ReadDir(p)
-	if err != nil {
-		return nil
-	}
+// the container (its links followed) whose names carry a version.
+func driverLibsIn(fsys containerFiles, dir string) []shippedLib {
 	var out []shippedLib
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
+	for _, e := range fsys.list(dir) {
+		if !e.regular {
 			continue
 		}
 		for _, pre := range driverLibPrefixes() {
-			if v, ok := strings.CutPrefix(e.Name(), pre); ok && v != "1" && strings.Contains(v, ".") {
-				out = append(out, shippedLib{path: path.Join(dir, e.Name()), version: v})
+			if v, ok := strings.CutPrefix(e.name, pre); ok && v != "1" && strings.Contains(v, ".") {
+				out = append(out, shippedLib{path: path.Join(dir, e.name), version: v})
 			}
 		}
 	}
@@ -138,12 +133,12 @@ func checkImageDriverLibs(h *hostState) []Finding {
 	var found []shippedLib
 	seen := map[string]bool{}
 	for _, d := range imageLibDirs() {
-		real, err := securejoin.SecureJoin(b.rootfs, d)
-		if err != nil || seen[real] {
+		real, _, ok := b.files.stat(d)
+		if !ok || seen[real] {
 			continue
 		}
 		seen[real] = true
-		found = append(found, driverLibsIn(b.rootfs, d)...)
+		found = append(found, driverLibsIn(b.files, d)...)
 	}
 	if len(found) == 0 {
 		return []Finding{{Severity: OK, Problem: "the image ships no driver libraries"}}
@@ -174,16 +169,12 @@ func checkImageLibc(h *hostState) []Finding {
 		return nil
 	}
 	for _, d := range []string{"/lib", "/usr/lib"} {
-		p, err := securejoin.SecureJoin(b.rootfs, d)
-		if err != nil {
-			continue
-		}
-		if m, _ := filepath.Glob(filepath.Join(p, "ld-musl-*.so.1")); len(m) > 0 {
+		if m := glob(b.files, path.Join(d, "ld-musl-*.so.1"), false); len(m) > 0 {
 			return []Finding{{Severity: Error,
-				Problem: "the image is musl-based (" + path.Join(d, filepath.Base(m[0])) + ")",
+				Problem: "the image is musl-based (" + m[0] + ")",
 				Breaks:  `the injected driver libraries are built for glibc: "Error loading shared library libnvidia-ml.so.1", nvidia-smi and CUDA fail`,
 				Fix:     "use a glibc-based image (debian, ubuntu, nvidia/cuda) for GPU work",
-				Values:  map[string]string{"loader": path.Join(d, filepath.Base(m[0]))}}}
+				Values:  map[string]string{"loader": m[0]}}}
 		}
 	}
 	return nil
@@ -196,7 +187,7 @@ func checkLDLibraryPath(h *hostState) []Finding {
 	if b == nil || b.err != nil {
 		return nil
 	}
-	v, ok := b.env("LD_LIBRARY_PATH")
+	v, ok := b.getenv("LD_LIBRARY_PATH")
 	if !ok || v == "" {
 		return nil
 	}
@@ -206,7 +197,7 @@ func checkLDLibraryPath(h *hostState) []Finding {
 		if !path.IsAbs(d) {
 			continue
 		}
-		for _, l := range driverLibsIn(b.rootfs, d) {
+		for _, l := range driverLibsIn(b.files, d) {
 			if l.version != host {
 				stale = append(stale, l.path)
 			}

@@ -3,74 +3,35 @@ package doctor
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
-	securejoin "github.com/cyphar/filepath-securejoin"
-
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/ldcache"
 )
-
-// imageFile is a file of the container image: its path inside the image
-// and its host path.
-type imageFile struct {
-	path, host string
-}
-
-// resolve returns the host path of the image path p, resolved inside the
-// rootfs.
-func (b *bundleState) resolve(p string) (string, bool) {
-	h, err := securejoin.SecureJoin(b.rootfs, p)
-	if err != nil {
-		return "", false
-	}
-	return h, true
-}
-
-// realName follows the image path p's symlinks inside the rootfs and
-// returns the final file's image path.
-func (b *bundleState) realName(p string) (string, bool) {
-	h, ok := b.resolve(p)
-	if !ok {
-		return "", false
-	}
-	if fi, err := os.Stat(h); err != nil || !fi.Mode().IsRegular() {
-		return "", false
-	}
-	rel, err := filepath.Rel(b.rootfs, h)
-	if err != nil {
-		return "", false
-	}
-	return "/" + filepath.ToSlash(rel), true
-}
 
 // cudaRuntimes returns the image's libcudart files (image paths of the
 // real files): those its ld.so.cache lists, and those in the CUDA
 // toolkit's directories.
-func (b *bundleState) cudaRuntimes() []string {
+func (c *containerState) cudaRuntimes() []string {
 	var cands []string
-	if h, ok := b.resolve("/etc/ld.so.cache"); ok {
-		if c, err := ldcache.Load(h); err == nil {
-			for _, e := range c.Lookup(ldcache.Class64, "libcudart.so") {
+	if data, err := readAll(c.files, "/etc/ld.so.cache", ldcache.MaxSize); err == nil {
+		if lc, err := ldcache.Parse(data); err == nil {
+			for _, e := range lc.Lookup(ldcache.Class64, "libcudart.so") {
 				cands = append(cands, e.Value)
 			}
 		}
 	}
 	for _, g := range []string{"/usr/local/cuda*/lib64/libcudart.so*", "/usr/local/cuda*/targets/*/lib/libcudart.so*"} {
-		if m, err := filepath.Glob(filepath.Join(b.rootfs, g)); err == nil {
-			for _, p := range m {
-				cands = append(cands, "/"+filepath.ToSlash(strings.TrimPrefix(p, b.rootfs+"/")))
-			}
-		}
+		cands = append(cands, glob(c.files, g, false)...)
 	}
 	var out []string
-	for _, c := range cands {
-		if r, ok := b.realName(c); ok && !slices.Contains(out, r) && cudartVersion(r) != "" {
+	for _, cand := range cands {
+		if r, regular, ok := c.files.stat(cand); ok && regular && !slices.Contains(out, r) && cudartVersion(r) != "" {
 			out = append(out, r)
 		}
 	}
@@ -107,12 +68,9 @@ func versionParts(v string) (major, minor int, ok bool) {
 
 // compatLibcuda returns the image's CUDA forward-compatibility libcuda
 // (/usr/local/cuda*/compat/libcuda.so.<driver>), image path, or "".
-func (b *bundleState) compatLibcuda() string {
-	m, _ := filepath.Glob(filepath.Join(b.rootfs, "/usr/local/cuda*/compat/libcuda.so.*.*"))
-	for _, p := range m {
-		if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
-			return "/" + filepath.ToSlash(strings.TrimPrefix(p, b.rootfs+"/"))
-		}
+func (c *containerState) compatLibcuda() string {
+	if m := glob(c.files, "/usr/local/cuda*/compat/libcuda.so.*.*", true); len(m) > 0 {
+		return m[0]
 	}
 	return ""
 }
@@ -170,47 +128,41 @@ func checkCUDARuntime(h *hostState) []Finding {
 	return out
 }
 
-// cudaBinaries returns the image's files that carry GPU code: the
-// container's program (args[0] on its PATH) and the ELF files directly in
-// /usr/local/bin, /usr/local/lib, /app and the working directory.
-func (b *bundleState) cudaBinaries() []imageFile {
+// cudaBinaries returns the image paths of the image's files that may
+// carry GPU code: the container's program (args[0] on its PATH) and the
+// regular files directly in /usr/local/bin, /usr/local/lib, /app and the
+// working directory (links followed).
+func (c *containerState) cudaBinaries() []string {
 	var cands []string
-	s := b.doc.Spec()
-	if s.Process != nil && len(s.Process.Args) > 0 {
-		prog := s.Process.Args[0]
+	if len(c.args) > 0 {
+		prog := c.args[0]
 		if path.IsAbs(prog) {
 			cands = append(cands, prog)
 		} else if !strings.Contains(prog, "/") {
-			pathVar, _ := b.env("PATH")
+			pathVar, _ := c.getenv("PATH")
 			for _, d := range filepath.SplitList(pathVar) {
-				cands = append(cands, path.Join(d, prog))
+				if path.IsAbs(d) {
+					cands = append(cands, path.Join(d, prog))
+				}
 			}
 		}
 	}
 	dirs := []string{"/usr/local/bin", "/usr/local/lib", "/app"}
-	if s.Process != nil && s.Process.Cwd != "" && s.Process.Cwd != "/" {
-		dirs = append(dirs, s.Process.Cwd)
+	if c.cwd != "" && c.cwd != "/" && path.IsAbs(c.cwd) {
+		dirs = append(dirs, c.cwd)
 	}
 	for _, d := range dirs {
-		h, ok := b.resolve(d)
-		if !ok {
-			continue
-		}
-		entries, _ := os.ReadDir(h)
-		for _, e := range entries {
-			cands = append(cands, path.Join(d, e.Name()))
+		for _, e := range c.files.list(d) {
+			cands = append(cands, path.Join(d, e.name))
 		}
 	}
-	var out []imageFile
-	seen := map[string]bool{}
-	for _, c := range cands {
-		r, ok := b.realName(c)
-		if !ok || seen[r] {
+	var out []string
+	for _, cand := range cands {
+		r, regular, ok := c.files.stat(cand)
+		if !ok || !regular || slices.Contains(out, r) {
 			continue
 		}
-		seen[r] = true
-		h, _ := b.resolve(r)
-		out = append(out, imageFile{path: r, host: h})
+		out = append(out, r)
 	}
 	return out
 }
@@ -246,20 +198,20 @@ func checkKernelImages(h *hostState) []Finding {
 		return nil
 	}
 	type bin struct {
-		f       imageFile
+		path    string
 		entries []FatbinEntry
 	}
 	var bins []bin
 	var out []Finding
 	for _, f := range b.cudaBinaries() {
-		entries, err := elfFatbin(f.host)
+		entries, err := fileFatbin(b.files, f)
 		switch {
 		case errors.Is(err, errNoFatbin):
 			continue
 		case err != nil:
-			out = append(out, Finding{Severity: Warning, Problem: fmt.Sprintf("cannot read the GPU code of %s: %v", f.path, err),
-				Breaks: "whether it runs on these GPUs is unknown", Fix: "check the binary: cuobjdump --list-elf --list-ptx " + f.path,
-				Values: map[string]string{"file": f.path}})
+			out = append(out, Finding{Severity: Warning, Problem: fmt.Sprintf("cannot read the GPU code of %s: %s", f, echo.Error(err)),
+				Breaks: "whether it runs on these GPUs is unknown", Fix: "check the binary: cuobjdump --list-elf --list-ptx " + f,
+				Values: map[string]string{"file": f}})
 			continue
 		}
 		if len(entries) > 0 {
@@ -273,7 +225,7 @@ func checkKernelImages(h *hostState) []Finding {
 	if len(archs) == 0 {
 		var names []string
 		for _, b := range bins {
-			names = append(names, b.f.path+" ("+archList(b.entries)+")")
+			names = append(names, b.path+" ("+archList(b.entries)+")")
 		}
 		return append(out, Finding{Severity: OK, Problem: "GPU code found in " + abbreviate(names, 4) +
 			"; the GPUs' compute capability is unknown (no GPU reachable: pass --gpu-arch to check against one)"})
@@ -285,15 +237,15 @@ func checkKernelImages(h *hostState) []Finding {
 				return append(out, Finding{Severity: Warning, Problem: err.Error()})
 			}
 			if ok {
-				out = append(out, Finding{Severity: OK, Problem: fmt.Sprintf("%s has code for compute capability %s (%s)", bn.f.path, cc, archList(bn.entries))})
+				out = append(out, Finding{Severity: OK, Problem: fmt.Sprintf("%s has code for compute capability %s (%s)", bn.path, cc, archList(bn.entries))})
 				continue
 			}
 			sm := strings.ReplaceAll(cc, ".", "")
 			out = append(out, Finding{Severity: Error,
-				Problem: fmt.Sprintf("%s has no GPU code for compute capability %s: it carries %s", bn.f.path, cc, archList(bn.entries)),
+				Problem: fmt.Sprintf("%s has no GPU code for compute capability %s: it carries %s", bn.path, cc, archList(bn.entries)),
 				Breaks:  `CUDA error 209 "no kernel image is available for execution on the device"`,
 				Fix:     fmt.Sprintf("rebuild with -gencode arch=compute_%s,code=sm_%s (or add PTX: code=compute_%s), or use an image built for this GPU", sm, sm, sm),
-				Values:  map[string]string{"file": bn.f.path, "gpu_arch": cc, "image_archs": archList(bn.entries)}})
+				Values:  map[string]string{"file": bn.path, "gpu_arch": cc, "image_archs": archList(bn.entries)}})
 		}
 	}
 	return out

@@ -4,23 +4,32 @@
 // It checks the chain a GPU container depends on, link by link: the kernel
 // driver and its user-space libraries, the device nodes and their
 // /dev/char links, config.toml, the CDI specs, the container engines found
-// on the host, optionally one container (an OCI bundle), and the host's
-// posture (cgroups, SELinux, rootless). Each problem is a Finding that
-// names what is wrong, the error users meet because of it ("CUDA error
-// 35", "Failed to initialize NVML: Unknown Error", …), the command that
-// fixes it and the values involved.
+// on the host, optionally one container (an OCI bundle, or an image known
+// to docker, podman or containerd), and the host's posture (cgroups,
+// SELinux, rootless). Each problem is a Finding that names what is wrong,
+// the error users meet because of it ("CUDA error 35", "Failed to
+// initialize NVML: Unknown Error", …), the command that fixes it and the
+// values involved.
 //
 // Every check is a function over the host state (hostState), registered by
 // one line in registry; the checks of one group live in one file
 // (driver.go, devices.go, config.go, cdi.go, engines.go, container.go and
 // cuda.go for the container, posture.go); fatbin.go reads the GPU code
-// headers of CUDA binaries. The checks reuse the project's own readers
-// (discover, procfs, devnodes, config, cdispec, request, requirements,
-// ldcache) and only read: nothing on the host is changed, no daemon is
-// contacted, and no GPU is needed (the driver's libcuda is loaded in a
-// child process, as the runtime does, only when a container's requirements
-// or CUDA runtime need the CUDA version, or its GPU code the GPUs' compute
-// capability).
+// headers of CUDA binaries. The container checks see the container's files
+// through one interface (containerFiles, files.go), over a bundle's rootfs
+// directory or over an image's merged layers (imageindex.go): an image is
+// streamed from its engine's client (`docker image save`, `podman image
+// save`, `ctr images export`, imagesource.go) and read in process
+// (imagearchive.go: docker-save and OCI layouts, whiteouts applied, every
+// size and count bounded), keeping only the content of the files the
+// checks read. The checks reuse the project's own readers (discover,
+// procfs, devnodes, config, cdispec, request, requirements, ldcache) and
+// only read: nothing on the host or in an engine is changed (the image
+// archive is spooled to an unlinked temporary file), no daemon is
+// contacted except through an engine's client for --image, and no GPU is
+// needed (the driver's libcuda is loaded in a child process, as the
+// runtime does, only when a container's requirements or CUDA runtime need
+// the CUDA version, or its GPU code the GPUs' compute capability).
 //
 // Options.HostRoot points every fixed host location (/proc, /sys, /dev,
 // /etc, /run, /usr/bin) at another directory, which is how the tests run
@@ -118,6 +127,19 @@ type Options struct {
 	// Bundle is an OCI bundle directory to judge as the runtime would
 	// start it; "" checks no container.
 	Bundle string
+	// Image is an image known to docker, podman or containerd to judge as
+	// Bundle judges a bundle (Bundle wins when both are set); "" checks
+	// no image. The engines asked are those of Engines among docker,
+	// podman and containerd (all three when Engines names none of them),
+	// in that order; the first that knows the image streams it
+	// (`docker image save`, `podman image save`, `ctr images export`).
+	Image string
+	// DockerHost is DOCKER_HOST for the docker client that reads Image
+	// ("": the environment's, else docker's default socket).
+	DockerHost string
+	// ContainerdNamespace is the containerd namespace holding Image (""
+	// searches k8s.io, default and moby).
+	ContainerdNamespace string
 	// Engines limits the engine checks to these engines (docker,
 	// containerd, crio, podman); nil checks every engine found.
 	Engines []string
@@ -162,6 +184,7 @@ func registry() []Check {
 		{"cdi.stale", checkCDIStale},
 		{"cdi.duplicates", checkCDIDuplicates},
 		{"engine.docker", checkDocker},
+		{"engine.docker-cgroup", checkDockerCgroup},
 		{"engine.containerd", checkContainerd},
 		{"engine.crio", checkCRIO},
 		{"engine.podman", checkPodman},
@@ -195,6 +218,7 @@ func Run(o Options) (*Report, error) {
 		}
 	}
 	h := newHostState(o)
+	defer h.close()
 	var out []Finding
 	for _, c := range registry() {
 		for _, f := range c.Run(h) {

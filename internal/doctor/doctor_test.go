@@ -383,6 +383,52 @@ func TestBrokenHosts(t *testing.T) {
 				values: func(r *fixture.Root) map[string]string {
 					return map[string]string{"path": "/usr/bin/nvidia-container-runtime"}
 				}}},
+		{name: "docker: systemd cgroup driver without systemd",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				write(t, r, "/etc/docker/daemon.json", `{"exec-opts": ["native.cgroupdriver=systemd"]}`, 0o644)
+			},
+			want: want{check: "engine.docker-cgroup", sev: Error, problem: "systemd is not running", fix: "native.cgroupdriver=cgroupfs", breaks: "every container fails to start",
+				values: func(r *fixture.Root) map[string]string {
+					return map[string]string{"cgroup_driver": "systemd", "from": "exec-opts", "systemd": "false", "file": r.HostPath("/etc/docker/daemon.json")}
+				}}},
+		{name: "docker: cgroupfs driver on a systemd cgroup v2 host",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				write(t, r, "/etc/docker/daemon.json", `{"exec-opts": ["native.cgroupdriver = cgroupfs"]}`, 0o644)
+				write(t, r, "/sys/fs/cgroup/cgroup.controllers", "cpu memory\n", 0o644)
+				if err := os.MkdirAll(r.HostPath("/run/systemd/system"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: want{check: "engine.docker-cgroup", sev: Warning, problem: "cgroupfs cgroup driver on a cgroup v2 host", fix: "native.cgroupdriver=systemd", breaks: "kubelet cgroup driver",
+				values: func(r *fixture.Root) map[string]string {
+					return map[string]string{"cgroup_driver": "cgroupfs", "cgroup": "v2", "systemd": "true"}
+				}}},
+		{name: "docker: unknown cgroup driver",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				write(t, r, "/etc/docker/daemon.json", `{"exec-opts": ["native.cgroupdriver=systemdd"]}`, 0o644)
+			},
+			want: want{check: "engine.docker-cgroup", sev: Error, problem: `"systemdd" is neither`, breaks: "does not start",
+				values: func(r *fixture.Root) map[string]string { return map[string]string{"cgroup_driver": "systemdd"} }}},
+		{name: "containerd: CDI annotations not passed to the runtime",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				write(t, r, "/usr/bin/nvidia-container-runtime", "#!/bin/sh\n", 0o755)
+				write(t, r, "/etc/containerd/config.toml", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = false\n"+
+					"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\npod_annotations = [\"io.kubernetes.*\"]\n"+
+					"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\n", 0o644)
+			},
+			want: want{check: "engine.containerd", sev: Warning, problem: "does not pass cdi.k8s.io/ annotations", fix: `container_annotations = ["cdi.k8s.io/*"]`, breaks: "cdi-annotations",
+				values: func(r *fixture.Root) map[string]string {
+					return map[string]string{"annotations": "io.kubernetes.*", "file": r.HostPath("/etc/containerd/config.toml")}
+				}}},
+		{name: "CRI-O: CDI spec dirs miss the NVIDIA spec",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				write(t, r, "/etc/cdi/nvidia.yaml", cdiSpec(t, r, "0", ""), 0o644)
+				write(t, r, "/etc/crio/crio.conf.d/50-cdi.conf", "[crio.runtime]\ncdi_spec_dirs = [\"/opt/cdi\"]\n", 0o644)
+			},
+			want: want{check: "engine.crio", sev: Warning, problem: "CRI-O reads CDI specs from /opt/cdi", fix: "cdi_spec_dirs", breaks: "unresolvable CDI devices",
+				values: func(r *fixture.Root) map[string]string {
+					return map[string]string{"cdi_spec_dirs": "/opt/cdi", "specs_in": r.HostPath("/etc/cdi"), "from": r.HostPath("/etc/crio/crio.conf.d/50-cdi.conf")}
+				}}},
 		{name: "podman without CDI specs",
 			setup: func(t *testing.T, r *fixture.Root, o *Options) {
 				write(t, r, "/usr/bin/podman", "#!/bin/sh\n", 0o755)
@@ -500,35 +546,50 @@ func TestBrokenHosts(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, r, &o)
 			}
-			rep := run(t, r, o)
-			var got *Finding
-			for _, f := range find(rep, tc.want.check) {
-				if f.Severity == tc.want.sev && strings.Contains(f.Problem, tc.want.problem) {
-					got = &f
-					break
-				}
-			}
-			if got == nil {
-				t.Fatalf("no %s finding %q from %s; report:\n%s", tc.want.sev, tc.want.problem, tc.want.check, dump(rep))
-			}
-			if !strings.Contains(got.Fix, tc.want.fix) {
-				t.Errorf("fix %q, want it to contain %q", got.Fix, tc.want.fix)
-			}
-			if !strings.Contains(got.Breaks, tc.want.breaks) {
-				t.Errorf("breaks %q, want it to contain %q", got.Breaks, tc.want.breaks)
-			}
-			if tc.want.sev > OK && (got.Fix == "" || got.Breaks == "") {
-				t.Errorf("finding without fix or breaks: %+v", *got)
-			}
-			if tc.want.values != nil {
-				for k, v := range tc.want.values(r) {
-					if got.Values[k] != v {
-						t.Errorf("value %s = %q, want %q (values %v)", k, got.Values[k], v, got.Values)
+			check := func(t *testing.T, rep *Report) {
+				t.Helper()
+				var got *Finding
+				for _, f := range find(rep, tc.want.check) {
+					if f.Severity == tc.want.sev && strings.Contains(f.Problem, tc.want.problem) {
+						got = &f
+						break
 					}
 				}
+				if got == nil {
+					t.Fatalf("no %s finding %q from %s; report:\n%s", tc.want.sev, tc.want.problem, tc.want.check, dump(rep))
+				}
+				if !strings.Contains(got.Fix, tc.want.fix) {
+					t.Errorf("fix %q, want it to contain %q", got.Fix, tc.want.fix)
+				}
+				if !strings.Contains(got.Breaks, tc.want.breaks) {
+					t.Errorf("breaks %q, want it to contain %q", got.Breaks, tc.want.breaks)
+				}
+				if tc.want.sev > OK && (got.Fix == "" || got.Breaks == "") {
+					t.Errorf("finding without fix or breaks: %+v", *got)
+				}
+				if tc.want.values != nil {
+					for k, v := range tc.want.values(r) {
+						if got.Values[k] != v {
+							t.Errorf("value %s = %q, want %q (values %v)", k, got.Values[k], v, got.Values)
+						}
+					}
+				}
+				if tc.want.sev == Error && rep.Worst() != Error {
+					t.Errorf("worst severity %s, want error", rep.Worst())
+				}
 			}
-			if tc.want.sev == Error && rep.Worst() != Error {
-				t.Errorf("worst severity %s, want error", rep.Worst())
+			check(t, run(t, r, o))
+			if o.Bundle == "" {
+				return
+			}
+			// The same container as an image, read from a docker client in
+			// both archive layouts, gives the same finding.
+			for _, layout := range []string{layoutDockerSave, layoutOCI} {
+				t.Run(layout, func(t *testing.T) {
+					io := o
+					asImage(t, &io, layout)
+					check(t, run(t, r, io))
+				})
 			}
 		})
 	}
@@ -710,6 +771,23 @@ func TestNoFalseAlarms(t *testing.T) {
 			write(t, r, "/usr/bin/nvidia-cdi-hook", "#!/bin/sh\n", 0o755)
 			write(t, r, "/etc/cdi/nvidia.yaml", cdiSpec(t, r, "0", r.HostPath(libcuda(t, r))), 0o644)
 		}, "cdi.stale", Warning, ""},
+		{"docker's default cgroup driver on a systemd cgroup v2 host", func(t *testing.T, r *fixture.Root, o *Options) {
+			write(t, r, "/etc/docker/daemon.json", `{}`, 0o644)
+			write(t, r, "/sys/fs/cgroup/cgroup.controllers", "cpu\n", 0o644)
+			if err := os.MkdirAll(r.HostPath("/run/systemd/system"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, "engine.docker-cgroup", Warning, ""},
+		{"containerd passing CDI annotations, enable_cdi off", func(t *testing.T, r *fixture.Root, o *Options) {
+			write(t, r, "/usr/bin/nvidia-container-runtime", "#!/bin/sh\n", 0o755)
+			write(t, r, "/etc/containerd/config.toml", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = false\n"+
+				"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\ncontainer_annotations = [\"cdi.k8s.io/*\"]\n"+
+				"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\n", 0o644)
+		}, "engine.containerd", Warning, "cdi.k8s.io"},
+		{"CRI-O with the spec in its CDI dirs", func(t *testing.T, r *fixture.Root, o *Options) {
+			write(t, r, "/etc/cdi/nvidia.yaml", cdiSpec(t, r, "0", ""), 0o644)
+			write(t, r, "/etc/crio/crio.conf.d/50-cdi.conf", "[crio.runtime]\ncdi_spec_dirs = [\"/opt/cdi\", \"/etc/cdi\"]\n", 0o644)
+		}, "engine.crio", Warning, "CDI"},
 		{"GPU code as PTX only", func(t *testing.T, r *fixture.Root, o *Options) {
 			o.GPUArchs = []string{"9.0", "8.6"}
 			o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"},

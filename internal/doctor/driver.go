@@ -93,7 +93,7 @@ func checkLibraries(h *hostState) []Finding {
 	// asking for all capabilities does not need the 32-bit libraries.
 	want32 := false
 	if b := h.container(); b != nil && b.err == nil && b.reqErr == nil && !b.req.Void && b.req.Caps.Has(caps.Compat32) {
-		v, _ := b.env("NVIDIA_DRIVER_CAPABILITIES")
+		v, _ := b.getenv("NVIDIA_DRIVER_CAPABILITIES")
 		want32 = strings.Contains(v, string(caps.Compat32))
 	}
 	for _, lib := range []struct {

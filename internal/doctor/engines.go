@@ -5,14 +5,18 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/nctk/nctk/internal/cdispec"
+	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/engine"
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // engineNames are the engines --engine accepts.
@@ -53,6 +57,75 @@ type dockerConfig struct {
 	} `json:"runtimes"`
 	DefaultRuntime string          `json:"default-runtime"`
 	Features       map[string]bool `json:"features"`
+	ExecOpts       []string        `json:"exec-opts"`
+}
+
+// readDockerConfig reads daemon.json; ok is false when it is missing or
+// does not parse (checkDocker reports that).
+func (h *hostState) readDockerConfig() (dc dockerConfig, path string, ok bool) {
+	path = h.host(engine.DefaultDockerConfig)
+	data, err := hostfile.ReadFile(path, hostfile.MaxConfig)
+	if err != nil {
+		return dc, path, false
+	}
+	return dc, path, json.Unmarshal(data, &dc) == nil
+}
+
+// checkDockerCgroup: docker's cgroup driver (exec-opts
+// native.cgroupdriver in daemon.json, else dockerd's default: systemd on
+// a cgroup v2 host booted with systemd, cgroupfs otherwise) fits the host.
+func checkDockerCgroup(h *hostState) []Finding {
+	if !h.engineWanted("docker") || (!exists(h.host(engine.DefaultDockerConfig)) && h.findBinary("dockerd") == "") {
+		return nil
+	}
+	dc, cfgPath, _ := h.readDockerConfig()
+	v2 := exists(h.host("/sys/fs/cgroup/cgroup.controllers"))
+	systemd := exists(h.host("/run/systemd/system"))
+	driver, set := "", false
+	for _, o := range dc.ExecOpts {
+		k, v, _ := strings.Cut(o, "=")
+		if strings.TrimSpace(k) == "native.cgroupdriver" {
+			driver, set = strings.TrimSpace(v), true
+		}
+	}
+	if !set {
+		driver = "cgroupfs"
+		if v2 && systemd {
+			driver = "systemd"
+		}
+	}
+	cgroup := "v1"
+	if v2 {
+		cgroup = "v2"
+	}
+	vals := map[string]string{"file": cfgPath, "cgroup_driver": driver, "cgroup": cgroup, "systemd": strconv.FormatBool(systemd),
+		"from": map[bool]string{true: "exec-opts", false: "default"}[set]}
+	switch {
+	case driver != "systemd" && driver != "cgroupfs":
+		return []Finding{{Severity: Error,
+			Problem: fmt.Sprintf("docker's cgroup driver %s is neither systemd nor cgroupfs", echo.Quote(driver)),
+			Breaks:  "dockerd refuses the option and does not start, so no container runs",
+			Fix:     `set "exec-opts": ["native.cgroupdriver=systemd"] (cgroupfs where systemd does not run) in ` + cfgPath + ", then sudo systemctl restart docker",
+			Values:  vals}}
+	case driver == "systemd" && !systemd:
+		return []Finding{{Severity: Error,
+			Problem: "docker uses the systemd cgroup driver but systemd is not running (no /run/systemd/system)",
+			Breaks:  `runc cannot create the container's cgroup through systemd: every container fails to start ("systemd not running on this host")`,
+			Fix:     `set "exec-opts": ["native.cgroupdriver=cgroupfs"] in ` + cfgPath + ", then restart dockerd",
+			Values:  vals}}
+	case driver == "cgroupfs" && systemd && v2:
+		return []Finding{{Severity: Warning,
+			Problem: "docker uses the cgroupfs cgroup driver on a cgroup v2 host run by systemd",
+			Breaks: `two managers of one cgroup tree: systemd may move or reset the containers' cgroups (their device rules, GPU access included); ` +
+				"kubelet with cri-dockerd refuses to run: \"misconfiguration: kubelet cgroup driver: 'systemd' is different from docker cgroup driver: 'cgroupfs'\"",
+			Fix:    `set "exec-opts": ["native.cgroupdriver=systemd"] in ` + cfgPath + " (or drop the option: systemd is the default here), then sudo systemctl restart docker",
+			Values: vals}}
+	}
+	note := ""
+	if driver == "systemd" {
+		note = "; GPU access after systemctl daemon-reload depends on the /dev/char links (devices.char-links)"
+	}
+	return []Finding{{Severity: OK, Problem: fmt.Sprintf("docker cgroup driver %s (%s, cgroup %s)%s", driver, vals["from"], cgroup, note), Values: vals}}
 }
 
 // checkDocker: daemon.json parses; the nvidia runtime is registered (or at
@@ -232,6 +305,7 @@ func checkContainerd(h *hostState) []Finding {
 	}
 	cri := containerdCRIPath(version)
 	var rtPath, rtFile string
+	var rtTable any
 	cdi, cdiSet := false, false
 	for _, f := range files {
 		t := main
@@ -250,7 +324,7 @@ func checkContainerd(h *hostState) []Finding {
 				for _, n := range slices.Sorted(maps.Keys(m)) {
 					if bn, ok := tomlGet(m[n], "options", "BinaryName"); ok {
 						if s, ok := bn.(string); ok && filepath.Base(s) == runtimeBinary {
-							rtPath, rtFile = s, f
+							rtPath, rtFile, rtTable = s, f, m[n]
 						}
 					}
 				}
@@ -277,6 +351,7 @@ func checkContainerd(h *hostState) []Finding {
 		} else {
 			out = append(out, Finding{Severity: OK, Problem: "containerd runtime handler for " + rtPath + " in " + rtFile})
 		}
+		out = append(out, annotationFinding(rtTable, rtFile, (cdiSet && cdi) || (!cdiSet && version >= 3))...)
 	}
 	// containerd 2.x (config version 3) has CDI on by default; without a
 	// config file the version, hence the default, is unknown.
@@ -288,6 +363,56 @@ func checkContainerd(h *hostState) []Finding {
 			Values:  map[string]string{"file": mainPath, "config_version": fmt.Sprint(version)}})
 	}
 	return out
+}
+
+// cdiAnnotation is an annotation key the device plugin's cdi-annotations
+// mode sets (any key with the cdi.k8s.io/ prefix).
+const cdiAnnotation = "cdi.k8s.io/nvidia-device-plugin_0"
+
+// annotationPasses reports whether one of containerd's annotation
+// patterns (container_annotations / pod_annotations: exact keys or
+// globs such as "cdi.k8s.io/*") lets a cdi.k8s.io/ annotation through.
+func annotationPasses(patterns []string) bool {
+	for _, p := range patterns {
+		if p == "*" || strings.HasPrefix(p, "cdi.k8s.io/") && (p == "cdi.k8s.io/*" || strings.HasSuffix(p, "*")) {
+			return true
+		}
+		if ok, _ := path.Match(p, cdiAnnotation); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// annotationFinding: the nvidia runtime handler passes cdi.k8s.io/
+// annotations through to the runtime (container_annotations or
+// pod_annotations on the handler, or in its options). With enable_cdi on
+// (cdiOn) containerd resolves those annotations itself, so the runtime
+// not seeing them is only worth a note.
+func annotationFinding(rt any, file string, cdiOn bool) []Finding {
+	var patterns []string
+	for _, where := range [][]string{{"container_annotations"}, {"pod_annotations"}, {"options", "container_annotations"}, {"options", "pod_annotations"}} {
+		if v, ok := tomlGet(rt, where...); ok {
+			if l, ok := v.([]any); ok {
+				for _, x := range l {
+					if s, ok := x.(string); ok {
+						patterns = append(patterns, s)
+					}
+				}
+			}
+		}
+	}
+	if annotationPasses(patterns) {
+		return []Finding{{Severity: OK, Problem: "containerd passes cdi.k8s.io/ annotations to the nvidia runtime (" + strings.Join(patterns, ",") + ")"}}
+	}
+	if cdiOn {
+		return []Finding{{Severity: OK, Problem: "containerd resolves cdi.k8s.io/ annotations itself (enable_cdi); its nvidia runtime handler does not pass them on (no container_annotations)"}}
+	}
+	return []Finding{{Severity: Warning,
+		Problem: "containerd's nvidia runtime handler does not pass cdi.k8s.io/ annotations to the runtime (no container_annotations or pod_annotations matching them), and enable_cdi is off",
+		Breaks:  "the device plugin in cdi-annotations mode (deviceListStrategy=cdi-annotations) selects GPUs through cdi.k8s.io/ annotations; containerd drops them, so the runtime injects nothing: pods start without GPUs (\"no CUDA-capable device is detected\")",
+		Fix:     `add container_annotations = ["cdi.k8s.io/*"] to the nvidia runtime handler's table in ` + file + " (or turn on enable_cdi: nvidia-ctk runtime configure --runtime=containerd --enable-cdi), then sudo systemctl restart containerd",
+		Values:  map[string]string{"file": file, "annotations": strings.Join(patterns, ",")}}}
 }
 
 // checkCRIO: the nvidia runtime is in crio.conf or a drop-in, with an
@@ -305,12 +430,23 @@ func checkCRIO(h *hostState) []Finding {
 	}
 	var out []Finding
 	var rtPath, rtFile string
+	specDirs, specFile := cdispec.DefaultSpecDirs(), ""
 	for _, f := range files {
 		t, _, err := tomlTable(f)
 		if err != nil {
 			out = append(out, Finding{Severity: Error, Problem: "a CRI-O config file does not parse: " + err.Error(),
 				Breaks: "CRI-O does not start", Fix: "correct " + f, Values: map[string]string{"file": f}})
 			continue
+		}
+		if v, ok := tomlGet(t, "crio", "runtime", "cdi_spec_dirs"); ok {
+			if l, ok := v.([]any); ok {
+				specDirs, specFile = nil, f
+				for _, x := range l {
+					if d, ok := x.(string); ok {
+						specDirs = append(specDirs, d)
+					}
+				}
+			}
 		}
 		if rts, ok := tomlGet(t, "crio", "runtime", "runtimes"); ok {
 			if m, ok := rts.(map[string]any); ok {
@@ -340,7 +476,69 @@ func checkCRIO(h *hostState) []Finding {
 			out = append(out, Finding{Severity: OK, Problem: "CRI-O runtime " + rtPath + " in " + rtFile})
 		}
 	}
-	return out
+	return append(out, h.crioSpecDirs(specDirs, specFile)...)
+}
+
+// gpuSpecDevices counts the nvidia.com/gpu devices the CDI specs in dirs
+// (host paths) define.
+func gpuSpecDevices(dirs []string) int {
+	l, err := cdispec.List(dirs)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, d := range l.Devices {
+		if strings.HasPrefix(d, "nvidia.com/gpu=") {
+			n++
+		}
+	}
+	return n
+}
+
+// crioSpecDirs: CRI-O's CDI spec directories (crio.runtime.cdi_spec_dirs,
+// set in file; default /etc/cdi and /var/run/cdi) hold the NVIDIA specs
+// that the spec directories doctor checks hold. When no spec exists at
+// all, cdi.specs says so.
+func (h *hostState) crioSpecDirs(dirs []string, file string) []Finding {
+	var host []string
+	for _, d := range dirs {
+		host = append(host, h.host(d))
+	}
+	from := "default"
+	if file != "" {
+		from = file
+	}
+	vals := map[string]string{"cdi_spec_dirs": strings.Join(dirs, ","), "from": from}
+	if n := gpuSpecDevices(host); n > 0 {
+		return []Finding{{Severity: OK, Problem: fmt.Sprintf("CRI-O finds %d nvidia.com/gpu CDI device(s) in %s", n, strings.Join(dirs, ", ")), Values: vals}}
+	}
+	var elsewhere []string
+	for _, d := range h.specDirs() {
+		if !slices.Contains(host, d) && gpuSpecDevices([]string{d}) > 0 {
+			elsewhere = append(elsewhere, d)
+		}
+	}
+	if len(elsewhere) == 0 {
+		return nil
+	}
+	vals["specs_in"] = strings.Join(elsewhere, ",")
+	where := "the default cdi_spec_dirs"
+	if file != "" {
+		where = "cdi_spec_dirs in " + file
+	}
+	return []Finding{{Severity: Warning,
+		Problem: fmt.Sprintf("CRI-O reads CDI specs from %s (%s), but the NVIDIA specs are in %s", strings.Join(dirs, ", "), where, strings.Join(elsewhere, ", ")),
+		Breaks:  `pods asking for CDI devices (device plugin in CDI mode, cdi.k8s.io annotations): "unresolvable CDI devices nvidia.com/gpu=…"`,
+		Fix:     fmt.Sprintf("add %s to cdi_spec_dirs under [crio.runtime] (or generate the spec into %s: nvidia-ctk cdi generate --output=%s/nvidia.yaml), then sudo systemctl restart crio", strings.Join(elsewhere, ", "), dirs0(dirs), dirs0(dirs)),
+		Values:  vals}}
+}
+
+// dirs0 is the first directory, or /etc/cdi.
+func dirs0(dirs []string) string {
+	if len(dirs) > 0 {
+		return dirs[0]
+	}
+	return "/etc/cdi"
 }
 
 // checkPodman: podman reaches GPUs only through CDI specs in /etc/cdi or

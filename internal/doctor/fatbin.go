@@ -124,13 +124,18 @@ func zeros(r io.ReaderAt, off, n int64) error {
 // (no GPU code).
 var errNoFatbin = errors.New("no .nv_fatbin section")
 
-// elfFatbin returns the fat binary entries of the ELF file at p.
-func elfFatbin(p string) ([]FatbinEntry, error) {
-	f, err := elf.Open(p)
+// fileFatbin returns the fat binary entries of the ELF file p of the
+// container's tree.
+func fileFatbin(fsys containerFiles, p string) ([]FatbinEntry, error) {
+	r, err := fsys.open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	f, err := elf.NewFile(io.NewSectionReader(r, 0, r.Size()))
 	if err != nil {
 		return nil, errNoFatbin
 	}
-	defer f.Close()
 	s := f.Section(".nv_fatbin")
 	if s == nil || s.Type == elf.SHT_NOBITS || s.Size == 0 {
 		return nil, errNoFatbin

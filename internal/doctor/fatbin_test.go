@@ -149,18 +149,18 @@ func TestRunsOn(t *testing.T) {
 func TestELFFatbin(t *testing.T) {
 	dir := t.TempDir()
 	makeELF(t, dir+"/a", makeFatbin(FatbinEntry{Arch: 80}))
-	got, err := elfFatbin(dir + "/a")
+	got, err := fileFatbin(rootfsFiles{dir}, "/a")
 	if err != nil || !reflect.DeepEqual(got, []FatbinEntry{{Arch: 80}}) {
-		t.Fatalf("elfFatbin = %v, %v", got, err)
+		t.Fatalf("fileFatbin = %v, %v", got, err)
 	}
 	makeELF(t, dir+"/b", nil)
-	if _, err := elfFatbin(dir + "/b"); err != errNoFatbin {
+	if _, err := fileFatbin(rootfsFiles{dir}, "/b"); err != errNoFatbin {
 		t.Fatalf("no section: err = %v", err)
 	}
 	if err := os.WriteFile(dir+"/c", []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := elfFatbin(dir + "/c"); err != errNoFatbin {
+	if _, err := fileFatbin(rootfsFiles{dir}, "/c"); err != errNoFatbin {
 		t.Fatalf("script: err = %v", err)
 	}
 }

@@ -10,8 +10,12 @@ import (
 
 	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/hostfile"
+	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/procfs"
 	"github.com/nctk/nctk/internal/request"
@@ -33,22 +37,30 @@ type hostState struct {
 	cfgPath                   string
 	cfgErr                    error
 	cfgRead                   bool
-	bundle                    *bundleState
-	bundleRead                bool
+	ctr                       *containerState
+	ctrRead                   bool
 	probed                    bool
 	cdi                       *pkgcdi.Cache
 	cdiErr                    error
 	cdiRead                   bool
 }
 
-// bundleState is the container of Options.Bundle.
-type bundleState struct {
-	doc    *ocispec.Doc
-	rootfs string
-	req    request.Request
-	// err is why the bundle could not be read (the other fields are then
-	// unset); reqErr why its request is invalid.
+// containerState is the container of Options.Bundle or Options.Image.
+type containerState struct {
+	// name says which container: "bundle DIR" or "image NAME (engine)".
+	name string
+	// files is its file tree: the bundle's rootfs or the image's layers.
+	files containerFiles
+	// env, args and cwd are its process's environment, command and
+	// working directory (an image's Env, Entrypoint+Cmd, WorkingDir).
+	env  []string
+	args []string
+	cwd  string
+	req  request.Request
+	// err is why the container could not be read (the other fields are
+	// then unset); reqErr why its request is invalid.
 	err, reqErr error
+	img         *image
 }
 
 func newHostState(o Options) *hostState {
@@ -66,6 +78,13 @@ func newHostState(o Options) *hostState {
 		h.log = slog.New(slog.DiscardHandler)
 	}
 	return h
+}
+
+// close releases what the checks held open (an image's kept files).
+func (h *hostState) close() {
+	if h.ctr != nil {
+		h.ctr.close()
+	}
 }
 
 // host returns the host path of the absolute path p.
@@ -176,38 +195,95 @@ func (h *hostState) engineWanted(name string) bool {
 	return len(h.o.Engines) == 0 || slices.Contains(h.o.Engines, name)
 }
 
-// container loads Options.Bundle once; nil without a bundle.
-func (h *hostState) container() *bundleState {
-	if h.o.Bundle == "" {
+// container loads Options.Bundle or Options.Image once; nil without
+// either.
+func (h *hostState) container() *containerState {
+	if h.o.Bundle == "" && h.o.Image == "" {
 		return nil
 	}
-	if !h.bundleRead {
-		h.bundleRead = true
-		b := &bundleState{}
-		h.bundle = b
-		doc, err := ocispec.Load(filepath.Join(h.o.Bundle, "config.json"))
-		if err != nil {
-			b.err = err
-			return b
+	if !h.ctrRead {
+		h.ctrRead = true
+		if h.o.Bundle != "" {
+			h.ctr = h.loadBundle()
+		} else {
+			h.ctr = h.loadImageContainer()
 		}
-		b.doc = doc
-		if b.rootfs, err = doc.RootPath(h.o.Bundle); err != nil {
-			b.err = err
-			return b
-		}
-		b.req, b.reqErr = request.FromSpec(doc.Spec(), h.effectiveConfig())
 	}
-	return h.bundle
+	return h.ctr
 }
 
-// env returns the value of the container's environment variable k.
-func (b *bundleState) env(k string) (string, bool) {
-	s := b.doc.Spec()
-	if s.Process == nil {
-		return "", false
+// loadBundle reads Options.Bundle.
+func (h *hostState) loadBundle() *containerState {
+	c := &containerState{name: "bundle " + h.o.Bundle}
+	doc, err := ocispec.Load(filepath.Join(h.o.Bundle, "config.json"))
+	if err != nil {
+		c.err = err
+		return c
 	}
+	rootfs, err := doc.RootPath(h.o.Bundle)
+	if err != nil {
+		c.err = err
+		return c
+	}
+	c.files = rootfsFiles{root: rootfs}
+	if p := doc.Spec().Process; p != nil {
+		c.env, c.args, c.cwd = p.Env, p.Args, p.Cwd
+	}
+	c.req, c.reqErr = request.FromSpec(doc.Spec(), h.effectiveConfig())
+	return c
+}
+
+// loadImageContainer reads Options.Image from the engine that knows it,
+// keeping the content of the files the checks read.
+func (h *hostState) loadImageContainer() *containerState {
+	c := &containerState{name: "image " + h.o.Image}
+	im, eng, err := h.loadImage(h.o.Image, func(im *image) []keepFile {
+		c.fromImage(im)
+		return c.keptFiles()
+	})
+	if err != nil {
+		return &containerState{name: c.name, err: err}
+	}
+	c.fromImage(im)
+	c.name += " (" + eng + ")"
+	spec := &specs.Spec{Process: &specs.Process{Env: c.env, Args: c.args, Cwd: c.cwd}}
+	c.req, c.reqErr = request.FromSpec(spec, h.effectiveConfig())
+	return c
+}
+
+// fromImage takes the process and files from an image.
+func (c *containerState) fromImage(im *image) {
+	c.img, c.files = im, im.files
+	c.env = im.config.Env
+	c.args = append(slices.Clone(im.config.Entrypoint), im.config.Cmd...)
+	c.cwd = im.config.WorkingDir
+	if _, ok := c.getenv("PATH"); !ok {
+		// The engines' default.
+		c.env = append(slices.Clone(c.env), "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+}
+
+// keptFiles are the files whose content the checks read: the
+// ld.so.cache and the binaries checked for GPU code.
+func (c *containerState) keptFiles() []keepFile {
+	out := []keepFile{{"/etc/ld.so.cache", ldcache.MaxSize}}
+	for _, b := range c.cudaBinaries() {
+		out = append(out, keepFile{b, hostfile.MaxLibrary})
+	}
+	return out
+}
+
+// close releases what the container holds open.
+func (c *containerState) close() {
+	if c != nil {
+		c.img.close()
+	}
+}
+
+// getenv returns the value of the container's environment variable k.
+func (c *containerState) getenv(k string) (string, bool) {
 	val, found := "", false
-	for _, kv := range s.Process.Env {
+	for _, kv := range c.env {
 		if name, v, ok := strings.Cut(kv, "="); ok && name == k {
 			val, found = v, true
 		}

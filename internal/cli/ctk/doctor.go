@@ -15,17 +15,19 @@ import (
 func doctorCommand(e *env, args []string) error {
 	var o doctor.Options
 	var asJSON, verbose bool
-	var engines, image string
+	var engines string
 	fs := newFlagSet("doctor")
 	fs.String(&o.DriverRoot, []string{"driver-root"}, []string{"NVIDIA_CTK_DRIVER_ROOT"}, "DIR", "the driver's root (default: the host root)")
 	fs.String(&o.DevRoot, []string{"dev-root"}, []string{"NVIDIA_CTK_DEV_ROOT"}, "DIR", "the root whose /dev holds the device nodes (default: the driver root)")
 	fs.Func([]string{"spec-dir"}, "DIR", "a CDI spec directory (repeatable; default: config.toml's spec-dirs, /etc/cdi and /var/run/cdi)",
 		func(s string) error { o.SpecDirs = append(o.SpecDirs, s); return nil })
 	fs.String(&o.Bundle, []string{"bundle", "b"}, nil, "DIR", "an OCI bundle (config.json + rootfs) to judge as the runtime would start it")
-	fs.String(&image, []string{"image"}, nil, "NAME", "an image known to docker, podman or containerd (not supported yet: export it and use --bundle)")
+	fs.String(&o.Image, []string{"image"}, nil, "NAME", "an image known to docker, podman or containerd, judged as --bundle judges a bundle (read with `docker image save`, `podman image save` or `ctr images export`; --engine picks the engine)")
+	fs.String(&o.DockerHost, []string{"docker-host", "H"}, []string{"DOCKER_HOST"}, "HOST", "the docker daemon socket --image asks (unix:///run/docker.sock)")
+	fs.String(&o.ContainerdNamespace, []string{"containerd-namespace"}, []string{"CONTAINERD_NAMESPACE"}, "NS", "the containerd namespace holding --image (default: k8s.io, default, moby)")
 	fs.Func([]string{"gpu-arch"}, "CC", "check the container's GPU code against this compute capability, e.g. 9.0 (repeatable; default: the host GPUs')",
 		func(s string) error { o.GPUArchs = append(o.GPUArchs, s); return nil })
-	fs.String(&engines, []string{"engine"}, nil, "LIST", "limit the engine checks to these engines (docker,containerd,crio,podman)")
+	fs.String(&engines, []string{"engine"}, nil, "LIST", "limit the engine checks, and the engines --image asks, to these engines (docker,containerd,crio,podman)")
 	fs.Bool(&asJSON, []string{"json"}, nil, "print the findings as JSON")
 	fs.Bool(&verbose, []string{"verbose", "v"}, nil, "also list the checks that passed")
 	fs.String(&o.HostRoot, []string{"host-root"}, nil, "DIR", "read every host path below DIR (for testing and for inspecting a mounted host)")
@@ -36,8 +38,8 @@ func doctorCommand(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if image != "" {
-		return fmt.Errorf("%s: --image is not supported yet: export the image's bundle (e.g. `docker create` + `docker export`, or `skopeo copy` + `umoci unpack`) and pass --bundle", e.path)
+	if o.Image != "" && o.Bundle != "" {
+		return fmt.Errorf("%s: --image and --bundle: give one container", e.path)
 	}
 	if engines != "" {
 		for _, s := range strings.Split(engines, ",") {

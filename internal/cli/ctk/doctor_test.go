@@ -3,6 +3,7 @@ package ctk
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -37,7 +38,7 @@ func TestDoctor(t *testing.T) {
 		{name: "driver root flag", args: []string{"--host-root", noDriver.Path, "--driver-root", healthy.Path, "--engine", "docker"}, code: 1,
 			out: []string{"ERROR    driver.module"}},
 		{name: "unknown engine", args: []string{"--host-root", healthy.Path, "--engine", "lxc"}, code: 1, err: `unknown engine "lxc"`},
-		{name: "image not supported", args: []string{"--image", "ubuntu"}, code: 1, err: "--image is not supported yet"},
+		{name: "image and bundle", args: []string{"--image", "ubuntu", "--bundle", "/x"}, code: 1, err: "--image and --bundle: give one container"},
 		{name: "positional argument", args: []string{"extra"}, code: 1, err: `unexpected argument "extra"`},
 	}
 	for _, tc := range cases {
@@ -87,6 +88,31 @@ func TestDoctor(t *testing.T) {
 		stdout, _, code := run(t, nil, "doctor", "--host-root", healthy.Path, "--bundle", dir)
 		if code != 1 || !strings.Contains(stdout, "ERROR    container.libc") {
 			t.Fatalf("exit %d\n%s", code, stdout)
+		}
+	})
+
+	t.Run("image no engine", func(t *testing.T) {
+		stdout, _, code := run(t, []string{"PATH=" + t.TempDir()}, "doctor", "--host-root", healthy.Path, "--image", "nctk/none")
+		if code != 1 || !strings.Contains(stdout, "ERROR    container.request") || !strings.Contains(stdout, "no engine knows it") ||
+			!strings.Contains(stdout, "docker: docker not found on PATH") || !strings.Contains(stdout, "image=nctk/none") {
+			t.Fatalf("exit %d\n%s", code, stdout)
+		}
+	})
+
+	t.Run("image docker host", func(t *testing.T) {
+		// A stand-in docker client records the DOCKER_HOST it is given
+		// and knows no image.
+		bin := t.TempDir()
+		log := filepath.Join(t.TempDir(), "host")
+		script := "#!/bin/sh\necho \"$DOCKER_HOST\" > " + log + "\necho 'Error: No such image' >&2\nexit 1\n"
+		if err := os.WriteFile(filepath.Join(bin, "docker"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stdout, _, code := run(t, []string{"PATH=" + bin}, "doctor", "--host-root", healthy.Path, "--image", "x", "--engine", "docker",
+			"--docker-host", "unix:///tmp/nctk-test.sock")
+		got, _ := os.ReadFile(log)
+		if code != 1 || strings.TrimSpace(string(got)) != "unix:///tmp/nctk-test.sock" || !strings.Contains(stdout, "docker: Error: No such image") {
+			t.Fatalf("exit %d, DOCKER_HOST %q\n%s", code, got, stdout)
 		}
 	})
 }
