@@ -184,8 +184,12 @@ func TestCDIModeMatchesCDILibrary(t *testing.T) {
 		{name: "names in NVIDIA_VISIBLE_DEVICES", devices: []string{"example.com/fpga=0fpga", "acme.io/nic=vf0"}, env: true},
 		{name: "user namespace: idmapped bind mounts", devices: []string{"vendor.org/acc.v2=b", "example.com/fpga=0fpga"}, userns: true},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
+	// Each request twice: without the resolved-spec cache, then with one
+	// (written by the first request, read by the others).
+	cacheDir := filepath.Join(t.TempDir(), "cdi")
+	for i := range 2 * len(tests) {
+		tc, cached := tests[i%len(tests)], i >= len(tests)
+		t.Run(fmt.Sprintf("%s/cached=%v", tc.name, cached), func(t *testing.T) {
 			base := cdiBaseSpec
 			switch {
 			case tc.env:
@@ -199,6 +203,9 @@ func TestCDIModeMatchesCDILibrary(t *testing.T) {
 			bundle := writeBundle(t, base)
 			h := newHarness(t)
 			h.rt.planner = defaultPlanner()
+			if cached {
+				h.rt.CDICacheDir = cacheDir
+			}
 			h.rt.LoadConfig = func(*app.Env) (*config.Config, error) {
 				c := config.Default()
 				c.Runtime.Runtimes = []string{h.runc}
@@ -208,6 +215,9 @@ func TestCDIModeMatchesCDILibrary(t *testing.T) {
 			}
 			if code := h.run("create", "--bundle", bundle, "ctr"); code != 0 {
 				t.Fatalf("exit %d: %s", code, h.stderr.String())
+			}
+			if files, _ := filepath.Glob(filepath.Join(cacheDir, "cdi-*.json")); cached && len(files) != 1 {
+				t.Errorf("resolved-spec cache files %q, want one", files)
 			}
 			written := readFile(t, filepath.Join(bundle, "config.json"))
 

@@ -45,6 +45,7 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/driverprobe"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
@@ -76,6 +77,22 @@ type Runtime struct {
 	// the plan's /proc/driver/nvidia view hook is not emitted (it would
 	// skip the view).
 	ProcDriverDir string
+	// CDICacheDir is where CDI mode caches the resolved spec files
+	// (cdispec.ResolveCached), so that a create reads one small file
+	// instead of loading every spec; "" for no cache. New sets it to
+	// DefaultCDICacheDir.
+	CDICacheDir string
+}
+
+// DefaultCDICacheDir returns the resolved-spec cache directory: "cdi" in
+// the driver probe's cache directory (/run/nctk for root,
+// $XDG_RUNTIME_DIR/nctk for other users; "" when neither applies).
+func DefaultCDICacheDir(getenv func(string) string) string {
+	d := driverprobe.DefaultCacheDir(getenv)
+	if d == "" {
+		return ""
+	}
+	return filepath.Join(d, "cdi")
 }
 
 // defaultProcDriverDir is where a loaded NVIDIA kernel driver shows in the
@@ -86,11 +103,12 @@ const defaultProcDriverDir = "/proc/driver/nvidia"
 func New() *Runtime {
 	self, _ := os.Executable()
 	return &Runtime{
-		planner:    defaultPlanner(),
-		LoadConfig: loadConfig,
-		Exec:       syscall.Exec,
-		Self:       self,
-		Version:    version.String(),
+		planner:     defaultPlanner(),
+		LoadConfig:  loadConfig,
+		Exec:        syscall.Exec,
+		Self:        self,
+		Version:     version.String(),
+		CDICacheDir: DefaultCDICacheDir(os.Getenv),
 	}
 }
 
@@ -167,7 +185,7 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	if err != nil {
 		return err
 	}
-	p, err := r.planner.Prepare(context.Background(), input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg})
+	p, err := r.planner.Prepare(context.Background(), input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg, CDICacheDir: r.CDICacheDir})
 	if err != nil {
 		return err
 	}
