@@ -3,7 +3,6 @@ package cdispec
 import (
 	"path"
 	"slices"
-	"strings"
 
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -62,10 +61,10 @@ func LiftOwnHooks(e *cdispecs.ContainerEdits, own func(hookPath string) bool, ke
 	if e == nil || len(e.Hooks) == 0 {
 		return e, w
 	}
-	mountPoints := slices.Clone(mounts)
+	mountPoints := newMountSet(mounts)
 	for _, m := range e.Mounts {
 		if m != nil {
-			mountPoints = append(mountPoints, m.ContainerPath)
+			mountPoints[path.Clean("/"+m.ContainerPath)] = true
 		}
 	}
 	var kept []*cdispecs.Hook
@@ -154,14 +153,14 @@ func ownChain(h *cdispecs.Hook, own func(string) bool) (prefix []string, parts [
 // keepInContainer); otherwise the part is done by the caller or dropped.
 // A part that writes at or below one of mountPoints is not lifted: made
 // before the mounts, its files would be hidden by the mount.
-func liftPart(part []string, w *OwnHooks, keepInContainer bool, mountPoints []string) (keep, ok bool) {
+func liftPart(part []string, w *OwnHooks, keepInContainer bool, mountPoints mountSet) (keep, ok bool) {
 	hook, err := hookargs.Parse(part)
 	if err != nil {
 		return false, false
 	}
 	switch h := hook.(type) {
 	case hookargs.CreateSymlinks:
-		if h.ContainerSpec != "" || slices.ContainsFunc(h.Links, func(l hookargs.Link) bool { return under(l.Path, mountPoints, true) }) {
+		if h.ContainerSpec != "" || slices.ContainsFunc(h.Links, func(l hookargs.Link) bool { return mountPoints.under(l.Path, true) }) {
 			return false, false
 		}
 		w.Links = append(w.Links, h.Links...)
@@ -169,9 +168,9 @@ func liftPart(part []string, w *OwnHooks, keepInContainer bool, mountPoints []st
 		// The libraries are read before the mounts exist: from the host
 		// file of a mount at their exact path, else inside the root; one
 		// below a mount point (a directory mount) is not there yet.
-		if h.ContainerSpec != "" || len(h.Libs) == 0 || under("/etc/ld.so.cache", mountPoints, true) ||
-			under("/etc/ld.so.conf.d/x", mountPoints, true) || under("/etc/ld.so.conf", mountPoints, true) ||
-			slices.ContainsFunc(h.Libs, func(l string) bool { return under(l, mountPoints, false) }) {
+		if h.ContainerSpec != "" || len(h.Libs) == 0 || mountPoints.under("/etc/ld.so.cache", true) ||
+			mountPoints.under("/etc/ld.so.conf.d/x", true) || mountPoints.under("/etc/ld.so.conf", true) ||
+			slices.ContainsFunc(h.Libs, func(l string) bool { return mountPoints.under(l, false) }) {
 			return false, false
 		}
 		for _, d := range h.Folders {
@@ -199,13 +198,28 @@ func liftPart(part []string, w *OwnHooks, keepInContainer bool, mountPoints []st
 	return false, true
 }
 
-// under reports whether the container path p is below one of mountPoints,
-// or (with orAt) one of them.
-func under(p string, mountPoints []string, orAt bool) bool {
-	p = path.Clean(p)
+// mountSet is a set of container mount points, cleaned.
+type mountSet map[string]bool
+
+func newMountSet(mountPoints []string) mountSet {
+	s := make(mountSet, len(mountPoints))
 	for _, m := range mountPoints {
-		m = path.Clean("/" + m)
-		if (orAt && p == m) || (p != m && (m == "/" || strings.HasPrefix(p, m+"/"))) {
+		s[path.Clean("/"+m)] = true
+	}
+	return s
+}
+
+// under reports whether the container path p is below one of the mount
+// points, or (with orAt) one of them: p and each of its parent directories
+// are looked up.
+func (s mountSet) under(p string, orAt bool) bool {
+	p = path.Clean("/" + p)
+	if orAt && s[p] {
+		return true
+	}
+	for p != "/" {
+		p = path.Dir(p)
+		if s[p] {
 			return true
 		}
 	}

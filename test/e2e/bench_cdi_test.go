@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cli/runtime"
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 )
@@ -201,6 +204,33 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		b.ReportMetric(ms(percentile(extra[n], 50)), n+"-extra-ms")
 		b.ReportMetric(ms(percentile(share[n], 50)), n+"-share-ms")
 	}
+
+	// The own path's wrapper in this process, up to the exec of runc
+	// (config.toml, spec cache, plan, rootfs work, spec write): what of
+	// own-share-ms is not process start-up.
+	var inproc []time.Duration
+	scratch := e2e.TempDir(b, "scratch")
+	for range 50 {
+		if err := os.WriteFile(filepath.Join(scratch, "config.json"), orig, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		rt := runtime.New()
+		rt.Exec = func(string, []string, []string) error { return nil }
+		rt.Self = tool(b, "nctk") // the hooks' nvidia-cdi-hook is its link
+		var stderr strings.Builder
+		e := &app.Env{Args: []string{wrapper("own"), "create", "--bundle", scratch, "x"},
+			Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Environ: paths["own"].env}
+		start := time.Now()
+		code := rt.Run(e)
+		inproc = append(inproc, time.Since(start))
+		if code != 0 {
+			b.Fatalf("runtime: exit %d: %s", code, stderr.String())
+		}
+		if n := cdiHookCount(b, readFile(b, filepath.Join(scratch, "config.json"))); n != 0 {
+			b.Fatalf("in process: %d hooks left", n)
+		}
+	}
+	b.ReportMetric(ms(percentile(inproc, 50)), "own-inproc-ms")
 
 	strace, err := exec.LookPath("strace")
 	if err != nil {
