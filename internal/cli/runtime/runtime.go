@@ -80,14 +80,14 @@ type Runtime struct {
 	// CDICacheDir is where CDI mode caches the resolved spec files
 	// (cdispec.ResolveCached), so that a create reads one small file
 	// instead of loading every spec; "" for no cache. New sets it to
-	// DefaultCDICacheDir.
+	// defaultCDICacheDir.
 	CDICacheDir string
 }
 
-// DefaultCDICacheDir returns the resolved-spec cache directory: "cdi" in
+// defaultCDICacheDir returns the resolved-spec cache directory: "cdi" in
 // the driver probe's cache directory (/run/nctk for root,
 // $XDG_RUNTIME_DIR/nctk for other users; "" when neither applies).
-func DefaultCDICacheDir(getenv func(string) string) string {
+func defaultCDICacheDir(getenv func(string) string) string {
 	d := driverprobe.DefaultCacheDir(getenv)
 	if d == "" {
 		return ""
@@ -108,7 +108,7 @@ func New() *Runtime {
 		Exec:        syscall.Exec,
 		Self:        self,
 		Version:     version.String(),
-		CDICacheDir: DefaultCDICacheDir(os.Getenv),
+		CDICacheDir: defaultCDICacheDir(os.Getenv),
 	}
 }
 
