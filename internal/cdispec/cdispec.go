@@ -11,8 +11,9 @@
 // (which Generate gets from planner.Run). The plan for a container with no
 // GPU gives the spec-level edits (control nodes, driver libraries at their
 // driver-root paths, binaries at /usr/bin, IPC sockets, firmware, and the
-// createContainer hooks of internal/ocispec that create the library links
-// and update the ld.so.cache); the plan for one GPU, minus the former,
+// createContainer hook of internal/ocispec that creates the library links
+// and updates the ld.so.cache: by default one nvidia-cdi-hook call chaining
+// the steps, see Options.SeparateHooks); the plan for one GPU, minus the former,
 // gives that device's edits. The spec stays within CDI 0.5.0 (the newest version
 // Podman 4.3 reads): no annotations, no additionalGids; its cdiVersion is the
 // lowest its content needs, as the CDI library computes it.
@@ -114,8 +115,19 @@ type Options struct {
 	// Hook says how the createContainer hooks run nvidia-cdi-hook: its
 	// absolute host path (empty: DefaultHookPath) and the ldconfig
 	// update-ldcache runs. A hook path whose base name is nvidia-ctk runs
-	// the hooks as `nvidia-ctk hook …`.
+	// the hooks as `nvidia-ctk hook …`. Its InProcessLdcache is ignored:
+	// SeparateHooks decides.
 	Hook ocispec.HookConfig
+	// SeparateHooks writes NVIDIA's hook layout: one createContainer hook
+	// per step (create-symlinks, update-ldcache --folder running the host
+	// ldconfig, disable-device-node-modification), which any
+	// nvidia-cdi-hook runs. Without it the spec has one createContainer
+	// hook that runs the steps in that order in one nvidia-cdi-hook
+	// process (the ";" chain) and passes update-ldcache the libraries
+	// (--lib), so that ld.so.cache is written in-process: nctk's
+	// nvidia-cdi-hook only, and nctk's runtime does that hook's work
+	// itself before the container starts.
+	SeparateHooks bool
 }
 
 // Generate discovers the driver described by job.Driver, selects the devices
@@ -263,7 +275,8 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 		return nil, errors.New("render CDI spec: no device selected (a CDI spec needs at least one device)")
 	}
 
-	spec := &cdi.Spec{Kind: vendor + "/" + class, ContainerEdits: commonEdits(common, hc)}
+	hc.InProcessLdcache = !o.SeparateHooks
+	spec := &cdi.Spec{Kind: vendor + "/" + class, ContainerEdits: commonEdits(common, hc, !o.SeparateHooks)}
 	seen := map[string]bool{}
 	var all cdi.ContainerEdits
 	for _, dev := range devices {
@@ -310,8 +323,8 @@ func deviceNames(strategies []NameStrategy, index, typeIndex, uuid string) []str
 }
 
 // commonEdits are the spec-level edits: everything a container with no GPU
-// gets, the hooks, and the environment.
-func commonEdits(p *plan.Plan, hc ocispec.HookConfig) cdi.ContainerEdits {
+// gets, the hooks (chained into one with chain), and the environment.
+func commonEdits(p *plan.Plan, hc ocispec.HookConfig, chain bool) cdi.ContainerEdits {
 	e := cdi.ContainerEdits{Env: []string{VoidEnv}}
 	if dirs := libcudaDirs(p); len(dirs) > 0 {
 		e.Env = append(e.Env, LibcudaDirEnv+"="+strings.Join(dirs, ":"))
@@ -327,21 +340,25 @@ func commonEdits(p *plan.Plan, hc ocispec.HookConfig) cdi.ContainerEdits {
 	for _, m := range p.Mounts {
 		e.Mounts = append(e.Mounts, mount(m))
 	}
-	e.Hooks = hooks(p, hc)
+	e.Hooks = hooks(p, hc, chain)
 	return e
 }
 
 // hooks are the createContainer hooks ocispec.Hooks gives p (symlinks, the
 // ld.so.cache update: what nvidia-container-runtime does in the rootfs
 // itself) and, in place of the /proc/driver/nvidia view,
-// disable-device-node-modification.
-func hooks(p *plan.Plan, hc ocispec.HookConfig) []*cdi.Hook {
+// disable-device-node-modification; with chain, merged into one call
+// (ocispec.Chain) that runs them in that order.
+func hooks(p *plan.Plan, hc ocispec.HookConfig, chain bool) []*cdi.Hook {
 	q := *p
 	q.Proc = nil
 	hs := ocispec.Hooks(&q, hc)
 	if p.Proc != nil {
 		hs = append(hs, ocispec.Hook{Path: hc.Path,
 			Args: hookargs.Command(hookargs.DisableDeviceNodeModification{}), Env: hookargs.Env()})
+	}
+	if chain {
+		hs = ocispec.Chain(hs)
 	}
 	out := make([]*cdi.Hook, 0, len(hs))
 	for _, h := range hs {

@@ -20,6 +20,7 @@ import (
 	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/selector"
 )
 
@@ -229,7 +230,8 @@ func nodePaths(e cdi.ContainerEdits) []string {
 
 func TestEdits(t *testing.T) {
 	d := synthDriver("/run/nvidia/driver")
-	spec, err := Render(d, selectAll(t, d), Options{Hook: ocispec.HookConfig{Path: "/opt/nctk/nvidia-cdi-hook", LdconfigPath: "/sbin/ldconfig"}})
+	spec, err := Render(d, selectAll(t, d), Options{SeparateHooks: true,
+		Hook: ocispec.HookConfig{Path: "/opt/nctk/nvidia-cdi-hook", LdconfigPath: "/sbin/ldconfig"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,6 +312,63 @@ func TestEdits(t *testing.T) {
 	if links := strings.Join(ce.Hooks[0].Args, " "); !strings.Contains(links, "--link libcuda.so."+synthVersion+"::/usr/lib/x86_64-linux-gnu/libcuda.so.1") ||
 		!strings.Contains(links, "--link libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so") {
 		t.Errorf("symlink hook %q lacks libcuda's links", links)
+	}
+}
+
+// TestChainedHook checks the default hook layout: one createContainer hook
+// whose chain is NVIDIA's separate hooks, in their order, with the
+// libraries and their links passed to update-ldcache (--lib) so that it
+// writes ld.so.cache in-process.
+func TestChainedHook(t *testing.T) {
+	d := synthDriver("/run/nvidia/driver")
+	hc := ocispec.HookConfig{Path: "/opt/nctk/nvidia-cdi-hook", LdconfigPath: "/sbin/ldconfig"}
+	sep, err := Render(d, selectAll(t, d), Options{Hook: hc, SeparateHooks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := Render(d, selectAll(t, d), Options{Hook: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(one.ContainerEdits.Hooks) != 1 {
+		t.Fatalf("%d spec-level hooks, want 1", len(one.ContainerEdits.Hooks))
+	}
+	h := one.ContainerEdits.Hooks[0]
+	if h.HookName != "createContainer" || h.Path != hc.Path || h.Args[0] != hookargs.Binary || !slices.Equal(h.Env, hookargs.Env()) {
+		t.Errorf("hook %+v", h)
+	}
+	for _, dev := range one.Devices {
+		if len(dev.ContainerEdits.Hooks) != 0 {
+			t.Errorf("device %s has hooks", dev.Name)
+		}
+	}
+	segs := hookargs.SplitChain(h.Args[1:])
+	if len(segs) != len(sep.ContainerEdits.Hooks) {
+		t.Fatalf("chain of %d hooks, want %d (the separate ones)", len(segs), len(sep.ContainerEdits.Hooks))
+	}
+	common, err := plan.Build(d, plan.Options{Caps: caps.Full(), Target: plan.Target{BinDir: BinDir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, seg := range segs {
+		got, err := hookargs.Parse(seg)
+		if err != nil {
+			t.Fatalf("chain part %q: %v", seg, err)
+		}
+		want, err := hookargs.Parse(sep.ContainerEdits.Hooks[i].Args[1:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, ok := want.(hookargs.UpdateLdcache); ok {
+			u.Libs = common.LdcacheLibs()
+			if len(u.Libs) == 0 {
+				t.Fatal("the plan has no libraries for ld.so.cache")
+			}
+			want = u
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("chain part %d\n got %+v\nwant %+v", i, got, want)
+		}
 	}
 }
 

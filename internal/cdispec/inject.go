@@ -105,43 +105,33 @@ func specErrors(c *pkgcdi.Cache) []string {
 // container edits they make, merged as the CDI library's InjectDevices
 // merges them: the containerEdits of each spec once, at the first of its
 // devices, then each device's own. The edits are the spec files' entries,
-// verbatim; applying them (ocispec.Apply, with the library's editor) gives
-// what InjectDevices gives. A name that is not fully qualified or that no
-// spec defines is an error naming it and the directories searched.
+// verbatim (carried through their JSON encoding, as the resolved-spec
+// cache holds them; see ResolveCached); applying them (ocispec.Apply, with
+// the library's editor) gives what InjectDevices gives. A name that is not
+// fully qualified or that no spec defines is an error naming it and the
+// directories searched.
 func Resolve(names, specDirs []string) (*cdispecs.ContainerEdits, error) {
 	if len(specDirs) == 0 {
 		specDirs = DefaultSpecDirs()
 	}
-	for _, n := range names {
-		if _, _, _, err := parser.ParseQualifiedName(n); err != nil {
-			return nil, fmt.Errorf("inject CDI devices: %q: %w", n, err)
-		}
+	if err := checkNames(names); err != nil {
+		return nil, err
 	}
-	c, err := newCache(specDirs)
+	idx, err := buildIndex(specDirs)
 	if err != nil {
 		return nil, fmt.Errorf("inject CDI devices: %w", err)
 	}
-	edits := &pkgcdi.ContainerEdits{ContainerEdits: &cdispecs.ContainerEdits{}}
-	seen := map[*pkgcdi.Spec]bool{}
-	var missing []string
+	return idx.resolve(names, specDirs)
+}
+
+// checkNames checks that names are fully-qualified CDI device names.
+func checkNames(names []string) error {
 	for _, n := range names {
-		d := c.GetDevice(n)
-		if d == nil {
-			if !slices.Contains(missing, n) {
-				missing = append(missing, n)
-			}
-			continue
+		if _, _, _, err := parser.ParseQualifiedName(n); err != nil {
+			return fmt.Errorf("inject CDI devices: %q: %w", n, err)
 		}
-		if s := d.GetSpec(); !seen[s] {
-			seen[s] = true
-			edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &s.ContainerEdits})
-		}
-		edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &d.ContainerEdits})
 	}
-	if len(missing) > 0 {
-		return nil, &UnresolvedError{Devices: missing, Dirs: specDirs, SpecErrors: specErrors(c)}
-	}
-	return edits.ContainerEdits, nil
+	return nil
 }
 
 // Listing is what `cdi list` shows: the fully-qualified device names of the

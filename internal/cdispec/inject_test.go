@@ -99,8 +99,8 @@ func TestResolveApplied(t *testing.T) {
 			if !slices.Contains(s.Process.Env, VoidEnv) {
 				t.Errorf("env %q lacks %s", s.Process.Env, VoidEnv)
 			}
-			if s.Hooks == nil || len(s.Hooks.CreateContainer) != 3 {
-				t.Fatalf("hooks %+v, want 3 createContainer hooks", s.Hooks)
+			if s.Hooks == nil || len(s.Hooks.CreateContainer) != 1 {
+				t.Fatalf("hooks %+v, want 1 createContainer hook (the chain)", s.Hooks)
 			}
 			for _, h := range s.Hooks.CreateContainer {
 				if slices.ContainsFunc(h.Env, func(e string) bool { return strings.HasPrefix(e, "LD_PRELOAD") }) {
@@ -231,8 +231,8 @@ func TestResolve(t *testing.T) {
 	if len(e.Env) != 2 || e.Env[0] != VoidEnv {
 		t.Errorf("env %q, want %s and the libcuda dirs", e.Env, VoidEnv)
 	}
-	if len(e.DeviceNodes) != 5 || len(e.Hooks) != 3 || len(e.Mounts) != 10 {
-		t.Errorf("edits: %d devices, %d hooks, %d mounts; want 5, 3, 10", len(e.DeviceNodes), len(e.Hooks), len(e.Mounts))
+	if len(e.DeviceNodes) != 5 || len(e.Hooks) != 1 || len(e.Mounts) != 10 {
+		t.Errorf("edits: %d devices, %d hooks, %d mounts; want 5, 1, 10", len(e.DeviceNodes), len(e.Hooks), len(e.Mounts))
 	}
 	if _, err := Resolve([]string{"nvidia.com/gpu=9"}, []string{dir}); err == nil {
 		t.Error("unknown device: no error")

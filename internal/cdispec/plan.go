@@ -3,12 +3,12 @@ package cdispec
 import "github.com/nctk/nctk/internal/plan"
 
 // PlanFor resolves CDI device names against the spec files in specDirs
-// (Resolve) and returns a plan that holds their container edits verbatim
+// (ResolveCached with cacheDir; "" for no cache) and returns a plan that holds their container edits verbatim
 // (plan.Plan.CDI), so that the runtime applies CDI requests through the same
 // spec editor as every other request (keeping the config.json fields
 // runtime-spec does not know) and exactly as the CDI specification says.
-func PlanFor(names, specDirs []string) (*plan.Plan, error) {
-	e, err := Resolve(names, specDirs)
+func PlanFor(names, specDirs []string, cacheDir string) (*plan.Plan, error) {
+	e, err := ResolveCached(names, specDirs, cacheDir)
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func TestPlanForThroughOCISpec(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := PlanFor(tc.devs, []string{dir})
+			p, err := PlanFor(tc.devs, []string{dir}, "")
 			if tc.wantErr {
 				var ue *UnresolvedError
 				if !errors.As(err, &ue) {

@@ -15,9 +15,11 @@
 //
 // Every hook also takes --container-spec FILE. The names and the flags
 // NVIDIA's hook has are spelled as NVIDIA spells them, so that a CDI spec
-// written by either toolkit runs with either nvidia-cdi-hook; --lib,
-// --host-dir, mount-proc-driver and the ";" chain are nctk's own and appear
-// only in the spec edits of nctk's runtime, which runs nctk's hook.
+// written by NVIDIA's tools (or by `nvidia-ctk cdi generate
+// --separate-hooks`) runs with either nvidia-cdi-hook; --lib, --host-dir,
+// mount-proc-driver and the ";" chain are nctk's own: they appear in the
+// spec edits of nctk's runtime and in the CDI specs nctk writes by default
+// (one chained hook, update-ldcache with --lib), which need nctk's hook.
 package hookargs
 
 import (

@@ -36,8 +36,8 @@ type HookConfig struct {
 	LdconfigPath string
 	// InProcessLdcache passes update-ldcache the injected libraries and
 	// their links (--lib), so that nctk's nvidia-cdi-hook updates
-	// ld.so.cache in-process instead of running ldconfig. Off for CDI
-	// specs, which keep NVIDIA's update-ldcache arguments;
+	// ld.so.cache in-process instead of running ldconfig. On in the CDI
+	// specs nctk writes by default (cdispec.Options.SeparateHooks off);
 	// nvidia-container-runtime emits no update-ldcache hook (RootfsDone).
 	InProcessLdcache bool
 	// RootfsDone says the caller has already created p.Symlinks and

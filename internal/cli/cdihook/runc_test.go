@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"sigs.k8s.io/yaml"
+	cdi "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nctk/nctk/internal/e2e"
 )
@@ -85,5 +88,63 @@ func TestRuncCreateContainerHooks(t *testing.T) {
 	}
 	if now, _ := os.ReadFile("/etc/passwd"); !bytes.Equal(now, hostPasswd) {
 		t.Error("the host's /etc/passwd changed")
+	}
+}
+
+// TestRuncNVIDIASpecHooks runs the spec-level hooks of a CDI spec written by
+// NVIDIA's tools (testdata/nvidia-1.20-hooks.yaml: separate hooks,
+// update-ldcache --folder only, hooks nctk does not know) unchanged, with
+// nctk's nvidia-cdi-hook at their path, as createContainer hooks of a runc
+// container: the links exist, ld.so.cache holds the library (the host
+// ldconfig ran, confined) and the unknown hooks do not break the start.
+func TestRuncNVIDIASpecHooks(t *testing.T) {
+	e2e.RequireRoot(t)
+	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
+	if len(matches) == 0 {
+		t.Skip("no host libz.so.1.* to stand in for a driver library")
+	}
+	lib := matches[0]
+	data, err := os.ReadFile("testdata/nvidia-1.20-hooks.yaml")
+	must(t, err)
+	var excerpt struct {
+		Hooks []cdi.Hook `json:"hooks"`
+	}
+	must(t, yaml.Unmarshal(bytes.ReplaceAll(data, []byte("LIBZ"), []byte(filepath.Base(lib))), &excerpt))
+	if len(excerpt.Hooks) != 6 {
+		t.Fatalf("%d hooks in the excerpt, want 6", len(excerpt.Hooks))
+	}
+	self, err := os.Executable()
+	must(t, err)
+	root := e2e.BuildRootfs(t, e2e.RootfsOptions{NoCudaprobe: true})
+	drvDir := "/usr/local/nvidia/lib64"
+	bundle := e2e.MakeBundle(t, root, "/bin/sh", "-c", "readlink "+drvDir+"/libz.so; readlink "+drvDir+"/gbm/nvidia-drm_gbm.so")
+	e2e.EditSpec(t, bundle, func(s *specs.Spec) {
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: drvDir + "/" + filepath.Base(lib), Source: lib, Type: "bind",
+			Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"},
+		})
+		if s.Hooks == nil {
+			s.Hooks = &specs.Hooks{}
+		}
+		for _, h := range excerpt.Hooks {
+			if h.HookName != "createContainer" || h.Path != "/opt/a/nvidia-cdi-hook" {
+				t.Fatalf("excerpt hook %+v", h)
+			}
+			// The spec's own args and env; the test binary stands in for
+			// nctk's nvidia-cdi-hook at the spec's path.
+			s.Hooks.CreateContainer = append(s.Hooks.CreateContainer, specs.Hook{Path: self, Args: h.Args,
+				Env: append([]string{"NCTK_CDIHOOK_TEST_MAIN=1"}, h.Env...)})
+		}
+	})
+	res := e2e.NewRunc(t).Run(bundle, "nctk-nvspec-"+filepath.Base(bundle))
+	if !res.OK() {
+		t.Fatalf("container failed: %s", res)
+	}
+	if got, want := strings.Fields(res.Stdout), []string{"libz.so.1", "../libnvidia-allocator.so.1"}; !slices.Equal(got, want) {
+		t.Errorf("links in the container: %q, want %q", got, want)
+	}
+	cache, _ := os.ReadFile(root + "/etc/ld.so.cache")
+	if !strings.Contains(string(cache), drvDir+"/libz.so.1") {
+		t.Error("the container's ld.so.cache lacks the library (update-ldcache --folder)")
 	}
 }

@@ -43,7 +43,7 @@ func cdiGenerate(e *env, args []string) error {
 		output, format, driverRoot, devRoot, hookPath, ldconfigPath string
 		vendor, class, capsList, mode                               string
 		strategies, deviceIDs                                       []string
-		noAll                                                       bool
+		noAll, separateHooks                                        bool
 	)
 	format = string(cdispec.FormatYAML)
 	vendor, class, capsList, mode = cdispec.DefaultVendor, cdispec.DefaultClass, "all", "auto"
@@ -61,6 +61,8 @@ func cdiGenerate(e *env, args []string) error {
 	fs.String(&vendor, []string{"vendor", "cdi-vendor"}, []string{"NVIDIA_CTK_CDI_GENERATE_VENDOR"}, "VENDOR", "the vendor of the spec's kind")
 	fs.String(&class, []string{"class", "cdi-class"}, []string{"NVIDIA_CTK_CDI_GENERATE_CLASS"}, "CLASS", "the class of the spec's kind")
 	fs.Bool(&noAll, []string{"no-all-device"}, []string{"NVIDIA_CTK_CDI_GENERATE_NO_ALL_DEVICE"}, "leave out the \"all\" device")
+	fs.Bool(&separateHooks, []string{"separate-hooks"}, []string{"NVIDIA_CTK_CDI_GENERATE_SEPARATE_HOOKS"},
+		"write one hook per step, as NVIDIA's tools do, runnable by any nvidia-cdi-hook (default: one nctk hook call that writes ld.so.cache in-process)")
 	fs.Func([]string{"device-id", "device"}, "ID",
 		"a device to include: index, UUID, bus id, MIG index or UUID (repeatable; default all)", listFlag(&deviceIDs))
 	fs.String(&capsList, []string{"driver-capabilities", "capabilities"}, []string{"NVIDIA_CTK_CDI_GENERATE_DRIVER_CAPABILITIES"}, "LIST",
@@ -86,7 +88,7 @@ func cdiGenerate(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", e.path, err)
 	}
-	o := cdispec.Options{Vendor: vendor, Class: class, NoAllDevice: noAll}
+	o := cdispec.Options{Vendor: vendor, Class: class, NoAllDevice: noAll, SeparateHooks: separateHooks}
 	for _, s := range strategies {
 		ns, err := cdispec.ParseNameStrategy(s)
 		if err != nil {

@@ -125,6 +125,48 @@ func deviceNames(s *cdi.Spec) []string {
 	return out
 }
 
+// TestCDIGenerateHookLayout: by default the spec has one createContainer
+// hook chaining the steps; --separate-hooks (or its variable) gives one per
+// step, without nctk's --lib and ";".
+func TestCDIGenerateHookLayout(t *testing.T) {
+	root := cdiTestRoot(t)
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		args    []string
+		want    []string
+	}{
+		{name: "default", want: []string{"create-symlinks ; update-ldcache ; disable-device-node-modification"}},
+		{name: "flag", args: []string{"--separate-hooks"}, want: []string{"create-symlinks", "update-ldcache", "disable-device-node-modification"}},
+		{name: "variable", environ: []string{"NVIDIA_CTK_CDI_GENERATE_SEPARATE_HOOKS=true"},
+			want: []string{"create-symlinks", "update-ldcache", "disable-device-node-modification"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"cdi", "generate", "--driver-root", root, "--nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook"}, tc.args...)
+			stdout, stderr, code := cdiRun(t, tc.environ, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			var got []string
+			for _, h := range parseSpecOut(t, []byte(stdout)).ContainerEdits.Hooks {
+				var subs []string
+				for _, a := range h.Args[1:] {
+					if a == ";" || !strings.HasPrefix(a, "-") && !strings.Contains(a, "/") {
+						subs = append(subs, a)
+					}
+				}
+				got = append(got, strings.Join(subs, " "))
+				if lib := slices.Contains(h.Args, "--lib"); lib != (len(tc.args)+len(tc.environ) == 0) {
+					t.Errorf("hook %q: --lib present %v", h.Args[1], lib)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("hooks %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestCDIGenerateGolden: the spec of the hand-made root, the temporary
 // root replaced with a placeholder.
 func TestCDIGenerateGolden(t *testing.T) {

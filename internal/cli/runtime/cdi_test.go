@@ -184,8 +184,12 @@ func TestCDIModeMatchesCDILibrary(t *testing.T) {
 		{name: "names in NVIDIA_VISIBLE_DEVICES", devices: []string{"example.com/fpga=0fpga", "acme.io/nic=vf0"}, env: true},
 		{name: "user namespace: idmapped bind mounts", devices: []string{"vendor.org/acc.v2=b", "example.com/fpga=0fpga"}, userns: true},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
+	// Each request twice: without the resolved-spec cache, then with one
+	// (written by the first request, read by the others).
+	cacheDir := filepath.Join(t.TempDir(), "cdi")
+	for i := range 2 * len(tests) {
+		tc, cached := tests[i%len(tests)], i >= len(tests)
+		t.Run(fmt.Sprintf("%s/cached=%v", tc.name, cached), func(t *testing.T) {
 			base := cdiBaseSpec
 			switch {
 			case tc.env:
@@ -199,6 +203,9 @@ func TestCDIModeMatchesCDILibrary(t *testing.T) {
 			bundle := writeBundle(t, base)
 			h := newHarness(t)
 			h.rt.planner = defaultPlanner()
+			if cached {
+				h.rt.CDICacheDir = cacheDir
+			}
 			h.rt.LoadConfig = func(*app.Env) (*config.Config, error) {
 				c := config.Default()
 				c.Runtime.Runtimes = []string{h.runc}
@@ -208,6 +215,9 @@ func TestCDIModeMatchesCDILibrary(t *testing.T) {
 			}
 			if code := h.run("create", "--bundle", bundle, "ctr"); code != 0 {
 				t.Fatalf("exit %d: %s", code, h.stderr.String())
+			}
+			if files, _ := filepath.Glob(filepath.Join(cacheDir, "cdi-*.json")); cached && len(files) != 1 {
+				t.Errorf("resolved-spec cache files %q, want one", files)
 			}
 			written := readFile(t, filepath.Join(bundle, "config.json"))
 
@@ -259,7 +269,8 @@ func canonical(t *testing.T, s *specs.Spec) any {
 // given, exec stubbed) for a container that asks for 8 GPUs by CDI name
 // from a spec shaped like NVIDIA's for an 8-GPU host: per device a node,
 // spec-wide 4 control nodes, 29 read-only bind mounts, 3 createContainer
-// hooks and an env entry.
+// hooks and an env entry; without and with the resolved-spec cache
+// (cache=true: every create but the first reads the cache file).
 func BenchmarkCDIMode(b *testing.B) {
 	var spec strings.Builder
 	spec.WriteString("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ncontainerEdits:\n  env: [NVIDIA_VISIBLE_DEVICES=void]\n  deviceNodes:\n")
@@ -289,26 +300,33 @@ func BenchmarkCDIMode(b *testing.B) {
 	if err := os.Mkdir(filepath.Join(bundle, "rootfs"), 0o755); err != nil {
 		b.Fatal(err)
 	}
-	rt := &Runtime{
-		planner: defaultPlanner(),
-		LoadConfig: func(*app.Env) (*config.Config, error) {
-			c := config.Default()
-			c.Runtime.Runtimes = []string{"/bin/true"}
-			c.Runtime.Modes.CDI.SpecDirs = []string{specDir}
-			return c, nil
-		},
-		Exec:    func(string, []string, []string) error { return nil },
-		Version: "bench",
-	}
-	e := &app.Env{Args: []string{"nvidia-container-runtime", "create", "--bundle", bundle, "ctr"},
-		Stdout: io.Discard, Stderr: io.Discard, Environ: []string{"PATH=/usr/bin:/bin"}}
-	cfgPath := filepath.Join(bundle, "config.json")
-	for b.Loop() {
-		if err := os.WriteFile(cfgPath, []byte(base), 0o644); err != nil {
-			b.Fatal(err)
-		}
-		if code := rt.Run(e); code != 0 {
-			b.Fatalf("exit %d", code)
-		}
+	for _, cached := range []bool{false, true} {
+		b.Run(fmt.Sprintf("cache=%v", cached), func(b *testing.B) {
+			rt := &Runtime{
+				planner: defaultPlanner(),
+				LoadConfig: func(*app.Env) (*config.Config, error) {
+					c := config.Default()
+					c.Runtime.Runtimes = []string{"/bin/true"}
+					c.Runtime.Modes.CDI.SpecDirs = []string{specDir}
+					return c, nil
+				},
+				Exec:    func(string, []string, []string) error { return nil },
+				Version: "bench",
+			}
+			if cached {
+				rt.CDICacheDir = filepath.Join(b.TempDir(), "cdi")
+			}
+			e := &app.Env{Args: []string{"nvidia-container-runtime", "create", "--bundle", bundle, "ctr"},
+				Stdout: io.Discard, Stderr: io.Discard, Environ: []string{"PATH=/usr/bin:/bin"}}
+			cfgPath := filepath.Join(bundle, "config.json")
+			for b.Loop() {
+				if err := os.WriteFile(cfgPath, []byte(base), 0o644); err != nil {
+					b.Fatal(err)
+				}
+				if code := rt.Run(e); code != 0 {
+					b.Fatalf("exit %d", code)
+				}
+			}
+		})
 	}
 }

@@ -10,7 +10,13 @@
 // that directory (the host kernel has the driver loaded, or the spec
 // mounts no procfs at /proc). It creates the driver symlinks and adds the
 // driver libraries to ld.so.cache in the bundle's rootfs itself (inside the
-// root, from the host files to be mounted), and then execs the low-level
+// root, from the host files to be mounted). In CDI mode it does the same
+// for the createContainer hooks of the spec that run this installation's
+// nvidia-cdi-hook (the same file as this program; see ownHook and
+// cdispec.LiftOwnHooks): their links and ld.so.cache entries are made here
+// and the hook entries are dropped, the disable-device-node-modification
+// part kept as a hook only where the container's procfs will show the
+// driver. Then it execs the low-level
 // runtime (runc, crun) with the same arguments and environment. Every other
 // subcommand and flag goes straight to the low-level runtime: the process
 // is replaced (exec, no fork), so exit status, stdio, pid files and console
@@ -37,7 +43,9 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/driverprobe"
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
@@ -70,6 +78,22 @@ type Runtime struct {
 	// the plan's /proc/driver/nvidia view hook is not emitted (it would
 	// skip the view).
 	ProcDriverDir string
+	// CDICacheDir is where CDI mode caches the resolved spec files
+	// (cdispec.ResolveCached), so that a create reads one small file
+	// instead of loading every spec; "" for no cache. New sets it to
+	// defaultCDICacheDir.
+	CDICacheDir string
+}
+
+// defaultCDICacheDir returns the resolved-spec cache directory: "cdi" in
+// the driver probe's cache directory (/run/nctk for root,
+// $XDG_RUNTIME_DIR/nctk for other users; "" when neither applies).
+func defaultCDICacheDir(getenv func(string) string) string {
+	d := driverprobe.DefaultCacheDir(getenv)
+	if d == "" {
+		return ""
+	}
+	return filepath.Join(d, "cdi")
 }
 
 // defaultProcDriverDir is where a loaded NVIDIA kernel driver shows in the
@@ -80,11 +104,12 @@ const defaultProcDriverDir = "/proc/driver/nvidia"
 func New() *Runtime {
 	self, _ := os.Executable()
 	return &Runtime{
-		planner:    defaultPlanner(),
-		LoadConfig: loadConfig,
-		Exec:       syscall.Exec,
-		Self:       self,
-		Version:    version.String(),
+		planner:     defaultPlanner(),
+		LoadConfig:  loadConfig,
+		Exec:        syscall.Exec,
+		Self:        self,
+		Version:     version.String(),
+		CDICacheDir: defaultCDICacheDir(os.Getenv),
 	}
 }
 
@@ -162,7 +187,7 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	if err != nil {
 		return err
 	}
-	p, err := r.planner.Prepare(context.Background(), input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg})
+	p, err := r.planner.Prepare(context.Background(), input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg, CDICacheDir: r.CDICacheDir})
 	if err != nil {
 		return err
 	}
@@ -174,7 +199,17 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	// the low-level runtime runs; only the /proc/driver/nvidia view needs
 	// a createContainer hook (it mounts inside the container), and only
 	// when the container's procfs will have that directory.
-	procView := p.Proc != nil && r.needsProcView(spec)
+	inContainer := r.needsProcView(spec)
+	procView := p.Proc != nil && inContainer
+	// The same for the hooks of CDI specs that run this installation's
+	// nvidia-cdi-hook: their links and ld.so.cache entries are made here,
+	// and the hook entries leave config.json.
+	var own cdispec.OwnHooks
+	if p.CDI != nil {
+		q := *p
+		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), inContainer, mountPoints(spec))
+		p = &q
+	}
 	// update-ldcache gets the configured host ldconfig, or none (its own
 	// default) when the setting is empty or an accepted container path.
 	ldconfig, err := cfg.HostLdconfig()
@@ -191,7 +226,7 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	if err := ocispec.Apply(doc, p, hc); err != nil {
 		return err
 	}
-	root, err := prepareRootfs(rootPath, p, log.Logger)
+	root, err := prepareRootfs(rootPath, rootWork(p, own), log.Logger)
 	if err != nil {
 		return err
 	}
@@ -202,17 +237,53 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 		return err
 	}
 	log.Info("injected GPU access into the OCI spec", "spec", specPath,
-		"devices", len(p.Devices), "mounts", len(p.Mounts), "symlinks", len(p.Symlinks), "proc-view-hook", procView)
+		"devices", len(p.Devices), "mounts", len(p.Mounts), "symlinks", len(p.Symlinks), "proc-view-hook", procView,
+		"cdi-hooks-done", own.Hooks)
 	return nil
 }
 
-// prepareRootfs creates the plan's symlinks in the container root at path
-// and adds the plan's libraries to its ld.so.cache (read from the host files
-// that will be mounted: the mounts do not exist yet), all inside the root.
-// It returns the open root with its changes journaled (nil when the plan
-// has nothing for the root); on error everything is rolled back.
-func prepareRootfs(path string, p *plan.Plan, log *slog.Logger) (*rootfs.Root, error) {
-	if len(p.Symlinks) == 0 && len(p.LdconfigDirs) == 0 {
+// work is what the runtime does in the container root before the
+// low-level runtime runs: symlinks, then the ld.so.cache entries of Libs
+// (read from the host files Pending mounts, or through Pending links) with
+// LdconfigDirs in the ld.so.conf.d drop-in.
+type work struct {
+	Symlinks     []hookargs.Link
+	LdconfigDirs []string
+	Libs         []string
+	Pending      rootfs.Pending
+}
+
+// rootWork is the root work of the plan p (its symlinks and libraries)
+// and of the CDI hooks lifted out of p.CDI (own), in that order.
+func rootWork(p *plan.Plan, own cdispec.OwnHooks) work {
+	var w work
+	for _, s := range p.Symlinks {
+		w.Symlinks = append(w.Symlinks, hookargs.Link{Target: s.Target, Path: s.Link})
+	}
+	w.Symlinks = append(w.Symlinks, own.Links...)
+	w.LdconfigDirs = slices.Concat(p.LdconfigDirs, own.LdconfigDirs)
+	if len(p.LdconfigDirs) > 0 {
+		w.Libs = p.LdcacheLibs()
+	}
+	for _, l := range own.Libs {
+		if !slices.Contains(w.Libs, l) {
+			w.Libs = append(w.Libs, l)
+		}
+	}
+	w.Pending = pending(p)
+	for _, l := range own.Links {
+		w.Pending.Links = append(w.Pending.Links, rootfs.PendingLink{Path: l.Path, Target: l.Target})
+	}
+	return w
+}
+
+// prepareRootfs creates the symlinks of w in the container root at path
+// and adds w's libraries to its ld.so.cache (read from the host files that
+// will be mounted: the mounts do not exist yet), all inside the root. It
+// returns the open root with its changes journaled (nil when w has nothing
+// for the root); on error everything is rolled back.
+func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) {
+	if len(w.Symlinks) == 0 && len(w.LdconfigDirs) == 0 {
 		return nil, nil
 	}
 	root, err := rootfs.Open(path)
@@ -220,19 +291,19 @@ func prepareRootfs(path string, p *plan.Plan, log *slog.Logger) (*rootfs.Root, e
 		return nil, err
 	}
 	err = func() error {
-		for _, s := range p.Symlinks {
-			if err := root.Symlink(s.Target, s.Link); err != nil {
+		for _, s := range w.Symlinks {
+			if err := root.Symlink(s.Target, s.Path); err != nil {
 				return fmt.Errorf("create symlink: %w", err)
 			}
 		}
-		if len(p.LdconfigDirs) == 0 {
+		if len(w.LdconfigDirs) == 0 {
 			return nil
 		}
-		names, err := root.PendingLibraryEntries(pending(p), p.LdcacheLibs())
+		names, err := root.PendingLibraryEntries(w.Pending, w.Libs)
 		if err != nil {
 			return fmt.Errorf("update ld.so.cache: %w", err)
 		}
-		if err := root.UpdateLdCacheFor(names, p.LdconfigDirs, log); err != nil {
+		if err := root.UpdateLdCacheFor(names, w.LdconfigDirs, log); err != nil {
 			return fmt.Errorf("update ld.so.cache: %w", err)
 		}
 		return nil
@@ -244,8 +315,9 @@ func prepareRootfs(path string, p *plan.Plan, log *slog.Logger) (*rootfs.Root, e
 }
 
 // pending is what p creates in the container root, as
-// rootfs.Root.PendingLibraryEntries takes it: its file mounts (made later,
-// by the low-level runtime) and its symlinks.
+// rootfs.Root.PendingLibraryEntries takes it: its file mounts and the bind
+// mounts of its CDI edits (made later, by the low-level runtime), and its
+// symlinks.
 func pending(p *plan.Plan) rootfs.Pending {
 	var out rootfs.Pending
 	for _, m := range p.Mounts {
@@ -253,8 +325,46 @@ func pending(p *plan.Plan) rootfs.Pending {
 			out.Files = append(out.Files, rootfs.PendingFile{Path: m.Destination, Source: m.Source, Library: m.Library})
 		}
 	}
+	if p.CDI != nil {
+		for _, m := range p.CDI.Mounts {
+			if m != nil && (m.Type == "" || m.Type == "bind") && filepath.IsAbs(m.HostPath) {
+				out.Files = append(out.Files, rootfs.PendingFile{Path: m.ContainerPath, Source: m.HostPath})
+			}
+		}
+	}
 	for _, s := range p.Symlinks {
 		out.Links = append(out.Links, rootfs.PendingLink{Path: s.Link, Target: s.Target})
+	}
+	return out
+}
+
+// ownHook returns the test LiftOwnHooks uses to recognise this
+// installation's nvidia-cdi-hook: a hook path is nctk's own when it names
+// the very file this program runs from (r.Self, the resolved executable:
+// same device and inode, a link to it included), a regular executable
+// file. Such a hook would run this same code on the same container root,
+// so doing its work here changes what runs, not what it does; a hook
+// binary that is a copy, another version or another toolkit's is run as a
+// hook. With no Self, nothing is recognised.
+func (r *Runtime) ownHook() func(string) bool {
+	var self fileID
+	if r.Self != "" {
+		self, _ = idOf(r.Self)
+	}
+	return func(p string) bool {
+		if self.ino == 0 || !filepath.IsAbs(p) {
+			return false
+		}
+		id, ok := executableID(p)
+		return ok && id == self
+	}
+}
+
+// mountPoints are the container paths of the spec's mounts.
+func mountPoints(spec *specs.Spec) []string {
+	out := make([]string, 0, len(spec.Mounts))
+	for _, m := range spec.Mounts {
+		out = append(out, m.Destination)
 	}
 	return out
 }

@@ -32,6 +32,9 @@ type input struct {
 	// Bundle is the absolute bundle directory.
 	Bundle string
 	Config *config.Config
+	// CDICacheDir is the resolved-spec cache directory of CDI mode
+	// (cdispec.ResolveCached); "" for none.
+	CDICacheDir string
 }
 
 // preparer computes a container's plan; a nil plan means the container is
@@ -48,7 +51,8 @@ func (f preparerFunc) Prepare(ctx context.Context, in input) (*plan.Plan, error)
 
 // defaultPlanner is the production preparer: planner.Prepare for the
 // container's request, merged with the plan of its CDI device names
-// (cdispec.PlanFor against the configured spec directories).
+// (cdispec.PlanFor against the configured spec directories, through the
+// resolved-spec cache in in.CDICacheDir).
 func defaultPlanner() preparer {
 	return preparerFunc(func(ctx context.Context, in input) (*plan.Plan, error) {
 		res, req, err := planner.Prepare(ctx, in.Spec, in.Rootfs, in.Config)
@@ -66,7 +70,7 @@ func defaultPlanner() preparer {
 			if in.Config != nil {
 				dirs = in.Config.Runtime.Modes.CDI.SpecDirs
 			}
-			cp, err := cdispec.PlanFor(req.CDIDevices, dirs)
+			cp, err := cdispec.PlanFor(req.CDIDevices, dirs, in.CDICacheDir)
 			if err != nil {
 				return nil, err
 			}

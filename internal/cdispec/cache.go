@@ -1,0 +1,287 @@
+package cdispec
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nctk/nctk/internal/atomicfile"
+)
+
+// The resolved-spec cache: what Resolve needs of the spec files (each
+// fully-qualified device name with its edits and its spec's edits, after
+// the CDI library has loaded, validated and prioritised the files), stored
+// in one file per list of spec directories, keyed on the identity of the
+// spec files. A new process per container (the runtime) then reads one
+// small file instead of parsing and validating every spec.
+//
+// The key is a hash of, per directory in order: the directory's own
+// dev/ino/mtime/ctime (or that it is absent), then every entry's name with
+// the dev/ino/mode/size/mtime/ctime of what it resolves to. Adding,
+// removing, renaming, replacing or writing a spec file changes it. It is
+// taken before the specs are loaded and again after; the index is stored
+// only when both agree (no change during the load).
+//
+// The cache directory is trusted only when it is a directory (not a link)
+// owned by the effective user with no group or other permissions, and a
+// cache file only when it is a regular file (not followed through a link)
+// with the same owner and no group or other permissions; anything else is
+// not read and not written. Files are written with internal/atomicfile,
+// mode 0600.
+
+// specCacheVersion changes whenever the cache file's format or meaning
+// changes.
+const specCacheVersion = 1
+
+// maxSpecCache bounds the cache file read.
+const maxSpecCache = 64 << 20
+
+// specIndex is a cache file: what Resolve needs, in a form decoded lazily
+// (the edits stay raw until a device of theirs is asked for).
+type specIndex struct {
+	Version int    `json:"version"`
+	Key     string `json:"key"`
+	// Specs are the spec-level container edits of the loaded specs.
+	Specs []json.RawMessage `json:"specs"`
+	// Devices are the resolvable device names, fully qualified.
+	Devices map[string]indexedDevice `json:"devices"`
+	// Errors are the load errors (specErrors), for UnresolvedError.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// indexedDevice is one device: the index of its spec in specIndex.Specs
+// and its own container edits.
+type indexedDevice struct {
+	Spec  int             `json:"spec"`
+	Edits json.RawMessage `json:"edits"`
+}
+
+// buildIndex loads the specs of dirs with the CDI library (its priority
+// and conflict rules) and returns what Resolve needs of them.
+func buildIndex(dirs []string) (*specIndex, error) {
+	c, err := newCache(dirs)
+	if err != nil {
+		return nil, err
+	}
+	idx := &specIndex{Version: specCacheVersion, Devices: map[string]indexedDevice{}, Errors: specErrors(c)}
+	specNo := map[*pkgcdi.Spec]int{}
+	for _, n := range c.ListDevices() {
+		d := c.GetDevice(n)
+		if d == nil {
+			continue
+		}
+		s := d.GetSpec()
+		i, ok := specNo[s]
+		if !ok {
+			raw, err := json.Marshal(&s.ContainerEdits)
+			if err != nil {
+				return nil, fmt.Errorf("encode CDI spec %s: %w", s.GetPath(), err)
+			}
+			i = len(idx.Specs)
+			specNo[s] = i
+			idx.Specs = append(idx.Specs, raw)
+		}
+		raw, err := json.Marshal(&d.ContainerEdits)
+		if err != nil {
+			return nil, fmt.Errorf("encode CDI device %s: %w", n, err)
+		}
+		idx.Devices[n] = indexedDevice{Spec: i, Edits: raw}
+	}
+	return idx, nil
+}
+
+// resolve merges the edits of names as Resolve does: each spec's edits
+// once, at the first of its devices, then each device's own.
+func (idx *specIndex) resolve(names, dirs []string) (*cdispecs.ContainerEdits, error) {
+	edits := &pkgcdi.ContainerEdits{ContainerEdits: &cdispecs.ContainerEdits{}}
+	seen := map[int]bool{}
+	var missing []string
+	for _, n := range names {
+		d, ok := idx.Devices[n]
+		if !ok || d.Spec < 0 || d.Spec >= len(idx.Specs) {
+			if !slices.Contains(missing, n) {
+				missing = append(missing, n)
+			}
+			continue
+		}
+		if !seen[d.Spec] {
+			seen[d.Spec] = true
+			var se cdispecs.ContainerEdits
+			if err := json.Unmarshal(idx.Specs[d.Spec], &se); err != nil {
+				return nil, fmt.Errorf("inject CDI devices: cached spec edits: %w", err)
+			}
+			edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &se})
+		}
+		var de cdispecs.ContainerEdits
+		if err := json.Unmarshal(d.Edits, &de); err != nil {
+			return nil, fmt.Errorf("inject CDI devices: cached edits of %s: %w", n, err)
+		}
+		edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &de})
+	}
+	if len(missing) > 0 {
+		return nil, &UnresolvedError{Devices: missing, Dirs: dirs, SpecErrors: idx.Errors}
+	}
+	return edits.ContainerEdits, nil
+}
+
+// specDirsKey returns the identity of the spec files in dirs (see the
+// cache's description above), hashed.
+func specDirsKey(dirs []string) (string, error) {
+	var b strings.Builder
+	b.WriteString("v" + strconv.Itoa(specCacheVersion) + "\n")
+	for _, dir := range dirs {
+		fmt.Fprintf(&b, "dir %q ", dir)
+		var st syscall.Stat_t
+		if err := syscall.Stat(dir, &st); err != nil {
+			if errors.Is(err, syscall.ENOENT) {
+				b.WriteString("absent\n")
+				continue
+			}
+			return "", fmt.Errorf("spec directory %s: %w", dir, err)
+		}
+		writeStat(&b, &st)
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return "", fmt.Errorf("spec directory %s: %w", dir, err)
+		}
+		for _, e := range ents {
+			fmt.Fprintf(&b, "  %q ", e.Name())
+			if err := syscall.Stat(filepath.Join(dir, e.Name()), &st); err != nil {
+				fmt.Fprintf(&b, "error %q\n", err.Error())
+				continue
+			}
+			writeStat(&b, &st)
+		}
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	return hex.EncodeToString(sum[:]), nil
+}
+
+func writeStat(b *strings.Builder, st *syscall.Stat_t) {
+	fmt.Fprintf(b, "%d %d %o %d %d.%d %d.%d\n", st.Dev, st.Ino, st.Mode, st.Size,
+		st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+}
+
+// specCachePath is the cache file for dirs in cacheDir.
+func specCachePath(cacheDir string, dirs []string) string {
+	sum := sha256.Sum256([]byte(strings.Join(dirs, "\x00")))
+	return filepath.Join(cacheDir, "cdi-"+hex.EncodeToString(sum[:12])+".json")
+}
+
+// trustedOwner checks that st belongs to the effective user and grants
+// the group and others nothing.
+func trustedOwner(st *syscall.Stat_t) bool {
+	return int(st.Uid) == os.Geteuid() && st.Mode&0o077 == 0
+}
+
+// checkCacheDir reports whether cacheDir may be used: a directory, not a
+// link, owned by the effective user, mode 0700 or stricter. With create,
+// a missing directory is created (mode 0700; its parent must exist).
+func checkCacheDir(cacheDir string, create bool) error {
+	var st syscall.Stat_t
+	err := syscall.Lstat(cacheDir, &st)
+	if errors.Is(err, syscall.ENOENT) && create {
+		if err := os.Mkdir(cacheDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("CDI spec cache directory: %w", err)
+		}
+		err = syscall.Lstat(cacheDir, &st)
+	}
+	if err != nil {
+		return fmt.Errorf("CDI spec cache directory %s: %w", cacheDir, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR || !trustedOwner(&st) {
+		return fmt.Errorf("CDI spec cache directory %s not used: want a directory owned by uid %d with mode 0700", cacheDir, os.Geteuid())
+	}
+	return nil
+}
+
+// loadIndex reads the cache file for dirs when it is trusted and its key
+// is key; nil otherwise.
+func loadIndex(cacheDir string, dirs []string, key string) *specIndex {
+	if checkCacheDir(cacheDir, false) != nil {
+		return nil
+	}
+	f, err := os.OpenFile(specCachePath(cacheDir, dirs), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || !trustedOwner(&st) {
+		return nil
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxSpecCache+1))
+	if err != nil || len(data) > maxSpecCache {
+		return nil
+	}
+	var idx specIndex
+	if json.Unmarshal(data, &idx) != nil || idx.Version != specCacheVersion || idx.Key != key || idx.Devices == nil {
+		return nil
+	}
+	return &idx
+}
+
+// storeIndex writes idx as the cache file for dirs (atomically, mode
+// 0600, not synced: a lost file only costs a new load).
+func storeIndex(cacheDir string, dirs []string, idx *specIndex) error {
+	if err := checkCacheDir(cacheDir, true); err != nil {
+		return err
+	}
+	data, err := json.Marshal(idx)
+	if err != nil {
+		return fmt.Errorf("encode CDI spec cache: %w", err)
+	}
+	if err := atomicfile.WriteFile(specCachePath(cacheDir, dirs), data, atomicfile.Options{Mode: 0o600}); err != nil {
+		return fmt.Errorf("write CDI spec cache: %w", err)
+	}
+	return nil
+}
+
+// ResolveCached is Resolve with the resolved-spec cache in cacheDir (see
+// above): when the cache file for specDirs is trusted and its key matches
+// the spec files as they are now, the edits come from it and no spec file
+// is read; otherwise the specs are loaded as Resolve loads them and the
+// cache file is written for the next call. The result is Resolve's, the
+// same edits and errors (the CDI library's priority and conflict rules
+// decided what the cache holds). A cacheDir that is "" or cannot be used
+// (see checkCacheDir), and any failure to write the cache, only mean no
+// caching.
+func ResolveCached(names, specDirs []string, cacheDir string) (*cdispecs.ContainerEdits, error) {
+	if cacheDir == "" {
+		return Resolve(names, specDirs)
+	}
+	if len(specDirs) == 0 {
+		specDirs = DefaultSpecDirs()
+	}
+	if err := checkNames(names); err != nil {
+		return nil, err
+	}
+	key, err := specDirsKey(specDirs)
+	if err != nil {
+		return Resolve(names, specDirs)
+	}
+	if idx := loadIndex(cacheDir, specDirs, key); idx != nil {
+		return idx.resolve(names, specDirs)
+	}
+	idx, err := buildIndex(specDirs)
+	if err != nil {
+		return nil, fmt.Errorf("inject CDI devices: %w", err)
+	}
+	if after, err := specDirsKey(specDirs); err == nil && after == key {
+		idx.Key = key
+		_ = storeIndex(cacheDir, specDirs, idx) // a cache that cannot be written is no cache
+	}
+	return idx.resolve(names, specDirs)
+}

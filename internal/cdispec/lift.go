@@ -1,0 +1,227 @@
+package cdispec
+
+import (
+	"path"
+	"slices"
+
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nctk/nctk/internal/hookargs"
+)
+
+// OwnHooks is the work of nctk's own createContainer hooks that
+// LiftOwnHooks took out of CDI edits, for the caller to do in the container
+// root before the container starts: the symlinks of create-symlinks and the
+// in-process ld.so.cache update of update-ldcache --lib.
+type OwnHooks struct {
+	// Links are the symlinks to create, in the hooks' order.
+	Links []hookargs.Link
+	// LdconfigDirs are the update-ldcache --folder directories (the
+	// ld.so.conf.d drop-in).
+	LdconfigDirs []string
+	// Libs are the update-ldcache --lib container paths (the libraries
+	// and links whose ld.so.cache entries are written).
+	Libs []string
+	// Hooks is how many hook parts were taken out (a chain counts each
+	// part).
+	Hooks int
+}
+
+// LiftOwnHooks takes the work of nctk's own hooks out of the CDI edits e
+// and returns the edits without it, and that work. own says whether a hook
+// path is this installation's nvidia-cdi-hook (the caller decides, by file
+// identity; see the runtime). A createContainer hook is nctk's own when
+// own(path) holds and its args call nvidia-cdi-hook (args[0] with that base
+// name, or nvidia-ctk followed by "hook") with no global flags; its ";"
+// chain is then read part by part with hookargs.Parse:
+//
+//   - create-symlinks and update-ldcache with --lib (what Render writes by
+//     default), without --container-spec, are lifted: their links, folders
+//     and libraries go to OwnHooks;
+//   - noop is dropped;
+//   - disable-device-node-modification must run in the container (it
+//     masks a file of the container's procfs): it stays as a hook with
+//     keepInContainer, and is dropped without (no driver in the host's
+//     procfs, so the hook would have nothing to mask);
+//   - anything else (update-ldcache without --lib, which runs ldconfig over
+//     whole folders; mount-proc-driver; hooks this version does not know;
+//     arguments that do not parse; a hook that is not nctk's own) stops
+//     the lifting: it and every createContainer hook after it stay as they
+//     are, so that the lifted work is exactly the work that would have run
+//     first.
+//
+// A part whose files would lie at or below a mount point (mounts, the
+// container paths the caller's spec mounts, and the edits' own mounts) is
+// not lifted: made before the mounts, they would be hidden. Hooks of other
+// stages are left alone. The remaining parts of a
+// partly lifted chain stay as one hook with the same path, env and timeout.
+// e is not modified; when nothing is lifted, e itself is returned.
+func LiftOwnHooks(e *cdispecs.ContainerEdits, own func(hookPath string) bool, keepInContainer bool, mounts []string) (*cdispecs.ContainerEdits, OwnHooks) {
+	var w OwnHooks
+	if e == nil || len(e.Hooks) == 0 {
+		return e, w
+	}
+	mountPoints := newMountSet(mounts)
+	for _, m := range e.Mounts {
+		if m != nil {
+			mountPoints[path.Clean("/"+m.ContainerPath)] = true
+		}
+	}
+	var kept []*cdispecs.Hook
+	changed, stopped := false, false
+	for _, h := range e.Hooks {
+		if stopped || h == nil || h.HookName != "createContainer" {
+			kept = append(kept, h)
+			continue
+		}
+		prefix, parts, ok := ownChain(h, own)
+		if !ok {
+			stopped = true
+			kept = append(kept, h)
+			continue
+		}
+		var rest [][]string
+		for i, part := range parts {
+			keep, ok := liftPart(part, &w, keepInContainer, mountPoints)
+			if !ok {
+				stopped = true
+				rest = append(rest, parts[i:]...)
+				break
+			}
+			if keep {
+				rest = append(rest, part)
+				stopped = true // keep the order of what runs after it
+				rest = append(rest, parts[i+1:]...)
+				break
+			}
+		}
+		if len(rest) == len(parts) {
+			kept = append(kept, h)
+			continue
+		}
+		changed = true
+		if len(rest) == 0 {
+			continue
+		}
+		args := slices.Clone(prefix)
+		for i, part := range rest {
+			if i > 0 {
+				args = append(args, hookargs.ChainSeparator)
+			}
+			args = append(args, part...)
+		}
+		c := *h
+		c.Args = args
+		c.Env = slices.Clone(h.Env)
+		kept = append(kept, &c)
+	}
+	if !changed {
+		return e, OwnHooks{}
+	}
+	out := *e
+	out.Hooks = kept
+	return &out, w
+}
+
+// ownChain returns the program part of h's args (the nvidia-cdi-hook name,
+// or nvidia-ctk hook) and the hook parts of its chain, when h calls own's
+// nvidia-cdi-hook with no global flags.
+func ownChain(h *cdispecs.Hook, own func(string) bool) (prefix []string, parts [][]string, ok bool) {
+	if len(h.Args) < 2 || !own(h.Path) {
+		return nil, nil, false
+	}
+	n := 1
+	switch path.Base(h.Args[0]) {
+	case hookargs.Binary:
+	case hookargs.CtkBinary:
+		if h.Args[1] != "hook" {
+			return nil, nil, false
+		}
+		n = 2
+	default:
+		return nil, nil, false
+	}
+	parts = hookargs.SplitChain(h.Args[n:])
+	if len(parts) == 0 || len(parts[0][0]) > 0 && parts[0][0][0] == '-' {
+		return nil, nil, false // global flags: not a plain call
+	}
+	return h.Args[:n], parts, true
+}
+
+// liftPart lifts one hook part into w: ok false when it cannot be lifted,
+// keep when it stays a hook (disable-device-node-modification with
+// keepInContainer); otherwise the part is done by the caller or dropped.
+// A part that writes at or below one of mountPoints is not lifted: made
+// before the mounts, its files would be hidden by the mount.
+func liftPart(part []string, w *OwnHooks, keepInContainer bool, mountPoints mountSet) (keep, ok bool) {
+	hook, err := hookargs.Parse(part)
+	if err != nil {
+		return false, false
+	}
+	switch h := hook.(type) {
+	case hookargs.CreateSymlinks:
+		if h.ContainerSpec != "" || slices.ContainsFunc(h.Links, func(l hookargs.Link) bool { return mountPoints.under(l.Path, true) }) {
+			return false, false
+		}
+		w.Links = append(w.Links, h.Links...)
+	case hookargs.UpdateLdcache:
+		// The libraries are read before the mounts exist: from the host
+		// file of a mount at their exact path, else inside the root; one
+		// below a mount point (a directory mount) is not there yet.
+		if h.ContainerSpec != "" || len(h.Libs) == 0 || mountPoints.under("/etc/ld.so.cache", true) ||
+			mountPoints.under("/etc/ld.so.conf.d/x", true) || mountPoints.under("/etc/ld.so.conf", true) ||
+			slices.ContainsFunc(h.Libs, func(l string) bool { return mountPoints.under(l, false) }) {
+			return false, false
+		}
+		for _, d := range h.Folders {
+			if !slices.Contains(w.LdconfigDirs, d) {
+				w.LdconfigDirs = append(w.LdconfigDirs, d)
+			}
+		}
+		for _, l := range h.Libs {
+			if !slices.Contains(w.Libs, l) {
+				w.Libs = append(w.Libs, l)
+			}
+		}
+	case hookargs.DisableDeviceNodeModification:
+		if h.ContainerSpec != "" {
+			return false, false
+		}
+		if keepInContainer {
+			return true, true
+		}
+	case hookargs.Noop:
+	default:
+		return false, false
+	}
+	w.Hooks++
+	return false, true
+}
+
+// mountSet is a set of container mount points, cleaned.
+type mountSet map[string]bool
+
+func newMountSet(mountPoints []string) mountSet {
+	s := make(mountSet, len(mountPoints))
+	for _, m := range mountPoints {
+		s[path.Clean("/"+m)] = true
+	}
+	return s
+}
+
+// under reports whether the container path p is below one of the mount
+// points, or (with orAt) one of them: p and each of its parent directories
+// are looked up.
+func (s mountSet) under(p string, orAt bool) bool {
+	p = path.Clean("/" + p)
+	if orAt && s[p] {
+		return true
+	}
+	for p != "/" {
+		p = path.Dir(p)
+		if s[p] {
+			return true
+		}
+	}
+	return false
+}

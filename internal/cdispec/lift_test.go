@@ -1,0 +1,81 @@
+package cdispec
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nctk/nctk/internal/hookargs"
+)
+
+func TestLiftOwnHooks(t *testing.T) {
+	const own, other = "/usr/bin/nvidia-cdi-hook", "/opt/other/nvidia-cdi-hook"
+	isOwn := func(p string) bool { return p == own }
+	hk := func(p, args string) *cdispecs.Hook {
+		return &cdispecs.Hook{HookName: "createContainer", Path: p, Args: strings.Fields(args), Env: []string{"A=1"}}
+	}
+	links := "create-symlinks --link a.so.1::/lib/a.so"
+	ld := "update-ldcache --folder /lib --lib /lib/a.so.1 --lib /lib/a.so"
+	ddnm := "disable-device-node-modification"
+	lifted := OwnHooks{Links: []hookargs.Link{{Target: "a.so.1", Path: "/lib/a.so"}}, LdconfigDirs: []string{"/lib"},
+		Libs: []string{"/lib/a.so.1", "/lib/a.so"}, Hooks: 2}
+	tests := []struct {
+		name   string
+		hooks  []*cdispecs.Hook
+		mounts []string
+		keep   bool
+		want   []*cdispecs.Hook // nil: e returned unchanged
+		work   OwnHooks
+	}{
+		{name: "chain, proc hook kept", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+ld+" ; "+ddnm)}, keep: true,
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm)}, work: lifted},
+		{name: "chain, proc hook dropped", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+ld+" ; "+ddnm)},
+			want: []*cdispecs.Hook{}, work: OwnHooks{Links: lifted.Links, LdconfigDirs: lifted.LdconfigDirs, Libs: lifted.Libs, Hooks: 3}},
+		{name: "nvidia-ctk hook form, separate entries", hooks: []*cdispecs.Hook{hk(own, "nvidia-ctk hook "+links), hk(own, "nvidia-ctk hook "+ld)},
+			want: []*cdispecs.Hook{}, work: lifted},
+		{name: "foreign hook first: nothing lifted", hooks: []*cdispecs.Hook{hk(other, "nvidia-cdi-hook noop"), hk(own, "nvidia-cdi-hook "+links)}},
+		{name: "update-ldcache without --lib stops", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links), hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook noop")},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook noop")},
+			work: OwnHooks{Links: lifted.Links, Hooks: 1}},
+		{name: "unknown hook in a chain keeps the rest", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; enable-cuda-compat ; "+ld)},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook enable-cuda-compat ; "+ld)}, work: OwnHooks{Links: lifted.Links, Hooks: 1}},
+		{name: "global flags: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook --debug "+links)}},
+		{name: "other program name: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-container-runtime-hook "+links)}},
+		{name: "link below a mount: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links)}, mounts: []string{"/lib"}},
+		{name: "ld.so.cache below a mount: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ld)}, mounts: []string{"/etc"}},
+		{name: "--container-spec: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" --container-spec /x.json")}},
+		{name: "other stages left alone", hooks: []*cdispecs.Hook{{HookName: "prestart", Path: own, Args: []string{"nvidia-cdi-hook", "noop"}}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &cdispecs.ContainerEdits{Hooks: tc.hooks, Env: []string{"X=1"}}
+			got, work := LiftOwnHooks(e, isOwn, tc.keep, tc.mounts)
+			if tc.want == nil {
+				if got != e || !reflect.DeepEqual(work, OwnHooks{}) {
+					t.Errorf("lifted %+v from %+v, want nothing", work, tc.hooks)
+				}
+				return
+			}
+			if got == e {
+				t.Fatal("edits returned unchanged")
+			}
+			if !reflect.DeepEqual(got.Hooks, tc.want) && (len(got.Hooks) != 0 || len(tc.want) != 0) {
+				t.Errorf("hooks left:")
+				for _, h := range got.Hooks {
+					t.Errorf("  %+v", *h)
+				}
+			}
+			if !reflect.DeepEqual(got.Env, e.Env) {
+				t.Errorf("env %q changed", got.Env)
+			}
+			if !reflect.DeepEqual(work, tc.work) {
+				t.Errorf("work\n got %+v\nwant %+v", work, tc.work)
+			}
+			if len(e.Hooks) != len(tc.hooks) {
+				t.Error("input edits modified")
+			}
+		})
+	}
+}

@@ -1,0 +1,186 @@
+package runtime
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cli/cdihook"
+	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/ocispec"
+)
+
+// ownSpec is a CDI spec shaped as `nvidia-ctk cdi generate` writes it by
+// default (one chained createContainer hook, update-ldcache with --lib)
+// for a driver library at HOSTLIB, the hook at HOOK.
+const ownSpec = `cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+containerEdits:
+  env: [NVIDIA_VISIBLE_DEVICES=void]
+  mounts:
+  - {hostPath: HOSTLIB, containerPath: /usr/local/nvidia/lib64/LIBNAME, options: [ro, nosuid, nodev, rbind, rprivate]}
+  hooks:
+  - hookName: createContainer
+    path: HOOK
+    args: [ARGS]
+    env: [PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin, NVIDIA_CTK_DEBUG=false]
+devices:
+- name: "0"
+  containerEdits:
+    deviceNodes:
+    - {path: /dev/null}
+`
+
+// TestCDIModeOwnHooks: with a spec whose hook is this installation's
+// nvidia-cdi-hook (the runtime's own executable, through a link), the
+// runtime makes the hook's links and ld.so.cache entries in the rootfs
+// itself, byte for byte what the hook makes when it runs after the mounts,
+// and config.json keeps no create-symlinks or update-ldcache hook;
+// disable-device-node-modification stays a hook only when the host kernel
+// shows /proc/driver/nvidia. A hook binary that is a copy (another file)
+// is left to run as a hook.
+func TestCDIModeOwnHooks(t *testing.T) {
+	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
+	if len(matches) == 0 {
+		t.Skip("no host libz.so.1.* to stand in for a driver library")
+	}
+	lib := matches[0]
+	name := filepath.Base(lib)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	link := filepath.Join(bin, hookargs.Binary)
+	if err := os.Symlink(self, link); err != nil {
+		t.Fatal(err)
+	}
+	hookCmd := hookargs.Command(
+		hookargs.CreateSymlinks{Links: []hookargs.Link{{Target: name, Path: "/usr/local/nvidia/lib64/libz.so.1"}, {Target: "libz.so.1", Path: "/usr/local/nvidia/lib64/libz.so"}}},
+		hookargs.UpdateLdcache{Folders: []string{"/usr/local/nvidia/lib64"},
+			Libs: []string{"/usr/local/nvidia/lib64/" + name, "/usr/local/nvidia/lib64/libz.so.1", "/usr/local/nvidia/lib64/libz.so"}},
+		hookargs.DisableDeviceNodeModification{},
+	)
+	quoted := make([]string, len(hookCmd))
+	for i, a := range hookCmd {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	specFor := func(hook string) string {
+		return strings.NewReplacer("HOSTLIB", lib, "LIBNAME", name, "HOOK", hook, "ARGS", strings.Join(quoted, ", ")).Replace(ownSpec)
+	}
+
+	for _, tc := range []struct {
+		name      string
+		hook      string // the spec's hook path
+		hostProc  bool
+		wantLift  bool
+		wantHooks []string // createContainer hooks' args after the program name
+	}{
+		{name: "own hook, driver in host procfs", hook: link, hostProc: true, wantLift: true,
+			wantHooks: []string{hookargs.NameDisableDeviceNodeModification}},
+		{name: "own hook, no driver in host procfs", hook: link, wantLift: true},
+		{name: "a copy is not own", hook: "COPY", hostProc: true,
+			wantHooks: []string{strings.Join(hookCmd[1:], " ")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hook := tc.hook
+			if hook == "COPY" {
+				hook = writeExecutable(t, filepath.Join(t.TempDir(), hookargs.Binary), "#!/bin/sh\nexit 0\n")
+			}
+			specDir := t.TempDir()
+			mustWrite(t, filepath.Join(specDir, "nvidia.yaml"), specFor(hook))
+			base := strings.Replace(cdiBaseSpec, `"example.com/keep": "yes"`, `"example.com/keep": "yes", "cdi.k8s.io/test": "nvidia.com/gpu=0"`, 1)
+			bundle := writeBundle(t, base)
+			// The image has a cache of its own, kept with the new entries.
+			hostCache, err := os.ReadFile("/etc/ld.so.cache")
+			if err != nil {
+				t.Skip("no host ld.so.cache to stand in for the image's")
+			}
+			mustWrite(t, filepath.Join(bundle, "rootfs/etc/ld.so.cache"), string(hostCache))
+
+			h := newHarness(t)
+			h.rt.Self = self
+			h.rt.planner = defaultPlanner()
+			if !tc.hostProc {
+				h.rt.ProcDriverDir = filepath.Join(t.TempDir(), "nope")
+			}
+			h.rt.LoadConfig = func(*app.Env) (*config.Config, error) {
+				c := config.Default()
+				c.Runtime.Runtimes = []string{h.runc}
+				c.Runtime.Modes.CDI.SpecDirs = []string{specDir}
+				return c, nil
+			}
+			if code := h.run("create", "--bundle", bundle, "ctr"); code != 0 {
+				t.Fatalf("exit %d: %s", code, h.stderr.String())
+			}
+			doc, err := ocispec.Load(filepath.Join(bundle, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, hk := range doc.Spec().Hooks.CreateContainer {
+				if hk.Path == "/usr/bin/other" {
+					continue // the engine's own hook, kept
+				}
+				if hk.Path != hook {
+					t.Errorf("hook path %s, want %s", hk.Path, hook)
+				}
+				got = append(got, strings.Join(hk.Args[1:], " "))
+			}
+			if !slices.Equal(got, tc.wantHooks) {
+				t.Errorf("createContainer hooks %q, want %q", got, tc.wantHooks)
+			}
+			root := filepath.Join(bundle, "rootfs")
+			if !tc.wantLift {
+				if _, err := os.Lstat(filepath.Join(root, "usr/local/nvidia/lib64/libz.so.1")); err == nil {
+					t.Error("the runtime made the links of a hook that is not its own")
+				}
+				return
+			}
+
+			// What the hook makes: a second root as the image was, with the
+			// library where the mount puts it, the hook run on it.
+			ref := writeBundle(t, base)
+			refRoot := filepath.Join(ref, "rootfs")
+			mustWrite(t, filepath.Join(refRoot, "etc/ld.so.cache"), string(hostCache))
+			data, err := os.ReadFile(lib)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustWrite(t, filepath.Join(refRoot, "usr/local/nvidia/lib64", name), string(data))
+			var stderr bytes.Buffer
+			state := fmt.Sprintf(`{"ociVersion":"1.0.2","id":"c","status":"creating","pid":1,"bundle":%q}`, ref)
+			e := &app.Env{Args: hookCmd[:len(hookCmd)-2], Stdin: strings.NewReader(state), Stdout: &stderr, Stderr: &stderr}
+			if code := cdihook.Main(e); code != 0 {
+				t.Fatalf("hook: exit %d: %s", code, stderr.String())
+			}
+			if strings.Contains(stderr.String(), "running ldconfig") {
+				t.Fatalf("the hook fell back to ldconfig: %s", stderr.String())
+			}
+			for _, l := range []string{"libz.so.1", "libz.so"} {
+				p := "usr/local/nvidia/lib64/" + l
+				g, gerr := os.Readlink(filepath.Join(root, p))
+				w, werr := os.Readlink(filepath.Join(refRoot, p))
+				if gerr != nil || werr != nil || g != w {
+					t.Errorf("link %s: runtime %q (%v), hook %q (%v)", p, g, gerr, w, werr)
+				}
+			}
+			for _, f := range []string{"etc/ld.so.cache", "etc/ld.so.conf.d/00-nctk.conf"} {
+				g, gerr := os.ReadFile(filepath.Join(root, f))
+				w, werr := os.ReadFile(filepath.Join(refRoot, f))
+				if gerr != nil || werr != nil || !bytes.Equal(g, w) {
+					t.Errorf("%s: runtime's (%d bytes, %v) differs from the hook's (%d bytes, %v)", f, len(g), gerr, len(w), werr)
+				}
+			}
+			if g, _ := os.ReadFile(filepath.Join(root, "etc/ld.so.cache")); !bytes.Contains(g, []byte("/usr/local/nvidia/lib64/libz.so.1")) || bytes.Equal(g, hostCache) {
+				t.Error("ld.so.cache lacks the library")
+			}
+		})
+	}
+}
