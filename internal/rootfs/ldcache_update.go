@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/nctk/nctk/internal/hostfile"
@@ -42,7 +43,10 @@ const (
 //   - With confDirs, /etc/ld.so.conf.d/00-nctk.conf lists them (and
 //     /etc/ld.so.conf including ld.so.conf.d is created when the image has
 //     none), so the container's own later ldconfig runs keep them: the same
-//     files RunLdconfig's ConfDropIn writes.
+//     files RunLdconfig's ConfDropIn writes. A musl image (one with a
+//     /lib/ld-musl-<arch>.so.1 loader), whose loader reads no
+//     ld.so.cache, gets confDirs in /etc/ld-musl-<arch>.path
+//     (updateMuslPath) as well.
 //
 // Every change is journaled (Rollback removes created files). log may be
 // nil.
@@ -89,6 +93,9 @@ func (r *Root) UpdateLdCacheFor(names []ldcache.DirEntry, confDirs []string, log
 	}
 	if len(confDirs) > 0 {
 		if err := r.writeConfDropIn(confDirs); err != nil {
+			return err
+		}
+		if err := r.updateMuslPath(confDirs, log); err != nil {
 			return err
 		}
 	}
@@ -374,4 +381,64 @@ func (r *Root) writeConfDropIn(dirs []string) error {
 		return nil // already there (a restarted container)
 	}
 	return r.WriteFile(ldSoConfDropIn, []byte(content), 0o644)
+}
+
+// muslDefaultPath is the library path of musl's loader when the image has
+// no /etc/ld-musl-<arch>.path.
+var muslDefaultPath = []string{"/lib", "/usr/local/lib", "/usr/lib"}
+
+// muslArch returns the architecture in the name of the image's musl
+// loader, /lib/ld-musl-<arch>.so.1 (resolved inside the root), or "" when
+// the image has none: it is not a musl image.
+func (r *Root) muslArch() string {
+	names, err := r.ReadDir("/lib")
+	if err != nil {
+		return ""
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if arch, ok := strings.CutPrefix(n, "ld-musl-"); ok {
+			if arch, ok = strings.CutSuffix(arch, ".so.1"); ok && arch != "" && !strings.Contains(arch, "/") {
+				return arch
+			}
+		}
+	}
+	return ""
+}
+
+// updateMuslPath makes musl's loader search dirs in a musl image, which
+// has no ld.so.cache: /etc/ld-musl-<arch>.path gets each of dirs it does
+// not list yet, after its own entries; an image without that file gets
+// dirs followed by musl's default path (which the file replaces). A glibc
+// image is left alone. The write is UpdateLdCache's (atomic, journaled).
+func (r *Root) updateMuslPath(dirs []string, log *slog.Logger) error {
+	arch := r.muslArch()
+	if arch == "" || len(dirs) == 0 {
+		return nil
+	}
+	p := "/etc/ld-musl-" + arch + ".path"
+	var entries, add []string
+	data, err := r.ReadFile(p, 64<<10)
+	switch {
+	case err == nil:
+		entries, add = strings.FieldsFunc(string(data), func(c rune) bool { return c == ':' || c == '\n' }), dirs
+	case errors.Is(err, unix.ENOENT):
+		add = slices.Concat(dirs, muslDefaultPath)
+	default:
+		return err
+	}
+	changed := err != nil
+	for _, d := range add {
+		if !slices.Contains(entries, d) {
+			entries, changed = append(entries, d), true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if err := r.WriteFile(p, []byte(strings.Join(entries, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
+	log.Debug("musl loader path updated", "path", p, "dirs", dirs)
+	return nil
 }
