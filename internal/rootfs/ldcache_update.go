@@ -387,14 +387,10 @@ func (r *Root) writeConfDropIn(dirs []string) error {
 // no /etc/ld-musl-<arch>.path.
 var muslDefaultPath = []string{"/lib", "/usr/local/lib", "/usr/lib"}
 
-// muslArch returns the architecture in the name of the image's musl
-// loader, /lib/ld-musl-<arch>.so.1 (resolved inside the root), or "" when
-// the image has none: it is not a musl image.
-func (r *Root) muslArch() string {
-	names, err := r.ReadDir("/lib")
-	if err != nil {
-		return ""
-	}
+// muslArchIn returns the architecture in the name of a musl loader among
+// the names of /lib (ld-musl-<arch>.so.1), or "" when there is none: the
+// image is not a musl image.
+func muslArchIn(names []string) string {
 	slices.Sort(names)
 	for _, n := range names {
 		if arch, ok := strings.CutPrefix(n, "ld-musl-"); ok {
@@ -406,37 +402,53 @@ func (r *Root) muslArch() string {
 	return ""
 }
 
-// updateMuslPath makes musl's loader search dirs in a musl image, which
-// has no ld.so.cache: /etc/ld-musl-<arch>.path gets each of dirs it does
-// not list yet, after its own entries; an image without that file gets
-// dirs followed by musl's default path (which the file replaces). A glibc
-// image is left alone. The write is UpdateLdCache's (atomic, journaled).
-func (r *Root) updateMuslPath(dirs []string, log *slog.Logger) error {
-	arch := r.muslArch()
-	if arch == "" || len(dirs) == 0 {
-		return nil
-	}
-	p := "/etc/ld-musl-" + arch + ".path"
+// muslPath returns the content of /etc/ld-musl-<arch>.path listing dirs
+// for musl's loader, and whether it differs from old: an existing file
+// (exists) keeps its entries (colon or newline separated) and gets each of
+// dirs it lacks after them; a new file lists dirs, then musl's default path
+// (which the file replaces).
+func muslPath(old []byte, exists bool, dirs []string) (string, bool) {
 	var entries, add []string
-	data, err := r.ReadFile(p, 64<<10)
-	switch {
-	case err == nil:
-		entries, add = strings.FieldsFunc(string(data), func(c rune) bool { return c == ':' || c == '\n' }), dirs
-	case errors.Is(err, unix.ENOENT):
+	if exists {
+		entries, add = strings.FieldsFunc(string(old), func(c rune) bool { return c == ':' || c == '\n' }), dirs
+	} else {
 		add = slices.Concat(dirs, muslDefaultPath)
-	default:
-		return err
 	}
-	changed := err != nil
+	changed := !exists
 	for _, d := range add {
 		if !slices.Contains(entries, d) {
 			entries, changed = append(entries, d), true
 		}
 	}
+	return strings.Join(entries, "\n") + "\n", changed
+}
+
+// updateMuslPath makes musl's loader search dirs in a musl image (one with
+// /lib/ld-musl-<arch>.so.1, resolved inside the root), which has no
+// ld.so.cache: /etc/ld-musl-<arch>.path as muslPath words it. A glibc
+// image is left alone. The write is UpdateLdCache's (atomic, journaled).
+func (r *Root) updateMuslPath(dirs []string, log *slog.Logger) error {
+	if len(dirs) == 0 {
+		return nil
+	}
+	names, err := r.ReadDir("/lib")
+	if err != nil {
+		return nil // no /lib: no musl loader
+	}
+	arch := muslArchIn(names)
+	if arch == "" {
+		return nil
+	}
+	p := "/etc/ld-musl-" + arch + ".path"
+	data, err := r.ReadFile(p, 64<<10)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	content, changed := muslPath(data, err == nil, dirs)
 	if !changed {
 		return nil
 	}
-	if err := r.WriteFile(p, []byte(strings.Join(entries, "\n")+"\n"), 0o644); err != nil {
+	if err := r.WriteFile(p, []byte(content), 0o644); err != nil {
 		return err
 	}
 	log.Debug("musl loader path updated", "path", p, "dirs", dirs)

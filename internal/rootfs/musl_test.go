@@ -1,6 +1,7 @@
 package rootfs
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -98,4 +99,22 @@ func cutLink(s string) (string, bool) {
 		return s[2:], true
 	}
 	return "", false
+}
+
+// TestRunLdconfigMusl: the host ldconfig path (nvidia-cdi-hook
+// update-ldcache for specs without --lib) writes the musl path file too.
+func TestRunLdconfigMusl(t *testing.T) {
+	requireRoot(t)
+	lib, _ := hostLib(t)
+	e := newEnv(t)
+	copyFile(t, lib, filepath.Join(e.root, "/usr/local/nvidia/lib64", filepath.Base(lib)))
+	must(t, os.MkdirAll(filepath.Join(e.root, "lib"), 0o755))
+	must(t, os.WriteFile(filepath.Join(e.root, "lib/ld-musl-x86_64.so.1"), []byte("elf"), 0o755))
+	err := RunLdconfig(context.Background(), e.root, []string{"/usr/local/nvidia/lib64"}, LdconfigOptions{Ldconfig: hostLdconfig(t), ConfDropIn: true, NoPivot: true})
+	must(t, err)
+	got, err := os.ReadFile(filepath.Join(e.root, "etc/ld-musl-x86_64.path"))
+	if want := "/usr/local/nvidia/lib64\n/lib\n/usr/local/lib\n/usr/lib\n"; err != nil || string(got) != want {
+		t.Errorf("ld-musl-x86_64.path = %q (%v), want %q", got, err, want)
+	}
+	e.checkHost(t)
 }
