@@ -1,7 +1,8 @@
 // Package plan computes what a GPU container gets: device nodes (with device
-// cgroup rules for exactly the selected GPUs), read-only bind mounts of driver
-// files, symlinks, the ld.so.cache update, the /proc/driver/nvidia view and
-// environment.
+// cgroup rules for exactly the selected GPUs and asked feature devices, and
+// the supplementary groups needed to open them), read-only bind mounts of
+// driver files, symlinks, the ld.so.cache update, the /proc/driver/nvidia
+// view and environment.
 //
 // A Plan is declarative; Build computes it (internal/planner runs Build
 // for a container's request). It is applied in two ways that share it:
