@@ -91,6 +91,7 @@ func Discover(opts Options) (*Driver, error) {
 		x.controlNodes,
 		x.gpus,
 		x.imexChannels,
+		x.features,
 		x.libraries,
 		x.binaries,
 		x.ipcs,

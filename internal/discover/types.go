@@ -50,6 +50,9 @@ type Options struct {
 	// version mismatch error, and the driver probe loads them). nil finds
 	// every file (list, info, CDI generation).
 	Caps caps.Set
+	// Features names the feature-gated device families to look for
+	// (Driver.Features); nil looks for none.
+	Features []Feature
 
 	// ProcRoot is where /proc/driver/nvidia and /proc/devices are read;
 	// "" means Root.
@@ -205,6 +208,9 @@ type Driver struct {
 	CapsNodes []DeviceNode
 	// IMEXChannels are /dev/nvidia-caps-imex-channels/channel* nodes.
 	IMEXChannels []DeviceNode
+	// Features holds, for each feature Options.Features names, the nodes
+	// and files found (FeatureDevicesFor).
+	Features []FeatureDevices
 	// MIGConfig and MIGMonitor are the nvidia-caps nodes guarding MIG
 	// configuration and monitoring (mig-minors "config" and "monitor");
 	// zero (Path "") when absent.

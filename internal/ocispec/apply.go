@@ -120,6 +120,8 @@ func Chain(hooks []Hook) []Hook {
 //     ro,nosuid,nodev,rbind,rprivate; sockets writable), replacing a mount
 //     with the same destination;
 //   - process.env: the plan's variables, replacing the same keys;
+//   - process.user.additionalGids: the plan's AdditionalGIDs that are not
+//     there yet;
 //   - hooks.createContainer: the hooks of Hooks(p, hc), replacing hooks of
 //     the same subcommands Apply emitted before;
 //   - hooks.prestart: NVIDIA's nvidia-container-runtime-hook removed, so the
@@ -293,12 +295,43 @@ func edit(tree object, p *plan.Plan, hooks []Hook) error {
 		proc["env"] = env
 	}
 
+	if len(p.AdditionalGIDs) > 0 {
+		if err := addGIDs(tree, p.AdditionalGIDs); err != nil {
+			return err
+		}
+	}
+
 	if err := editHooks(tree, hooks); err != nil {
 		return err
 	}
 	if p.CDI != nil {
 		return applyCDI(tree, p.CDI)
 	}
+	return nil
+}
+
+// addGIDs appends to process.user.additionalGids each of gids it does not
+// hold yet.
+func addGIDs(tree object, gids []uint32) error {
+	proc, ok := tree["process"].(object)
+	if !ok {
+		return errors.New("the spec has no process to add supplementary groups to")
+	}
+	user, err := objectAt(proc, "user", "process.user")
+	if err != nil {
+		return err
+	}
+	list, err := arrayAt(user, "additionalGids", "process.user.additionalGids")
+	if err != nil {
+		return err
+	}
+	for _, g := range gids {
+		n := num(int64(g))
+		if !slices.ContainsFunc(list, func(v any) bool { return sameNumber(v, n) }) {
+			list = append(list, n)
+		}
+	}
+	user["additionalGids"] = list
 	return nil
 }
 

@@ -45,6 +45,13 @@ type Options struct {
 	AllDevices bool
 	// IMEXChannels are the IMEX channel numbers to inject.
 	IMEXChannels []int
+	// Features are the feature-gated device families to inject: the
+	// nodes and files discovery found for them (discovered with
+	// discover.Options.Features naming them).
+	Features []discover.Feature
+	// NoAdditionalGIDs leaves Plan.AdditionalGIDs empty (NVIDIA's
+	// no-additional-gids-for-device-nodes).
+	NoAdditionalGIDs bool
 
 	NoPersistenced  bool
 	NoFabricManager bool
@@ -121,9 +128,14 @@ const procDir = "/proc/driver/nvidia/"
 // Device nodes come in this order: the driver-wide nodes the capabilities
 // select, the selected GPUs, the selected MIG devices' access capabilities
 // (left out with MIG configuration or monitoring, which expose whole
-// GPUs' MIG capabilities instead), IMEX channels, then the MIG config and
+// GPUs' MIG capabilities instead), IMEX channels, the nodes of the asked
+// features (Options.Features, each feature's nodes by path), then the MIG config and
 // monitor capabilities with the MIG capabilities of the selected
 // MIG-capable GPUs (none when no selected GPU is MIG-capable).
+//
+// Unless o.NoAdditionalGIDs, the plan's AdditionalGIDs are the groups of
+// its nodes that a process outside them could not open (see
+// additionalGIDs).
 func Build(d *discover.Driver, o Options) (*Plan, error) {
 	if d == nil {
 		return nil, errors.New("build injection plan: no driver discovery result")
@@ -188,6 +200,11 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 			continue
 		}
 		p.addDevice(d.IMEXChannels[i], DeviceIMEX, "", "")
+	}
+	for _, f := range o.Features {
+		for _, n := range d.FeatureDevicesFor(f).Nodes {
+			p.addDevice(n, DeviceFeature, string(f), "")
+		}
 	}
 	var migGPUs []discover.GPU
 	if migAdmin {
@@ -280,6 +297,19 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 		}
 	}
 
+	for _, f := range o.Features {
+		for _, file := range d.FeatureDevicesFor(f).Files {
+			kind := KindFile
+			if file.Dir {
+				kind = KindDir
+			}
+			p.Mounts = append(p.Mounts, Mount{Source: file.HostPath, Destination: file.Path, Kind: kind, Options: ro, Class: MountFeature})
+		}
+	}
+	if !o.NoAdditionalGIDs {
+		p.AdditionalGIDs = additionalGIDs(p.Devices)
+	}
+
 	// The /proc/driver/nvidia view: only the selected GPUs' directories.
 	if len(d.ProcFiles) > 0 {
 		v := &ProcView{HostDir: path.Dir(d.ProcFiles[0])}
@@ -293,6 +323,20 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 		p.Proc = v
 	}
 	return p, nil
+}
+
+// additionalGIDs returns the groups a process needs to open devs, by
+// NVIDIA's rule: the group of each node that is not both world-readable
+// and world-writable, unless that group is root's; each once.
+func additionalGIDs(devs []Device) []uint32 {
+	var out []uint32
+	for _, d := range devs {
+		if d.GID == 0 || d.FileMode&0o006 == 0o006 || slices.Contains(out, d.GID) {
+			continue
+		}
+		out = append(out, d.GID)
+	}
+	return out
 }
 
 func (p *Plan) addDevice(n discover.DeviceNode, class DeviceClass, grant, proc string) {

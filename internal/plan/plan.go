@@ -1,7 +1,8 @@
 // Package plan computes what a GPU container gets: device nodes (with device
-// cgroup rules for exactly the selected GPUs), read-only bind mounts of driver
-// files, symlinks, the ld.so.cache update, the /proc/driver/nvidia view and
-// environment.
+// cgroup rules for exactly the selected GPUs and asked feature devices, and
+// the supplementary groups needed to open them), read-only bind mounts of
+// driver files, symlinks, the ld.so.cache update, the /proc/driver/nvidia
+// view and environment.
 //
 // A Plan is declarative; Build computes it (internal/planner runs Build
 // for a container's request). It is applied in two ways that share it:
@@ -67,6 +68,10 @@ const (
 	// DeviceMIGAdmin is the MIG config or monitor capability, or a
 	// selected GPU's MIG capability that comes with them.
 	DeviceMIGAdmin
+	// DeviceFeature is a node of a feature-gated device family
+	// (discover.Feature: nvidia-fs, InfiniBand, gdrdrv, NVSwitch); Grant
+	// names the feature.
+	DeviceFeature
 )
 
 // MIG grant names of DeviceMIGAdmin nodes that are not a GPU's (see
@@ -90,8 +95,9 @@ type Device struct {
 	GID      uint32
 	// Class says why the container gets the node.
 	Class DeviceClass
-	// Grant, for MIG capability nodes (DeviceMIG, DeviceMIGAdmin), names
-	// what brought the node in: the MIG device's UUID (or gpu:mig index
+	// Grant, for a feature's node (DeviceFeature), names the feature. For
+	// MIG capability nodes (DeviceMIG, DeviceMIGAdmin) it names what
+	// brought the node in: the MIG device's UUID (or gpu:mig index
 	// when it has none), the GPU's UUID for its MIG capabilities, or
 	// GrantMIGConfig / GrantMIGMonitor. Consecutive nodes with one Grant
 	// are one group: list prints the group's /proc entries, then its nodes.
@@ -116,6 +122,9 @@ const (
 	// directory.
 	MountIPC
 	MountFirmware
+	// MountFeature is a file or directory a feature brings (GDS: the udev
+	// database, cuFile's configuration).
+	MountFeature
 )
 
 // Mount is a bind mount of a host file into the container.
@@ -182,6 +191,12 @@ type Plan struct {
 	Proc *ProcView
 	// Env is added to the container process environment (KEY=VALUE).
 	Env []string
+	// AdditionalGIDs are groups the container process gets so that it can
+	// open the plan's device nodes: the group of each node that is not
+	// both world-readable and world-writable and whose group is not root
+	// (NVIDIA's rule), each once, in device order. The runtime adds them
+	// to process.user.additionalGids.
+	AdditionalGIDs []uint32
 	// CDI are the container edits of CDI devices (the runtime's CDI mode:
 	// NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0, cdi.k8s.io/ annotations), held
 	// verbatim as the CDI spec files give them — every field of every CDI
@@ -206,6 +221,12 @@ func Merge(a, b *Plan) *Plan {
 	m.Symlinks = slices.Concat(a.Symlinks, b.Symlinks)
 	m.LdconfigDirs = slices.Concat(a.LdconfigDirs, b.LdconfigDirs)
 	m.Env = slices.Concat(a.Env, b.Env)
+	m.AdditionalGIDs = slices.Clone(a.AdditionalGIDs)
+	for _, g := range b.AdditionalGIDs {
+		if !slices.Contains(m.AdditionalGIDs, g) {
+			m.AdditionalGIDs = append(m.AdditionalGIDs, g)
+		}
+	}
 	m.CDI = MergeCDI(a.CDI, b.CDI)
 	if m.Proc == nil {
 		m.Proc = b.Proc

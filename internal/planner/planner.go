@@ -39,6 +39,9 @@ type Job struct {
 	Driver discover.Options
 	// Target is where files land in the container.
 	Target plan.Target
+	// NoAdditionalGIDs leaves the plan's AdditionalGIDs empty (config
+	// features.no-additional-gids-for-device-nodes).
+	NoAdditionalGIDs bool
 	// Logger receives debug output; nil discards it.
 	Logger *slog.Logger
 }
@@ -75,6 +78,9 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	if opts.Caps == nil && req.Caps != nil {
 		opts.Caps = req.Caps
 	}
+	if opts.Features == nil {
+		opts.Features = req.Features
+	}
 	drv, err := discover.Discover(opts)
 	if err != nil {
 		return nil, &phase.Error{Phase: DiscoveryPhase(err), Err: err}
@@ -101,14 +107,16 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 		}
 	}
 	o := plan.Options{
-		Caps:            req.Caps,
-		MIGConfig:       req.MIGConfig,
-		MIGMonitor:      req.MIGMonitor,
-		IMEXChannels:    req.IMEXChannels,
-		NoPersistenced:  req.NoPersistenced,
-		NoFabricManager: req.NoFabricManager,
-		NoGSPFirmware:   req.NoGSPFirmware,
-		Target:          j.Target,
+		Caps:             req.Caps,
+		MIGConfig:        req.MIGConfig,
+		MIGMonitor:       req.MIGMonitor,
+		IMEXChannels:     req.IMEXChannels,
+		Features:         req.Features,
+		NoAdditionalGIDs: j.NoAdditionalGIDs,
+		NoPersistenced:   req.NoPersistenced,
+		NoFabricManager:  req.NoFabricManager,
+		NoGSPFirmware:    req.NoGSPFirmware,
+		Target:           j.Target,
 	}.Select(sel)
 	p, err := plan.Build(drv, o)
 	if err != nil {

@@ -36,6 +36,8 @@ func SpecJob(spec *specs.Spec, rootfsPath string, cfg *config.Config) (*Job, req
 		Request: req,
 		Driver:  discover.Options{Root: cfg.CLI.Root, LdCache: cfg.CLI.LdCache},
 		Target:  target,
+		// NVIDIA's opt-out of additionalGids.
+		NoAdditionalGIDs: cfg.Features.NoAdditionalGIDsForDeviceNodes,
 	}, req, nil
 }
 

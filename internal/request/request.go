@@ -17,6 +17,13 @@
 // NVIDIA_REQUIRE_CUDA not), which get all GPUs, all supported capabilities
 // and a cuda>=MAJOR.MINOR requirement.
 //
+// In cdi mode a plain device id (0, GPU-…, all, none) is a device of
+// modes.cdi.default-kind; a name of the runtime's own kind
+// (runtime.nvidia.com/gpu=<id>, NVIDIA's just-in-time devices) is the plain
+// id, which the runtime's planner builds on the fly. NVIDIA_GDS,
+// NVIDIA_MOFED, NVIDIA_GDRCOPY and NVIDIA_NVSWITCH set to "enabled" add
+// those device families to a device request (Request.Features).
+//
 // A Request holds validated, typed values (parsed requirements, IMEX channel
 // numbers, MIG flags), so that nothing downstream parses them again. FromSpec
 // builds one from an OCI spec; nvidia-container-cli builds one from its
@@ -42,6 +49,7 @@ import (
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/discover"
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/requirements"
@@ -61,6 +69,21 @@ const (
 	EnvMIGMonitorDevices  = "NVIDIA_MIG_MONITOR_DEVICES"
 	EnvIMEXChannels       = "NVIDIA_IMEX_CHANNELS"
 )
+
+// FeatureEnabled is the value of a feature variable (NVIDIA_GDS, …,
+// discover.Feature.EnvVar) that asks for the feature; any other value,
+// other spellings included, does not (as in NVIDIA's runtime).
+const FeatureEnabled = "enabled"
+
+// JITKind is the CDI kind of the devices nvidia-container-runtime builds
+// on the fly (NVIDIA's jit-cdi devices): runtime.nvidia.com/gpu=<id> asks
+// the runtime's own planner for device <id>, as the plain id does; no spec
+// file is read for it.
+const JITKind = "runtime.nvidia.com/gpu"
+
+// ErrJITMixed: a device list names devices of the runtime's own kind
+// (JITKind) together with other CDI devices, which NVIDIA refuses too.
+var ErrJITMixed = errors.New("devices of kind " + JITKind + " cannot be requested together with other CDI devices")
 
 // DeviceListMountRoot is where device lists given as volume mounts live.
 const DeviceListMountRoot = "/var/run/nvidia-container-devices"
@@ -104,6 +127,10 @@ type Request struct {
 	// IMEXChannels are the requested IMEX channel numbers, without
 	// duplicates.
 	IMEXChannels []int
+	// Features are the feature-gated device families asked for
+	// (NVIDIA_GDS=enabled, …), in discover.Features order; only with a
+	// device request (not Void).
+	Features []discover.Feature
 	// NoPersistenced, NoFabricManager and NoGSPFirmware leave the
 	// persistence daemon socket, the fabric manager socket and the GSP
 	// firmware out (nvidia-container-cli's --no-persistenced, … options;
@@ -233,6 +260,9 @@ func fromSpec(spec *specs.Spec, cfg *config.Config) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
+	if tokens, err = r.kinds(tokens, cfg); err != nil {
+		return Request{}, err
+	}
 	if err := r.classify(tokens); err != nil {
 		return Request{}, err
 	}
@@ -251,7 +281,50 @@ func fromSpec(spec *specs.Spec, cfg *config.Config) (Request, error) {
 	if r.IMEXChannels, err = r.imexChannels(spec, e, cfg); err != nil {
 		return Request{}, err
 	}
+	for _, f := range discover.Features() {
+		if e.get(f.EnvVar()) == FeatureEnabled {
+			r.Features = append(r.Features, f)
+		}
+	}
 	return r, nil
+}
+
+// kinds resolves the CDI kinds of a device list: in cdi mode an
+// unqualified id (0, GPU-…, all, none) becomes a device of
+// modes.cdi.default-kind (NVIDIA_VISIBLE_DEVICES=all with default-kind
+// management.nvidia.com/gpu asks for management.nvidia.com/gpu=all); then
+// names of the runtime's own kind (JITKind, also when it is the default
+// kind) become the plain ids the planner resolves. JITKind devices with
+// other CDI devices are an *Error wrapping ErrJITMixed. A list holding void
+// is left as it is (not a GPU container, whatever the mode).
+func (r *Request) kinds(tokens []string, cfg *config.Config) ([]string, error) {
+	if len(tokens) == 0 || slices.Contains(tokens, "void") {
+		return tokens, nil
+	}
+	out := make([]string, 0, len(tokens))
+	var jit, other bool
+	for _, t := range tokens {
+		qualified := cfg.Runtime.Mode == config.ModeCDI && !looksLikeCDI(t)
+		if qualified {
+			t = cfg.Runtime.Modes.CDI.DefaultKind + "=" + t
+		}
+		id, isJIT := strings.CutPrefix(t, JITKind+"=")
+		if qualified || isJIT {
+			if _, _, _, err := parser.ParseQualifiedName(t); err != nil {
+				return nil, &Error{Var: r.sourceVar(), Value: strings.Join(tokens, ","), Err: fmt.Errorf("invalid CDI device name %s: %w", echo.Quote(t), err)}
+			}
+		}
+		if isJIT {
+			jit, t = true, id
+		} else if looksLikeCDI(t) {
+			other = true
+		}
+		out = append(out, t)
+	}
+	if jit && other {
+		return nil, &Error{Var: r.sourceVar(), Value: strings.Join(tokens, ","), Err: ErrJITMixed}
+	}
+	return out, nil
 }
 
 func (r *Request) warn(format string, args ...any) {

@@ -141,7 +141,8 @@ func maskSystemDirs() {
 }
 
 // prepareConf makes sure /etc exists (ldconfig writes the cache there) and
-// writes the configuration drop-in when asked. The process is already
+// writes the configuration drop-in when asked, with the musl loader's path
+// file in a musl image. The process is already
 // confined: every path resolves inside the container root.
 func prepareConf(cfg childConfig) error {
 	if err := os.MkdirAll("/etc", 0o755); err != nil {
@@ -166,6 +167,41 @@ func prepareConf(cfg childConfig) error {
 	if err := os.Rename(tmp, ldSoConfDropIn); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write ld.so.conf drop-in: %w", err)
+	}
+	return writeMuslPath(cfg.Dirs)
+}
+
+// writeMuslPath lists dirs in /etc/ld-musl-<arch>.path in a musl image, as
+// Root.UpdateLdCache does (muslPath); the process is confined to the root.
+func writeMuslPath(dirs []string) error {
+	ents, err := os.ReadDir("/lib")
+	if err != nil {
+		return nil // no /lib: no musl loader
+	}
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name()
+	}
+	arch := muslArchIn(names)
+	if arch == "" {
+		return nil
+	}
+	p := "/etc/ld-musl-" + arch + ".path"
+	old, err := os.ReadFile(p)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", p, err)
+	}
+	content, changed := muslPath(old, err == nil, dirs)
+	if !changed {
+		return nil
+	}
+	tmp := "/etc/.ld-musl-" + arch + ".path.tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", p, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/nctk/nctk/internal/hostfile"
@@ -42,7 +43,10 @@ const (
 //   - With confDirs, /etc/ld.so.conf.d/00-nctk.conf lists them (and
 //     /etc/ld.so.conf including ld.so.conf.d is created when the image has
 //     none), so the container's own later ldconfig runs keep them: the same
-//     files RunLdconfig's ConfDropIn writes.
+//     files RunLdconfig's ConfDropIn writes. A musl image (one with a
+//     /lib/ld-musl-<arch>.so.1 loader), whose loader reads no
+//     ld.so.cache, gets confDirs in /etc/ld-musl-<arch>.path
+//     (updateMuslPath) as well.
 //
 // Every change is journaled (Rollback removes created files). log may be
 // nil.
@@ -89,6 +93,9 @@ func (r *Root) UpdateLdCacheFor(names []ldcache.DirEntry, confDirs []string, log
 	}
 	if len(confDirs) > 0 {
 		if err := r.writeConfDropIn(confDirs); err != nil {
+			return err
+		}
+		if err := r.updateMuslPath(confDirs, log); err != nil {
 			return err
 		}
 	}
@@ -374,4 +381,76 @@ func (r *Root) writeConfDropIn(dirs []string) error {
 		return nil // already there (a restarted container)
 	}
 	return r.WriteFile(ldSoConfDropIn, []byte(content), 0o644)
+}
+
+// muslDefaultPath is the library path of musl's loader when the image has
+// no /etc/ld-musl-<arch>.path.
+var muslDefaultPath = []string{"/lib", "/usr/local/lib", "/usr/lib"}
+
+// muslArchIn returns the architecture in the name of a musl loader among
+// the names of /lib (ld-musl-<arch>.so.1), or "" when there is none: the
+// image is not a musl image.
+func muslArchIn(names []string) string {
+	slices.Sort(names)
+	for _, n := range names {
+		if arch, ok := strings.CutPrefix(n, "ld-musl-"); ok {
+			if arch, ok = strings.CutSuffix(arch, ".so.1"); ok && arch != "" && !strings.Contains(arch, "/") {
+				return arch
+			}
+		}
+	}
+	return ""
+}
+
+// muslPath returns the content of /etc/ld-musl-<arch>.path listing dirs
+// for musl's loader, and whether it differs from old: an existing file
+// (exists) keeps its entries (colon or newline separated) and gets each of
+// dirs it lacks after them; a new file lists dirs, then musl's default path
+// (which the file replaces).
+func muslPath(old []byte, exists bool, dirs []string) (string, bool) {
+	var entries, add []string
+	if exists {
+		entries, add = strings.FieldsFunc(string(old), func(c rune) bool { return c == ':' || c == '\n' }), dirs
+	} else {
+		add = slices.Concat(dirs, muslDefaultPath)
+	}
+	changed := !exists
+	for _, d := range add {
+		if !slices.Contains(entries, d) {
+			entries, changed = append(entries, d), true
+		}
+	}
+	return strings.Join(entries, "\n") + "\n", changed
+}
+
+// updateMuslPath makes musl's loader search dirs in a musl image (one with
+// /lib/ld-musl-<arch>.so.1, resolved inside the root), which has no
+// ld.so.cache: /etc/ld-musl-<arch>.path as muslPath words it. A glibc
+// image is left alone. The write is UpdateLdCache's (atomic, journaled).
+func (r *Root) updateMuslPath(dirs []string, log *slog.Logger) error {
+	if len(dirs) == 0 {
+		return nil
+	}
+	names, err := r.ReadDir("/lib")
+	if err != nil {
+		return nil // no /lib: no musl loader
+	}
+	arch := muslArchIn(names)
+	if arch == "" {
+		return nil
+	}
+	p := "/etc/ld-musl-" + arch + ".path"
+	data, err := r.ReadFile(p, 64<<10)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	content, changed := muslPath(data, err == nil, dirs)
+	if !changed {
+		return nil
+	}
+	if err := r.WriteFile(p, []byte(content), 0o644); err != nil {
+		return err
+	}
+	log.Debug("musl loader path updated", "path", p, "dirs", dirs)
+	return nil
 }

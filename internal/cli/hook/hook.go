@@ -192,6 +192,13 @@ func prestart(e *app.Env, configPath string, debug bool, log *slog.Logger, exec 
 		return fmt.Errorf("invoking the NVIDIA Container Runtime Hook directly (e.g. specifying the docker --gpus flag) is not supported in nvidia-container-runtime mode %q; "+
 			"use the NVIDIA Container Runtime (e.g. specify the --runtime=nvidia flag) instead, or set nvidia-container-runtime-hook.skip-mode-detection", mode)
 	}
+	// NVIDIA's hook reads the device list as legacy mode does, also in cdi
+	// mode with skip-mode-detection: plain ids, no default-kind.
+	if cfg.Runtime.Mode == config.ModeCDI {
+		legacy := *cfg
+		legacy.Runtime.Mode = config.ModeLegacy
+		cfg = &legacy
+	}
 	req, err := request.FromSpec(spec, cfg)
 	if err != nil {
 		return err
