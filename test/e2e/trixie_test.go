@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/e2e"
+	"github.com/nctk/nctk/internal/fixture"
+)
+
+// The tests in this file are the second engine matrix: Debian 13 (trixie)'s
+// own engines — docker.io and docker-cli 26.1 (with their containerd 1.7),
+// podman 5.4, runc 1.1 — from a root made with debootstrap and cached
+// (e2e.TrixieRoot), run in a private mount namespace pivoted into an
+// overlay of that root (e2e.StartTrixie). nctk's binaries, the fixture
+// driver root and the config.toml are at the same paths there (the host's
+// /tmp is bound in). These engines read CDI specs natively, so the spec
+// from `nvidia-ctk cdi generate` goes where they look by default, the
+// root's /etc/cdi, as a user installing nctk on Debian 13 would put it.
+//
+// Podman runs its containers with runc: Debian 13's default runtime,
+// crun 1.21, refuses the hybrid (v1) cgroup hierarchy of the test hosts,
+// which runc still handles.
+
+// trixieHost is newHost for an engine root: the config.toml's runtime is
+// the root's runc.
+func trixieHost(t *testing.T, root *e2e.EngineRoot, spec fixture.Spec) *gpuHost {
+	t.Helper()
+	host := newHost(t, spec)
+	runc := root.RequireTool(t, "runc")
+	re := regexp.MustCompile(`(?m)^runtimes = \[.*\]$`)
+	cfg := readFile(t, host.Config)
+	if !re.Match(cfg) {
+		t.Fatalf("%s has no runtimes line:\n%s", host.Config, cfg)
+	}
+	cfg = re.ReplaceAll(cfg, fmt.Appendf(nil, "runtimes = [%q]", runc))
+	if err := os.WriteFile(host.Config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return host
+}
+
+// trixieCDISpec runs `nvidia-ctk cdi generate` in the root, writing the
+// spec for host's fixture driver to the root's /etc/cdi/nvidia.yaml.
+func trixieCDISpec(t *testing.T, root *e2e.EngineRoot, host *gpuHost) {
+	t.Helper()
+	root.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "cdi", "generate",
+		"--driver-root", host.Root.Path, "--output", "/etc/cdi/nvidia.yaml",
+		"--nvidia-cdi-hook-path", tool(t, "nvidia-cdi-hook"))
+}
+
+// checkVersion fails t unless out (a version line) starts with prefix.
+func checkVersion(t *testing.T, what, out, prefix string) {
+	t.Helper()
+	if got := strings.TrimSpace(out); !strings.HasPrefix(got, prefix) {
+		t.Fatalf("%s is %q, want %s* (Debian 13's)", what, got, prefix)
+	}
+}
+
+// TestTrixieDocker runs GPU containers through Debian 13's dockerd 26.1
+// (with its containerd 1.7 and runc 1.1) over a 4-GPU fixture driver, in
+// the three ways Docker users ask for GPUs:
+//   - CDI: `--device nvidia.com/gpu=N` with features.cdi on and the spec
+//     in /etc/cdi, plain runc (dockerd applies the spec's edits and hooks);
+//   - `--gpus` with plain runc (dockerd's prestart hook,
+//     nvidia-container-runtime-hook, found in its PATH);
+//   - `--runtime=nvidia` with NVIDIA_VISIBLE_DEVICES.
+func TestTrixieDocker(t *testing.T) {
+	skipShort(t)
+	e2e.RequireRoot(t)
+	root := e2e.StartTrixie(t)
+	host := trixieHost(t, root, fixture.Spec{Layout: "multiarch", GPUs: 4})
+	trixieCDISpec(t, root, host)
+	image := e2e.BuildRootfs(t, e2e.RootfsOptions{})
+	d := e2e.StartDockerd(t, e2e.DockerdOptions{
+		Root:      root,
+		Runtimes:  map[string]e2e.DockerRuntime{"nvidia": {Path: tool(t, "nvidia-container-runtime")}},
+		ExtraPath: []string{binDir},
+		Env:       host.Env,
+		Config:    map[string]any{"features": map[string]bool{"cdi": true}},
+	})
+	if v := strings.Fields(d.MustDocker("version", "--format", "{{.Client.Version}} {{.Server.Version}}")); len(v) != 2 || !strings.HasPrefix(v[0], "26.1.") || !strings.HasPrefix(v[1], "26.1.") {
+		t.Fatalf("docker client and server versions %q, want 26.1.* (Debian 13's)", v)
+	}
+	checkVersion(t, "containerd", root.MustRun(t, e2e.RunOpts{}, "containerd", "--version"), "containerd github.com/containerd/containerd 1.7.")
+	checkVersion(t, "runc", root.MustRun(t, e2e.RunOpts{}, "runc", "--version"), "runc version 1.1.")
+	const img = "nctk-e2e:trixie"
+	d.ImportImage(image, img)
+	libDir := e2e.LayoutDebian.LibDir()
+	run := func(t *testing.T, args ...string) e2e.Result {
+		t.Helper()
+		argv := append([]string{"run", "--rm", "--network=none", "-v", hostLdconfig + ":" + probeLdconfig + ":ro"}, args...)
+		argv = append(argv, img, "/bin/sh", "-c", probeScript(libDir))
+		return d.Docker(argv...)
+	}
+	mustRun := func(t *testing.T, args ...string) string {
+		t.Helper()
+		res := run(t, args...)
+		if !res.OK() {
+			t.Fatalf("docker run: %s", res)
+		}
+		return res.Stdout
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		gpus []int
+		// cdi: the spec's common edits carry the modeset node too.
+		cdi bool
+	}{
+		{"cdi/gpu=1", []string{"--device", "nvidia.com/gpu=1"}, []int{1}, true},
+		{"cdi/gpu=0+gpu=2", []string{"--device", "nvidia.com/gpu=0", "--device", "nvidia.com/gpu=2"}, []int{0, 2}, true},
+		{"cdi/gpu=all", []string{"--device", "nvidia.com/gpu=all"}, []int{0, 1, 2, 3}, true},
+		{"gpus=all", []string{"--runtime=runc", "--gpus", "all"}, []int{0, 1, 2, 3}, false},
+		{"gpus=device=1,3", []string{"--runtime=runc", "--gpus", `"device=1,3"`}, []int{1, 3}, false},
+		{"runtime=nvidia/devices=2", []string{"--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=2"}, []int{2}, false},
+		{"runtime=nvidia/all", []string{"--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=all"}, []int{0, 1, 2, 3}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			checkGPU(t, mustRun(t, tc.args...), want{host: host, GPUs: tc.gpus, LibDir: libDir, Display: tc.cdi})
+		})
+	}
+	t.Run("runtime=nvidia/no-request", func(t *testing.T) {
+		t.Parallel()
+		checkNoGPU(t, mustRun(t, "--runtime=nvidia"))
+	})
+	t.Run("cdi/unknown-device", func(t *testing.T) {
+		t.Parallel()
+		res := run(t, "--device", "nvidia.com/gpu=9")
+		if res.OK() || strings.Contains(res.Stdout, "@@@ cudaprobe") || !strings.Contains(res.Stderr, "nvidia.com/gpu=9") {
+			t.Errorf("docker run --device nvidia.com/gpu=9: want a failure naming the device before the container runs:\n%s", res)
+		}
+	})
+}
+
+// TestTrixiePodman runs GPU containers through Debian 13's podman 5.4
+// (with runc, see above) with `--device nvidia.com/gpu=N`, resolved
+// against the spec in the root's /etc/cdi.
+func TestTrixiePodman(t *testing.T) {
+	skipShort(t)
+	e2e.RequireRoot(t)
+	root := e2e.StartTrixie(t)
+	host := trixieHost(t, root, fixture.Spec{Layout: "multiarch", GPUs: 4})
+	trixieCDISpec(t, root, host)
+	image := e2e.BuildRootfs(t, e2e.RootfsOptions{})
+	p := e2e.NewPodman(t, e2e.PodmanOptions{Root: root, Env: host.Env})
+	checkVersion(t, "podman", p.MustPodman("version", "--format", "{{.Client.Version}}"), "5.4.")
+	t.Logf("podman runs runc (%s): crun 1.21, Debian 13's default, refuses this host's hybrid cgroups", root.RequireTool(t, "runc"))
+	ref := p.ImportImage(image, "nctk-e2e:trixie")
+	libDir := e2e.LayoutDebian.LibDir()
+	run := func(t *testing.T, args ...string) e2e.Result {
+		t.Helper()
+		argv := append([]string{"run", "--rm", "-v", hostLdconfig + ":" + probeLdconfig + ":ro"}, args...)
+		argv = append(argv, ref, "/bin/sh", "-c", probeScript(libDir))
+		return p.Podman(argv...)
+	}
+	for _, tc := range []struct {
+		name    string
+		devices []string
+		gpus    []int
+	}{
+		{"gpu=1", []string{"nvidia.com/gpu=1"}, []int{1}},
+		{"gpu=0+gpu=3", []string{"nvidia.com/gpu=0", "nvidia.com/gpu=3"}, []int{0, 3}},
+		{"gpu=all", []string{"nvidia.com/gpu=all"}, []int{0, 1, 2, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var args []string
+			for _, dev := range tc.devices {
+				args = append(args, "--device", dev)
+			}
+			res := run(t, args...)
+			if !res.OK() {
+				t.Fatalf("podman run: %s", res)
+			}
+			checkGPU(t, res.Stdout, want{host: host, GPUs: tc.gpus, LibDir: libDir, Display: true})
+		})
+	}
+	t.Run("unknown-device", func(t *testing.T) {
+		t.Parallel()
+		res := run(t, "--device", "nvidia.com/gpu=9")
+		if res.OK() || strings.Contains(res.Stdout, "@@@ cudaprobe") || !strings.Contains(res.Stderr, "nvidia.com/gpu=9") {
+			t.Errorf("podman run --device nvidia.com/gpu=9: want a failure naming the device before the container runs:\n%s", res)
+		}
+	})
+}
