@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 )
@@ -22,8 +24,9 @@ import (
 // root's /etc/cdi, as a user installing nctk on Debian 13 would put it.
 //
 // Podman runs its containers with runc: Debian 13's default runtime,
-// crun 1.21, refuses the hybrid (v1) cgroup hierarchy of the test hosts,
-// which runc still handles.
+// crun 1.21, refuses the hybrid cgroups (v1 controllers, an empty v2
+// hierarchy) of the test hosts, which runc still handles; TestTrixiePodman
+// checks that refusal (or, on other hosts, crun's GPU container too).
 
 // trixieHost is newHost for an engine root: the config.toml's runtime is
 // the root's runc.
@@ -150,7 +153,6 @@ func TestTrixiePodman(t *testing.T) {
 	image := e2e.BuildRootfs(t, e2e.RootfsOptions{})
 	p := e2e.NewPodman(t, e2e.PodmanOptions{Root: root, Env: host.Env})
 	checkVersion(t, "podman", p.MustPodman("version", "--format", "{{.Client.Version}}"), "5.4.")
-	t.Logf("podman runs runc (%s): crun 1.21, Debian 13's default, refuses this host's hybrid cgroups", root.RequireTool(t, "runc"))
 	ref := p.ImportImage(image, "nctk-e2e:trixie")
 	libDir := e2e.LayoutDebian.LibDir()
 	run := func(t *testing.T, args ...string) e2e.Result {
@@ -188,4 +190,39 @@ func TestTrixiePodman(t *testing.T) {
 			t.Errorf("podman run --device nvidia.com/gpu=9: want a failure naming the device before the container runs:\n%s", res)
 		}
 	})
+	// Debian 13's default runtime: on a host with hybrid cgroups (v1
+	// controllers, an empty v2 hierarchy at /sys/fs/cgroup/unified) crun
+	// 1.21 refuses every container, which is why the cases above use runc;
+	// elsewhere it must give the GPU like runc.
+	t.Run("crun", func(t *testing.T) {
+		t.Parallel()
+		pc := e2e.NewPodman(t, e2e.PodmanOptions{Root: root, Env: host.Env, Runtime: root.RequireTool(t, "crun")})
+		cref := pc.ImportImage(image, "nctk-e2e:trixie")
+		res := pc.Podman("run", "--rm", "-v", hostLdconfig+":"+probeLdconfig+":ro", "--device", "nvidia.com/gpu=1",
+			cref, "/bin/sh", "-c", probeScript(libDir))
+		if hybridCgroups(t) {
+			if res.OK() || !strings.Contains(res.Combined(), "hybrid mode not supported") {
+				t.Errorf("podman --runtime crun on hybrid cgroups: want crun's refusal (hybrid mode not supported):\n%s", res)
+			}
+			return
+		}
+		if !res.OK() {
+			t.Fatalf("podman --runtime crun run: %s", res)
+		}
+		checkGPU(t, res.Stdout, want{host: host, GPUs: []int{1}, LibDir: libDir, Display: true})
+	})
+}
+
+// hybridCgroups reports whether the host mounts cgroup v1 controllers at
+// /sys/fs/cgroup and a cgroup v2 hierarchy at /sys/fs/cgroup/unified.
+func hybridCgroups(t *testing.T) bool {
+	t.Helper()
+	var top, unified unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &top); err != nil {
+		t.Fatalf("statfs /sys/fs/cgroup: %v", err)
+	}
+	if top.Type == unix.CGROUP2_SUPER_MAGIC {
+		return false
+	}
+	return unix.Statfs("/sys/fs/cgroup/unified", &unified) == nil && unified.Type == unix.CGROUP2_SUPER_MAGIC
 }
