@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,8 +15,8 @@ import (
 )
 
 // The tests in this file are the second engine matrix: Debian 13 (trixie)'s
-// own engines — docker.io and docker-cli 26.1 (with their containerd 1.7),
-// podman 5.4, runc 1.1 — from a root made with debootstrap and cached
+// own engines — docker.io and docker-cli 26.1, containerd 1.7, podman 5.4,
+// runc 1.1 — from a root made with debootstrap and cached
 // (e2e.TrixieRoot), run in a private mount namespace pivoted into an
 // overlay of that root (e2e.StartTrixie). nctk's binaries, the fixture
 // driver root and the config.toml are at the same paths there (the host's
@@ -88,7 +89,6 @@ func TestTrixieDocker(t *testing.T) {
 	if v := strings.Fields(d.MustDocker("version", "--format", "{{.Client.Version}} {{.Server.Version}}")); len(v) != 2 || !strings.HasPrefix(v[0], "26.1.") || !strings.HasPrefix(v[1], "26.1.") {
 		t.Fatalf("docker client and server versions %q, want 26.1.* (Debian 13's)", v)
 	}
-	checkVersion(t, "containerd", root.MustRun(t, e2e.RunOpts{}, "containerd", "--version"), "containerd github.com/containerd/containerd 1.7.")
 	checkVersion(t, "runc", root.MustRun(t, e2e.RunOpts{}, "runc", "--version"), "runc version 1.1.")
 	const img = "nctk-e2e:trixie"
 	d.ImportImage(image, img)
@@ -225,4 +225,53 @@ func hybridCgroups(t *testing.T) bool {
 		return false
 	}
 	return unix.Statfs("/sys/fs/cgroup/unified", &unified) == nil && unified.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
+// TestTrixieContainerd runs GPU containers through Debian 13's containerd
+// 1.7 with its ctr, over a 4-GPU fixture driver, as TestContainerd does
+// with Debian 12's: `ctr run --gpus 1` (containerd's oci-hook running
+// nvidia-container-cli configure, through the same --root script) and
+// `ctr run --runc-binary nvidia-container-runtime`.
+func TestTrixieContainerd(t *testing.T) {
+	skipShort(t)
+	e2e.RequireRoot(t)
+	root := e2e.StartTrixie(t)
+	host := trixieHost(t, root, fixture.Spec{Layout: "multiarch", GPUs: 4})
+	image := e2e.BuildRootfs(t, e2e.RootfsOptions{})
+	cliDir := filepath.Join(host.Dir, "cli")
+	if err := os.Mkdir(cliDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("#!/bin/sh\nexec %q --root=%q \"$@\"\n", tool(t, "nvidia-container-cli"), host.Root.Path)
+	if err := os.WriteFile(filepath.Join(cliDir, "nvidia-container-cli"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := e2e.StartContainerdWith(t, e2e.ContainerdOptions{Root: root, Env: host.Env})
+	checkVersion(t, "containerd", root.MustRun(t, e2e.RunOpts{}, "containerd", "--version"), "containerd github.com/containerd/containerd 1.7.")
+	checkVersion(t, "ctr", c.MustCtr("--version"), "ctr github.com/containerd/containerd 1.7.")
+	ref := c.ImportImage(image, "nctk-e2e:trixie")
+	libDir := e2e.LayoutDebian.LibDir()
+	ctrEnv := append([]string{"PATH=" + cliDir + ":" + e2e.SystemPath, "NVC_DEBUG_FILE=" + host.CLILog}, host.Env...)
+	run := func(t *testing.T, id string, args ...string) string {
+		t.Helper()
+		argv := append([]string{"run", "--rm",
+			"--mount", "type=bind,src=" + hostLdconfig + ",dst=" + probeLdconfig + ",options=rbind:ro",
+			"--mount", "type=cgroup,src=cgroup,dst=/sys/fs/cgroup,options=ro:nosuid:noexec:nodev"}, args...)
+		argv = append(argv, ref, id, "/bin/sh", "-c", probeScript(libDir))
+		res := e2e.Run(t, e2e.RunOpts{Env: ctrEnv}, c.CtrArgv(argv...)...)
+		if !res.OK() {
+			t.Fatalf("ctr run: %s\ncontainerd log:\n%s", res, c.Log())
+		}
+		return res.Stdout
+	}
+	t.Run("gpus=1", func(t *testing.T) {
+		t.Parallel()
+		out := run(t, "nctk-gpus", "--gpus", "1")
+		checkGPU(t, out, want{host: host, GPUs: []int{1}, LibDir: libDir, Display: true})
+	})
+	t.Run("runc-binary=nvidia-container-runtime", func(t *testing.T) {
+		t.Parallel()
+		out := run(t, "nctk-runtime", "--runc-binary", tool(t, "nvidia-container-runtime"), "--env", "NVIDIA_VISIBLE_DEVICES=0,2")
+		checkGPU(t, out, want{host: host, GPUs: []int{0, 2}, LibDir: libDir})
+	})
 }
