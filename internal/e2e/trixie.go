@@ -92,7 +92,7 @@ func TrixieRoot(t testing.TB) string {
 		mirror = DefaultDebianMirror
 	}
 	start := time.Now()
-	r := runLogged(t, os.Environ(), RunOpts{Timeout: 20 * time.Minute, Quiet: true}, debootstrap,
+	r := runLogged(t, os.Environ(), RunOpts{Timeout: 20 * time.Minute, Quiet: true, Env: []string{"PATH=" + SystemPath}}, debootstrap,
 		"--variant=minbase", "--include="+strings.Join(TrixiePackages, ","), "trixie", tmp, mirror)
 	if !r.OK() {
 		clear()
