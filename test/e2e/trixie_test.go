@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	toml "github.com/pelletier/go-toml/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/e2e"
@@ -274,4 +275,75 @@ func TestTrixieContainerd(t *testing.T) {
 		out := run(t, "nctk-runtime", "--runc-binary", tool(t, "nvidia-container-runtime"), "--env", "NVIDIA_VISIBLE_DEVICES=0,2")
 		checkGPU(t, out, want{host: host, GPUs: []int{0, 2}, LibDir: libDir})
 	})
+}
+
+// TestTrixieContainerdConfigure configures Debian 13's containerd 1.7 the
+// way a Kubernetes node is set up: its own `containerd config default`
+// (machine-wide paths moved into the test's directory, and
+// restrict_oom_score_adj = true, which containers the CRI starts on these
+// hosts were seen to need; the plugin itself starts either way) gets `nvidia-ctk runtime configure
+// --runtime=containerd --drop-in-config=""`; containerd started on the file
+// must load the nvidia runtime into its CRI plugin, and ctr runs a GPU
+// container through the runtime binary that entry names. (Pods through the
+// CRI API itself are not driven here.)
+func TestTrixieContainerdConfigure(t *testing.T) {
+	skipShort(t)
+	e2e.RequireRoot(t)
+	root := e2e.StartTrixie(t)
+	host := trixieHost(t, root, fixture.Spec{Layout: "multiarch", GPUs: 4})
+	image := e2e.BuildRootfs(t, e2e.RootfsOptions{})
+	nvRuntime := tool(t, "nvidia-container-runtime")
+
+	dir := e2e.TempDir(t, "ctrdcfg")
+	cfg := filepath.Join(dir, "config.toml")
+	def := root.MustRun(t, e2e.RunOpts{Quiet: true}, "containerd", "config", "default")
+	moved := def
+	for _, r := range []struct{ old, new string }{
+		{`root = "/var/lib/containerd"`, fmt.Sprintf("root = %q", filepath.Join(dir, "root"))},
+		{`state = "/run/containerd"`, fmt.Sprintf("state = %q", filepath.Join(dir, "state"))},
+		{`address = "/run/containerd/containerd.sock"`, fmt.Sprintf("address = %q", filepath.Join(dir, "containerd.sock"))},
+		{`path = "/opt/containerd"`, fmt.Sprintf("path = %q", filepath.Join(dir, "opt"))},
+		{`conf_dir = "/etc/cni/net.d"`, fmt.Sprintf("conf_dir = %q", filepath.Join(dir, "cni"))},
+		{`restrict_oom_score_adj = false`, `restrict_oom_score_adj = true`},
+	} {
+		if n := strings.Count(moved, r.old); n != 1 {
+			t.Fatalf("containerd 1.7's config default has %d lines %s, want 1:\n%s", n, r.old, def)
+		}
+		moved = strings.Replace(moved, r.old, r.new, 1)
+	}
+	if err := os.WriteFile(cfg, []byte(moved), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "runtime", "configure", "--runtime=containerd",
+		"--config", cfg, "--drop-in-config=", "--nvidia-runtime-path", nvRuntime)
+	var doc map[string]any
+	data := readFile(t, cfg)
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("configured config.toml does not parse: %v\n%s", err, data)
+	}
+	nv, _ := engLookup(doc, "plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "nvidia").(map[string]any)
+	if nv["runtime_type"] != "io.containerd.runc.v2" || engLookup(nv, "options", "BinaryName") != nvRuntime {
+		t.Fatalf("configured nvidia runtime = %v, want runtime_type io.containerd.runc.v2 and options.BinaryName %s\n%s", nv, nvRuntime, data)
+	}
+
+	c := e2e.StartContainerdWith(t, e2e.ContainerdOptions{Root: root, ConfigFile: cfg, Env: host.Env})
+	line := engWaitLog(t, c.LogFile, "Start cri plugin with config")
+	for _, s := range []string{"nvidia:{Type:io.containerd.runc.v2", "BinaryName:" + nvRuntime} {
+		if !strings.Contains(line, s) {
+			t.Errorf("containerd 1.7's CRI plugin configuration lacks %q:\n%s", s, line)
+		}
+	}
+	// The plugin runs (it logs this after loading its configuration).
+	engWaitLog(t, c.LogFile, "Start streaming server")
+	ref := c.ImportImage(image, "nctk-e2e:trixie")
+	libDir := e2e.LayoutDebian.LibDir()
+	res := e2e.Run(t, e2e.RunOpts{}, c.CtrArgv("run", "--rm",
+		"--runtime", "io.containerd.runc.v2", "--runc-binary", nvRuntime, "--env", "NVIDIA_VISIBLE_DEVICES=3",
+		"--mount", "type=bind,src="+hostLdconfig+",dst="+probeLdconfig+",options=rbind:ro",
+		"--mount", "type=cgroup,src=cgroup,dst=/sys/fs/cgroup,options=ro:nosuid:noexec:nodev",
+		ref, "nctk-cri-entry", "/bin/sh", "-c", probeScript(libDir))...)
+	if !res.OK() {
+		t.Fatalf("ctr run: %s\ncontainerd log:\n%s", res, c.Log())
+	}
+	checkGPU(t, res.Stdout, want{host: host, GPUs: []int{3}, LibDir: libDir})
 }
