@@ -16,9 +16,11 @@ import (
 // debootstrap into a root cached under the fixture cache, and run in a
 // private mount namespace pivoted into (an overlay of) that root.
 
-// TrixiePackages are the packages debootstrap installs into the Debian 13
+// TrixiePackages lists the packages debootstrap installs into the Debian 13
 // root besides the minbase variant's own (their Depends come along).
-var TrixiePackages = []string{"docker.io", "docker-cli", "containerd", "podman", "runc", "crun"}
+func TrixiePackages() []string {
+	return []string{"docker.io", "docker-cli", "containerd", "podman", "runc", "crun"}
+}
 
 // DebianMirrorEnv names the environment variable that overrides the Debian
 // mirror debootstrap downloads from (default DefaultDebianMirror).
@@ -42,7 +44,7 @@ func cacheDir() string {
 
 // trixieRecipe is what rootStamp holds for the Debian 13 root.
 func trixieRecipe() string {
-	return "debootstrap --variant=minbase --include=" + strings.Join(TrixiePackages, ",") + " trixie\n"
+	return "debootstrap --variant=minbase --include=" + strings.Join(TrixiePackages(), ",") + " trixie\n"
 }
 
 // TrixieRoot returns the cached Debian 13 root (<NCTK_CACHE>/trixie/root),
@@ -93,7 +95,7 @@ func TrixieRoot(t testing.TB) string {
 	}
 	start := time.Now()
 	r := runLogged(t, os.Environ(), RunOpts{Timeout: 20 * time.Minute, Quiet: true, Env: []string{"PATH=" + SystemPath}}, debootstrap,
-		"--variant=minbase", "--include="+strings.Join(TrixiePackages, ","), "trixie", tmp, mirror)
+		"--variant=minbase", "--include="+strings.Join(TrixiePackages(), ","), "trixie", tmp, mirror)
 	if !r.OK() {
 		clear()
 		t.Fatalf("e2e: making the Debian 13 root failed:\n%s", r)
