@@ -31,6 +31,9 @@ type ContainerdOptions struct {
 	ConfigFile string
 	// StartTimeout defaults to 30s.
 	StartTimeout time.Duration
+	// Root, if set, runs containerd (with its shims and runc) and ctr in
+	// that engine root: its binaries, not the host's.
+	Root *EngineRoot
 }
 
 // Containerd is a private containerd for one test, driven with ctr.
@@ -51,7 +54,8 @@ type Containerd struct {
 	// Env is containerd's environment.
 	Env []string
 
-	d *daemon
+	d    *daemon
+	root *EngineRoot
 }
 
 // StartContainerd starts a containerd with default options; see
@@ -69,10 +73,10 @@ func StartContainerd(t testing.TB) *Containerd {
 func StartContainerdWith(t testing.TB, opts ContainerdOptions) *Containerd {
 	t.Helper()
 	RequireRoot(t)
-	bin := RequireTool(t, "containerd")
-	ctr := RequireTool(t, "ctr")
-	RequireTool(t, "containerd-shim-runc-v2")
-	RequireTool(t, "runc")
+	bin := opts.Root.RequireTool(t, "containerd")
+	ctr := opts.Root.RequireTool(t, "ctr")
+	opts.Root.RequireTool(t, "containerd-shim-runc-v2")
+	opts.Root.RequireTool(t, "runc")
 
 	dir := filepath.Dir(opts.ConfigFile)
 	if opts.ConfigFile == "" {
@@ -88,6 +92,7 @@ func StartContainerdWith(t testing.TB, opts ContainerdOptions) *Containerd {
 		ConfigFile: filepath.Join(dir, "config.toml"),
 		LogFile:    filepath.Join(dir, "containerd.log"),
 		CtrBin:     ctr,
+		root:       opts.Root,
 	}
 	t.Cleanup(func() {
 		if err := removeCgroup(c.Namespace); err != nil {
@@ -113,7 +118,7 @@ func StartContainerdWith(t testing.TB, opts ContainerdOptions) *Containerd {
 	}
 	c.Env = mergeEnv([]string{"PATH=" + path, "HOME=" + dir, "TMPDIR=" + tmp, "LANG=C.UTF-8"}, opts.Env)
 
-	proc, err := startDaemon("containerd", c.LogFile, c.Env, bin, "--config", c.ConfigFile)
+	proc, err := startDaemon("containerd", c.LogFile, c.Env, opts.Root.Command(bin, "--config", c.ConfigFile)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,10 +191,10 @@ func (c *Containerd) CtrOpts(o RunOpts, args ...string) Result {
 }
 
 // CtrArgv is the command line Ctr runs: `ctr --address <socket> --namespace
-// <ns> args...`, for a caller that runs it itself (from a parallel subtest
-// that logs to its own t).
+// <ns> args...` (through nsenter with ContainerdOptions.Root), for a caller
+// that runs it itself (from a parallel subtest that logs to its own t).
 func (c *Containerd) CtrArgv(args ...string) []string {
-	return append([]string{c.CtrBin, "--address", c.Socket, "--namespace", c.Namespace}, args...)
+	return c.root.Command(append([]string{c.CtrBin, "--address", c.Socket, "--namespace", c.Namespace}, args...)...)
 }
 
 // MustCtr runs ctr, fails the test unless it exits 0, and returns stdout.

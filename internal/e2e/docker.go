@@ -47,6 +47,10 @@ type DockerdOptions struct {
 	Args []string
 	// StartTimeout defaults to 60s.
 	StartTimeout time.Duration
+	// Root, if set, runs dockerd (and the containerd, runc and docker-init
+	// it starts) and the docker client in that engine root: its binaries,
+	// not the host's.
+	Root *EngineRoot
 }
 
 // Dockerd is a private dockerd (with the containerd it manages) that lives
@@ -68,6 +72,7 @@ type Dockerd struct {
 
 	d      *daemon
 	cliEnv []string
+	root   *EngineRoot
 }
 
 // dockerCLI prefers the distribution's client (it matches the daemon's API
@@ -91,13 +96,16 @@ func dockerCLI() (string, error) {
 func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 	t.Helper()
 	RequireRoot(t)
-	dockerdBin := RequireTool(t, "dockerd")
+	dockerdBin := opts.Root.RequireTool(t, "dockerd")
 	cli, err := dockerCLI()
+	if opts.Root != nil {
+		cli, err = opts.Root.LookTool("docker")
+	}
 	if err != nil {
 		skipOrFail(t, "e2e: docker client is not installed: %v", err)
 	}
 	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "runc"} {
-		RequireTool(t, tool)
+		opts.Root.RequireTool(t, tool)
 	}
 
 	dir := TempDir(t, "dockerd")
@@ -111,6 +119,7 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		ConfigFile: filepath.Join(dir, "daemon.json"),
 		LogFile:    filepath.Join(dir, "dockerd.log"),
 		CLI:        cli,
+		root:       opts.Root,
 	}
 	d.Host = "unix://" + d.Socket
 	t.Cleanup(func() {
@@ -169,7 +178,7 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		"--log-level", "debug",
 	}
 	args = append(args, opts.Args...)
-	proc, err := startDaemon("dockerd", d.LogFile, d.Env, args...)
+	proc, err := startDaemon("dockerd", d.LogFile, d.Env, opts.Root.Command(args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +231,7 @@ func (d *Dockerd) Docker(args ...string) Result {
 // DockerOpts is Docker with options (stdin, extra environment, timeout).
 func (d *Dockerd) DockerOpts(o RunOpts, args ...string) Result {
 	d.t.Helper()
-	return runLogged(d.t, d.cliEnv, o, append([]string{d.CLI}, args...)...)
+	return runLogged(d.t, d.cliEnv, o, d.root.Command(append([]string{d.CLI}, args...)...)...)
 }
 
 // MustDocker runs the docker client, fails the test unless it exits 0, and

@@ -52,6 +52,10 @@ type PodmanOptions struct {
 	// ContainersConf is TOML appended to the generated containers.conf, for
 	// other tables (TOML forbids repeating [engine] or [containers]).
 	ContainersConf string
+	// Root, if set, runs podman (and conmon and the runtime) in that engine
+	// root: its binaries, not the host's. CDISpecDir is not supported there
+	// (write specs to the root's /etc/cdi instead).
+	Root *EngineRoot
 }
 
 // Podman runs the podman CLI with all its state (--root, --runroot,
@@ -93,11 +97,14 @@ type Podman struct {
 func NewPodman(t testing.TB, opts PodmanOptions) *Podman {
 	t.Helper()
 	RequireRoot(t)
-	bin := RequireTool(t, "podman")
-	RequireTool(t, "conmon")
+	bin := opts.Root.RequireTool(t, "podman")
+	opts.Root.RequireTool(t, "conmon")
 	runtimePath := opts.Runtime
 	if runtimePath == "" {
-		runtimePath = RequireTool(t, "runc")
+		runtimePath = opts.Root.RequireTool(t, "runc")
+	}
+	if opts.Root != nil && opts.CDISpecDir != "" {
+		t.Fatal("e2e: podman: CDISpecDir is not supported with an engine root")
 	}
 	var unshare string
 	if opts.CDISpecDir != "" {
@@ -189,7 +196,7 @@ hooks_dir = [%s]
 		}
 		p.global = append([]string{unshare, "--mount", "--propagation", "private", "--", "/bin/sh", "-c", cdiWrapper, "sh", p.emptyMp, opts.CDISpecDir, bin}, p.global...)
 	} else {
-		p.global = append([]string{bin}, p.global...)
+		p.global = opts.Root.Command(append([]string{bin}, p.global...)...)
 	}
 	t.Cleanup(p.cleanup)
 	return p
