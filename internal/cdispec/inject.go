@@ -28,6 +28,9 @@ type UnresolvedError struct {
 	// SpecErrors describe spec files that could not be loaded (one line
 	// per problem, prefixed with the file), which may be why.
 	SpecErrors []string
+	// Stale are the loaded specs of the names' kinds that no longer match
+	// the live system (CheckStale), the likely reason.
+	Stale []*StaleError
 }
 
 func (e *UnresolvedError) Error() string {
@@ -35,6 +38,9 @@ func (e *UnresolvedError) Error() string {
 		strings.Join(e.Devices, ", "), strings.Join(e.Dirs, ", "))
 	if len(e.SpecErrors) > 0 {
 		msg += " (broken specs: " + strings.Join(e.SpecErrors, "; ") + ")"
+	}
+	for _, s := range e.Stale {
+		msg += "; " + s.Error()
 	}
 	return msg
 }
@@ -139,7 +145,15 @@ func Resolve(names, specDirs []string) (*cdispecs.ContainerEdits, error) {
 		edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &d.ContainerEdits})
 	}
 	if len(missing) > 0 {
-		return nil, &UnresolvedError{Devices: missing, Dirs: specDirs, SpecErrors: specErrors(c)}
+		// Only on failure: why a spec no longer defines the name.
+		var kinds []string
+		for _, n := range missing {
+			if v, cl, _, err := parser.ParseQualifiedName(n); err == nil {
+				kinds = append(kinds, v+"/"+cl)
+			}
+		}
+		return nil, &UnresolvedError{Devices: missing, Dirs: specDirs, SpecErrors: specErrors(c),
+			Stale: staleIn(c, kinds, StaleOptions{}).Stale}
 	}
 	return edits.ContainerEdits, nil
 }
