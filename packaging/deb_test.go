@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/version"
 )
 
@@ -111,6 +113,7 @@ func TestDeb(t *testing.T) {
 	}
 
 	t.Run("systemd-analyze verify", func(t *testing.T) { verifyUnits(t, root) })
+	t.Run("refresh service", func(t *testing.T) { refreshService(t, root) })
 
 	// Upgrade over an edited config.toml: dpkg keeps the admin's file
 	// (the packaged one did not change, so without asking).
@@ -274,6 +277,64 @@ func verifyUnits(t *testing.T, installed string) {
 	}
 	if out, err := exec.Command(sa, "verify", "--man=no", "--root="+root, unitDir+"/nctk-test-bad.service").CombinedOutput(); err == nil {
 		t.Errorf("systemd-analyze verify accepts a broken unit; output:\n%s", out)
+	}
+}
+
+// refreshService runs the installed nvidia-cdi-refresh.service's
+// ExecStart, with its Environment= and the overrides an environment file
+// would give (the output file, a fixture driver root), and checks with the
+// installed `nvidia-ctk cdi validate` that the spec it writes is fresh, goes
+// stale when a GPU is removed, and is fresh again after the next run.
+func refreshService(t *testing.T, installed string) {
+	data, err := os.ReadFile(filepath.Join(installed, unitDir, "nvidia-cdi-refresh.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	var execStart []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Environment="); ok {
+			env = append(env, v)
+		}
+		if v, ok := strings.CutPrefix(line, "ExecStart="); ok {
+			execStart = strings.Fields(v)
+		}
+	}
+	if len(execStart) == 0 || execStart[0] != "/usr/bin/nvidia-ctk" || !slices.Contains(env, "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml") {
+		t.Fatalf("service: ExecStart %q, Environment %q; want /usr/bin/nvidia-ctk writing /var/run/cdi/nvidia.yaml", execStart, env)
+	}
+	driver := filepath.Join(t.TempDir(), "driver")
+	if _, err := fixture.BuildAt(driver, fixture.Spec{GPUs: 2}); err != nil {
+		t.Skipf("fixture driver root: %v", err)
+	}
+	specDir := t.TempDir()
+	env = append(env, "NVIDIA_CTK_CDI_OUTPUT_FILE_PATH="+filepath.Join(specDir, "nvidia.yaml"),
+		"NVIDIA_CTK_DRIVER_ROOT="+driver, "XDG_CONFIG_HOME="+t.TempDir())
+	ctk := filepath.Join(installed, execStart[0])
+	refresh := func() { runOK(t, "", env, ctk, execStart[1:]...) }
+	validate := func() error {
+		cmd := exec.Command(ctk, "cdi", "validate", "--spec-dir="+specDir)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		t.Logf("cdi validate: %v\n%s", err, out)
+		return err
+	}
+	refresh()
+	if err := validate(); err != nil {
+		t.Fatalf("the refreshed spec is not fresh: %v", err)
+	}
+	if err := os.RemoveAll(driver); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fixture.BuildAt(driver, fixture.Spec{GPUs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(); err == nil {
+		t.Fatal("cdi validate accepts the spec of a removed GPU")
+	}
+	refresh()
+	if err := validate(); err != nil {
+		t.Fatalf("the spec is stale after a refresh: %v", err)
 	}
 }
 
