@@ -24,9 +24,10 @@ import (
 type StaleError struct {
 	// Spec is the spec file.
 	Spec string
-	// Problems say what differs, one line each.
+	// Problems say what differs, one line each (the first names up to
+	// five of the missing paths).
 	Problems []string
-	// Missing are the paths the spec names that do not exist.
+	// Missing are all the paths the spec names that do not exist.
 	Missing []string
 	// NotExecutable are hook paths that exist but cannot be run.
 	NotExecutable []string
@@ -89,7 +90,6 @@ func CheckStale(spec *cdi.Spec, file string, live Live) *StaleError {
 	missing := func(p string) {
 		if !slices.Contains(e.Missing, p) {
 			e.Missing = append(e.Missing, p)
-			problem("%s does not exist", p)
 		}
 	}
 	checkEdits := func(ed *cdi.ContainerEdits) {
@@ -141,10 +141,28 @@ func CheckStale(spec *cdi.Spec, file string, live Live) *StaleError {
 	if vendor == "nvidia.com" || strings.HasSuffix(vendor, ".nvidia.com") {
 		checkDriver(spec, live, problem)
 	}
+	if len(e.Missing) > 0 {
+		e.Problems = slices.Insert(e.Problems, 0, missingLine(e.Missing))
+	}
 	if len(e.Problems) == 0 {
 		return nil
 	}
 	return e
+}
+
+// maxNamed is how many missing paths a problem line names.
+const maxNamed = 5
+
+// missingLine says which paths do not exist, naming the first maxNamed.
+func missingLine(paths []string) string {
+	if len(paths) == 1 {
+		return paths[0] + " does not exist"
+	}
+	named := strings.Join(paths[:min(len(paths), maxNamed)], ", ")
+	if len(paths) > maxNamed {
+		named += fmt.Sprintf(" and %d more", len(paths)-maxNamed)
+	}
+	return fmt.Sprintf("%d paths it names do not exist: %s", len(paths), named)
 }
 
 // checkDriver compares the driver version and the GPUs of an NVIDIA spec
@@ -153,7 +171,7 @@ func checkDriver(spec *cdi.Spec, live Live, problem func(string, ...any)) {
 	d := live.Driver
 	if d == nil {
 		if live.DriverErr != nil {
-			problem("the driver it was made for is gone: %v", live.DriverErr)
+			problem("no live driver to compare it with: %v", live.DriverErr)
 		}
 		return
 	}

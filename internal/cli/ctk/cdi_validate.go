@@ -47,6 +47,9 @@ func cdiValidate(e *env, args []string) error {
 		for _, p := range s.Problems {
 			fmt.Fprintf(e.Stdout, "  %s\n", p)
 		}
+		if len(s.Missing) > 1 {
+			e.log.Debug("missing paths", "spec", s.Spec, "paths", strings.Join(s.Missing, ","))
+		}
 		fmt.Fprintf(e.Stdout, "  fix: %s\n", s.Fix)
 	}
 	for _, msg := range r.Errors {
