@@ -102,3 +102,31 @@ func rebuild(t *testing.T, dir string, s fixture.Spec) {
 		t.Fatal(err)
 	}
 }
+
+// TestCDIValidateFreshLayouts: a spec just generated is fresh on every
+// fixture layout, with MIG devices, IPC sockets, 32-bit libraries and
+// firmware, devices named by index and type-index (no false alarm). UUID
+// names are TestCDIValidate's: with MIG devices they would need the driver
+// probe, which a fixture root cannot serve.
+func TestCDIValidateFreshLayouts(t *testing.T) {
+	for _, layout := range fixture.Layouts() {
+		t.Run(string(layout), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "root")
+			if _, err := fixture.BuildAt(dir, fixture.Spec{Layout: layout, GPUs: 3, MIG: true, IPC: true, Compat32: true, Firmware: true}); err != nil {
+				t.Skipf("fixture root: %v", err)
+			}
+			hook := filepath.Join(t.TempDir(), "nvidia-cdi-hook")
+			if err := os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			specDir := t.TempDir()
+			if _, stderr, code := cdiRun(t, nil, "cdi", "generate", "--driver-root="+dir, "--device-name-strategy=index,type-index",
+				"--nvidia-cdi-hook-path="+hook, "--output="+filepath.Join(specDir, "nvidia.yaml")); code != 0 {
+				t.Fatalf("generate: exit %d: %s", code, stderr)
+			}
+			if stdout, stderr, code := cdiRun(t, nil, "cdi", "validate", "--spec-dir="+specDir); code != 0 {
+				t.Fatalf("fresh spec: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+		})
+	}
+}
