@@ -113,7 +113,10 @@ func specErrors(c *pkgcdi.Cache) []string {
 // devices, then each device's own. The edits are the spec files' entries,
 // verbatim; applying them (ocispec.Apply, with the library's editor) gives
 // what InjectDevices gives. A name that is not fully qualified or that no
-// spec defines is an error naming it and the directories searched.
+// spec defines is an error naming it and the directories searched; for the
+// latter (an *UnresolvedError) the loaded specs of its kind are then
+// compared with the live system (CheckStale), and the stale ones are named
+// with what differs and the command that rewrites them.
 func Resolve(names, specDirs []string) (*cdispecs.ContainerEdits, error) {
 	if len(specDirs) == 0 {
 		specDirs = DefaultSpecDirs()
