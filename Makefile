@@ -9,7 +9,7 @@ TOOLS   := nvidia-container-cli nvidia-container-runtime nvidia-container-runtim
            nvidia-container-toolkit nvidia-ctk nvidia-cdi-hook nvidia-docker
 GOTEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build install uninstall setup test unit fixtures lint bench demo clean
+.PHONY: all build install uninstall deb setup test unit fixtures lint bench demo clean
 
 all: build
 
@@ -26,6 +26,12 @@ install: build
 
 uninstall:
 	rm -f $(BINDIR)/nctk $(BINDIR)/nctk-driverprobe $(addprefix $(BINDIR)/,$(TOOLS))
+
+# The Debian package (bin/nctk_<version>_<arch>.deb): the binaries at
+# NVIDIA's paths, config.toml as a conffile, the nvidia-cdi-refresh units
+# and udev rule, docs (packaging/build-deb.sh, docs/packaging.md).
+deb: build
+	GO=$(GO) packaging/build-deb.sh bin bin
 
 # What tests and the demo need on a Debian 12 machine: runc, docker.io,
 # containerd, podman, busybox-static, gcc, staticcheck (idempotent; root).

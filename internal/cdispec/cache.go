@@ -131,7 +131,7 @@ func (idx *specIndex) resolve(names, dirs []string) (*cdispecs.ContainerEdits, e
 		edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &de})
 	}
 	if len(missing) > 0 {
-		return nil, &UnresolvedError{Devices: missing, Dirs: dirs, SpecErrors: idx.Errors}
+		return nil, &UnresolvedError{Devices: missing, Dirs: dirs, SpecErrors: idx.Errors, Stale: staleFor(missing, dirs)}
 	}
 	return edits.ContainerEdits, nil
 }

@@ -28,6 +28,9 @@ type UnresolvedError struct {
 	// SpecErrors describe spec files that could not be loaded (one line
 	// per problem, prefixed with the file), which may be why.
 	SpecErrors []string
+	// Stale are the loaded specs of the names' kinds that no longer match
+	// the live system (CheckStale), the likely reason.
+	Stale []*StaleError
 }
 
 func (e *UnresolvedError) Error() string {
@@ -35,6 +38,9 @@ func (e *UnresolvedError) Error() string {
 		strings.Join(e.Devices, ", "), strings.Join(e.Dirs, ", "))
 	if len(e.SpecErrors) > 0 {
 		msg += " (broken specs: " + strings.Join(e.SpecErrors, "; ") + ")"
+	}
+	for _, s := range e.Stale {
+		msg += "; " + s.Error()
 	}
 	return msg
 }
@@ -109,7 +115,10 @@ func specErrors(c *pkgcdi.Cache) []string {
 // cache holds them; see ResolveCached); applying them (ocispec.Apply, with
 // the library's editor) gives what InjectDevices gives. A name that is not
 // fully qualified or that no spec defines is an error naming it and the
-// directories searched.
+// directories searched; for the latter (an *UnresolvedError) the loaded
+// specs of its kind are then compared with the live system (CheckStale),
+// and the stale ones are named with what differs and the command that
+// rewrites them.
 func Resolve(names, specDirs []string) (*cdispecs.ContainerEdits, error) {
 	if len(specDirs) == 0 {
 		specDirs = DefaultSpecDirs()
@@ -132,6 +141,23 @@ func checkNames(names []string) error {
 		}
 	}
 	return nil
+}
+
+// staleFor compares the specs of the kinds of the unresolved names in dirs
+// with the live system (only on failure: why a spec no longer defines a
+// name); nil when none is stale or the specs cannot be loaded.
+func staleFor(missing, dirs []string) []*StaleError {
+	var kinds []string
+	for _, n := range missing {
+		if v, cl, _, err := parser.ParseQualifiedName(n); err == nil {
+			kinds = append(kinds, v+"/"+cl)
+		}
+	}
+	c, err := newCache(dirs)
+	if err != nil {
+		return nil
+	}
+	return staleIn(c, kinds, StaleOptions{}).Stale
 }
 
 // Listing is what `cdi list` shows: the fully-qualified device names of the

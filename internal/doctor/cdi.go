@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
-	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nctk/nctk/internal/cdispec"
 )
@@ -26,15 +25,6 @@ func (h *hostState) cdiCache() (*pkgcdi.Cache, error) {
 		}
 	}
 	return h.cdi, h.cdiErr
-}
-
-// specPath returns the host path of a path a CDI spec names: paths already
-// below the host root are kept, others are taken relative to it.
-func (h *hostState) specPath(p string) string {
-	if h.root == "/" || strings.HasPrefix(p, h.root+"/") {
-		return p
-	}
-	return h.host(p)
 }
 
 // checkCDISpecs: the spec files load (as the CDI library loads them, which
@@ -87,64 +77,44 @@ func checkCDISpecs(h *hostState) []Finding {
 	return out
 }
 
-// checkCDIStale: the device nodes, mounted files and hooks every loaded
-// spec names exist on the host (the spec matches the live system).
+// checkCDIStale: every loaded spec matches the live system, by the check
+// `nvidia-ctk cdi validate` makes (cdispec.CheckStale): the device nodes
+// (and their numbers), mounted files and hooks it names exist, its
+// libraries are the live driver's version, and its GPUs are the live ones.
+// Paths are read below the host root; hooks that are not executable get a
+// finding of their own.
 func checkCDIStale(h *hostState) []Finding {
 	c, err := h.cdiCache()
 	if err != nil {
 		return nil
 	}
+	drv, _ := h.driver() // a failed discovery has findings of its own
 	var out []Finding
 	for _, v := range c.ListVendors() {
 		for _, s := range c.GetVendorSpecs(v) {
-			var missing, noexec []string
-			check := func(e *cdispecs.ContainerEdits) {
-				for _, n := range e.DeviceNodes {
-					p := n.HostPath
-					if p == "" {
-						p = n.Path
-					}
-					if hp := h.specPath(p); !exists(hp) && !slices.Contains(missing, p) {
-						missing = append(missing, p)
-					}
-				}
-				for _, m := range e.Mounts {
-					if hp := h.specPath(m.HostPath); !exists(hp) && !slices.Contains(missing, m.HostPath) {
-						missing = append(missing, m.HostPath)
-					}
-				}
-				for _, hk := range e.Hooks {
-					hp := h.specPath(hk.Path)
-					fi, err := os.Stat(hp)
-					switch {
-					case err != nil:
-						if !slices.Contains(missing, hk.Path) {
-							missing = append(missing, hk.Path)
-						}
-					case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
-						if !slices.Contains(noexec, hk.Path) {
-							noexec = append(noexec, hk.Path)
-						}
-					}
+			st := cdispec.CheckStale(s.Spec, s.GetPath(), cdispec.Live{Root: h.root, Driver: drv})
+			if st == nil {
+				continue
+			}
+			var other []string
+			for _, p := range st.Problems {
+				if !strings.HasPrefix(p, "hook ") || !strings.HasSuffix(p, " is not executable") {
+					other = append(other, p)
 				}
 			}
-			check(&s.ContainerEdits)
-			for i := range s.Devices {
-				check(&s.Devices[i].ContainerEdits)
-			}
-			if len(missing) > 0 {
+			if len(other) > 0 {
 				out = append(out, Finding{Severity: Error,
-					Problem: fmt.Sprintf("CDI spec %s is stale: %d path(s) it names do not exist: %s", s.GetPath(), len(missing), abbreviate(missing, 4)),
-					Breaks:  `containers given its devices fail to start: "error running createContainer hook" or "no such file or directory" for the missing mounts/nodes (typically after a driver upgrade)`,
-					Fix:     fmt.Sprintf("sudo nvidia-ctk cdi generate --output=%s", s.GetPath()),
-					Values:  map[string]string{"spec": s.GetPath(), "missing": strings.Join(missing, ",")}})
+					Problem: fmt.Sprintf("CDI spec %s is stale: %s", s.GetPath(), abbreviate(other, 4)),
+					Breaks:  `containers given its devices fail to start: "unresolvable CDI devices" for GPUs it lacks, "error running createContainer hook" or "no such file or directory" for the missing mounts/nodes (typically after a driver upgrade or a GPU change)`,
+					Fix:     st.Fix,
+					Values:  map[string]string{"spec": s.GetPath(), "missing": strings.Join(st.Missing, ","), "problems": strings.Join(other, "; ")}})
 			}
-			if len(noexec) > 0 {
+			if len(st.NotExecutable) > 0 {
 				out = append(out, Finding{Severity: Error,
-					Problem: fmt.Sprintf("CDI spec %s names hooks that are not executable: %s", s.GetPath(), strings.Join(noexec, ", ")),
+					Problem: fmt.Sprintf("CDI spec %s names hooks that are not executable: %s", s.GetPath(), strings.Join(st.NotExecutable, ", ")),
 					Breaks:  `containers given its devices fail: "error running createContainer hook: permission denied"`,
-					Fix:     fmt.Sprintf("sudo chmod 0755 %s (or regenerate: sudo nvidia-ctk cdi generate --output=%s)", strings.Join(noexec, " "), s.GetPath()),
-					Values:  map[string]string{"spec": s.GetPath(), "hooks": strings.Join(noexec, ",")}})
+					Fix:     fmt.Sprintf("sudo chmod 0755 %s (or regenerate: %s)", strings.Join(st.NotExecutable, " "), st.Fix),
+					Values:  map[string]string{"spec": s.GetPath(), "hooks": strings.Join(st.NotExecutable, ",")}})
 			}
 		}
 	}

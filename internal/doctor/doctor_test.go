@@ -283,6 +283,12 @@ func TestBrokenHosts(t *testing.T) {
 				values: func(r *fixture.Root) map[string]string {
 					return map[string]string{"missing": "/usr/lib/x86_64-linux-gnu/libcuda.so.520.0.1"}
 				}}},
+		{name: "CDI spec for a GPU that is gone",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				write(t, r, "/usr/bin/nvidia-cdi-hook", "#!/bin/sh\n", 0o755)
+				write(t, r, "/etc/cdi/nvidia.yaml", cdiSpec(t, r, "GPU-00000000-dead-beef-0000-000000000000", ""), 0o644)
+			},
+			want: want{check: "cdi.stale", sev: Error, problem: "GPU GPU-00000000-dead-beef-0000-000000000000 is gone", fix: "nvidia-ctk cdi generate --output="}},
 		{name: "CDI hook not executable",
 			setup: func(t *testing.T, r *fixture.Root, o *Options) {
 				write(t, r, "/usr/bin/nvidia-cdi-hook", "#!/bin/sh\n", 0o644)

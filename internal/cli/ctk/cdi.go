@@ -24,6 +24,7 @@ func cdiCommands() []command {
 	return []command{
 		{name: "generate", summary: "write a CDI spec for the GPUs and driver of this host", run: cdiGenerate},
 		{name: "list", summary: "list the CDI devices the spec directories define", run: cdiList},
+		{name: "validate", summary: "check that the CDI specs still match the driver and GPUs of this host", run: cdiValidate},
 	}
 }
 

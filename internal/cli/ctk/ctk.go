@@ -6,7 +6,7 @@
 //	  config [default]          print or edit config.toml
 //	  system create-device-nodes
 //	  system create-dev-char-symlinks
-//	  cdi generate|list         CDI specs (internal/cdispec)
+//	  cdi generate|list|validate CDI specs (internal/cdispec)
 //	  doctor                    check the host for what breaks GPU containers (internal/doctor)
 //	  hook ...                  the nvidia-cdi-hook commands (delegated)
 //
