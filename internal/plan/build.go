@@ -55,7 +55,10 @@ type Options struct {
 
 	NoPersistenced  bool
 	NoFabricManager bool
-	NoGSPFirmware   bool
+	// NoIPC leaves out every IPC endpoint: the daemon sockets and the MPS
+	// pipe directory.
+	NoIPC         bool
+	NoGSPFirmware bool
 
 	Target Target
 }
@@ -280,7 +283,8 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 	}
 	for _, f := range d.IPCsFor(o.Caps) {
 		switch {
-		case o.NoPersistenced && strings.Contains(f.Name, "persistenced"),
+		case o.NoIPC,
+			o.NoPersistenced && strings.Contains(f.Name, "persistenced"),
 			o.NoFabricManager && strings.Contains(f.Name, "fabricmanager"):
 			continue
 		}

@@ -2,10 +2,12 @@ package ctk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/nctk/nctk/internal/caps"
@@ -42,11 +44,12 @@ func cdiGenerate(e *env, args []string) error {
 	var (
 		output, format, driverRoot, devRoot, hookPath, ldconfigPath string
 		vendor, class, capsList, mode                               string
-		strategies, deviceIDs                                       []string
+		strategies, deviceIDs, featureFlags, disabledHooks          []string
+		enabledHooks, librarySearchPaths, configSearchPaths         []string
 		noAll, separateHooks                                        bool
 	)
 	format = string(cdispec.FormatYAML)
-	vendor, class, capsList, mode = cdispec.DefaultVendor, cdispec.DefaultClass, "all", "auto"
+	capsList, mode = "all", "auto"
 	fs := newFlagSet("generate")
 	fs.String(&output, []string{"output"}, []string{"NVIDIA_CTK_CDI_OUTPUT_FILE_PATH"}, "FILE",
 		"write the spec to FILE (atomically, mode 0644; .yaml or .json is appended when missing) instead of stdout")
@@ -58,21 +61,41 @@ func cdiGenerate(e *env, args []string) error {
 		"the root whose /dev holds the device nodes (default: the driver root)")
 	fs.Func([]string{"device-name-strategy"}, "index|uuid|type-index",
 		"how devices are named (repeatable; default index and uuid)", listFlag(&strategies))
-	fs.String(&vendor, []string{"vendor", "cdi-vendor"}, []string{"NVIDIA_CTK_CDI_GENERATE_VENDOR"}, "VENDOR", "the vendor of the spec's kind")
-	fs.String(&class, []string{"class", "cdi-class"}, []string{"NVIDIA_CTK_CDI_GENERATE_CLASS"}, "CLASS", "the class of the spec's kind")
+	fs.String(&vendor, []string{"vendor", "cdi-vendor"}, []string{"NVIDIA_CTK_CDI_GENERATE_VENDOR"}, "VENDOR",
+		"the vendor of the spec's kind (default nvidia.com; management.nvidia.com in management mode)")
+	fs.String(&class, []string{"class", "cdi-class"}, []string{"NVIDIA_CTK_CDI_GENERATE_CLASS"}, "CLASS",
+		"the class of the spec's kind (default gpu; imex-channel in imex mode, the feature's name in gds, mofed, gdrcopy, nvswitch mode)")
 	fs.Bool(&noAll, []string{"no-all-device"}, []string{"NVIDIA_CTK_CDI_GENERATE_NO_ALL_DEVICE"}, "leave out the \"all\" device")
 	fs.Bool(&separateHooks, []string{"separate-hooks"}, []string{"NVIDIA_CTK_CDI_GENERATE_SEPARATE_HOOKS"},
 		"write one hook per step, as NVIDIA's tools do, runnable by any nvidia-cdi-hook (default: one nctk hook call that writes ld.so.cache in-process)")
-	fs.Func([]string{"device-id", "device"}, "ID",
-		"a device to include: index, UUID, bus id, MIG index or UUID (repeatable; default all)", listFlag(&deviceIDs))
+	fs.Func([]string{"device-id", "device-ids", "device", "devices"}, "ID",
+		"a device to include: index, UUID, bus id, MIG index or UUID; in imex mode a channel number (repeatable; default all) [$NVIDIA_CTK_CDI_GENERATE_DEVICE_IDS]",
+		listFlag(&deviceIDs))
+	fs.Func([]string{"feature-flag", "feature-flags"}, "FLAG",
+		"a spec generation feature flag of NVIDIA's (repeatable; see docs/cdi-generate.md) [$NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS]",
+		listFlag(&featureFlags))
+	fs.Func([]string{"disable-hook", "disable-hooks"}, "HOOK",
+		"leave a hook out of the spec, or all of them with \"all\" (repeatable) [$NVIDIA_CTK_CDI_GENERATE_DISABLED_HOOKS]",
+		listFlag(&disabledHooks))
+	fs.Func([]string{"enable-hook", "enable-hooks"}, "HOOK",
+		"keep a hook that --disable-hook names (repeatable; \"all\" is refused) [$NVIDIA_CTK_CDI_GENERATE_ENABLED_HOOKS]",
+		listFlag(&enabledHooks))
+	fs.Func([]string{"library-search-path"}, "DIR",
+		"where csv mode looks for libraries (repeatable; as NVIDIA's, no other mode uses it) [$NVIDIA_CTK_CDI_GENERATE_LIBRARY_SEARCH_PATHS]",
+		listFlag(&librarySearchPaths))
+	fs.Func([]string{"config-search-path"}, "DIR",
+		"where graphics configuration files are looked for (repeatable; nctk's specs mount none yet) [$NVIDIA_CTK_CDI_GENERATE_CONFIG_SEARCH_PATHS]",
+		listFlag(&configSearchPaths))
 	fs.String(&capsList, []string{"driver-capabilities", "capabilities"}, []string{"NVIDIA_CTK_CDI_GENERATE_DRIVER_CAPABILITIES"}, "LIST",
 		"the driver capabilities whose files the spec mounts (compute,utility,…)")
 	fs.String(&hookPath, []string{"nvidia-cdi-hook-path", "nvidia-ctk-path"}, []string{"NVIDIA_CTK_CDI_HOOK_PATH"}, "FILE",
 		"the host path of nvidia-cdi-hook the spec's hooks run (default: next to this program, else on PATH, else /usr/bin/nvidia-cdi-hook)")
 	fs.String(&ldconfigPath, []string{"ldconfig-path"}, []string{"NVIDIA_CTK_CDI_GENERATE_LDCONFIG_PATH"}, "FILE",
 		"the host ldconfig update-ldcache runs (default: config.toml nvidia-container-cli.ldconfig)")
-	fs.String(&mode, []string{"mode", "discovery-mode"}, []string{"NVIDIA_CTK_CDI_GENERATE_MODE"}, "auto|nvml",
-		"the discovery mode (nctk discovers from /proc, /sys and /dev; both values mean that)")
+	fs.String(&mode, []string{"mode", "discovery-mode"}, []string{"NVIDIA_CTK_CDI_GENERATE_MODE"},
+		"auto|nvml|management|imex|gds|mofed|gdrcopy|nvswitch",
+		"what the spec describes: the GPUs (auto, nvml: nctk discovers from /proc, /sys and /dev), every device node as\n"+
+			"management.nvidia.com/gpu=all (management), the IMEX channels (imex) or a feature's device nodes; wsl and csv are not supported yet")
 	err := parseLeaf(e, fs, args, "[flags]",
 		"Generate a CDI spec for the driver's GPUs and MIG devices: one device per GPU and MIG device (named by\n"+
 			"index and UUID by default) and \"all\", with the driver's control nodes, libraries, binaries, IPC sockets,\n"+
@@ -81,14 +104,31 @@ func cdiGenerate(e *env, args []string) error {
 		return err
 	}
 
-	if mode != "auto" && mode != "nvml" {
-		return fmt.Errorf("%s: --mode %q: only auto and nvml are supported", e.path, mode)
+	listEnv(e, fs, &deviceIDs, "device-id", "NVIDIA_CTK_CDI_GENERATE_DEVICE_IDS")
+	listEnv(e, fs, &featureFlags, "feature-flag", "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS")
+	listEnv(e, fs, &disabledHooks, "disable-hook", "NVIDIA_CTK_CDI_GENERATE_DISABLED_HOOKS")
+	listEnv(e, fs, &enabledHooks, "enable-hook", "NVIDIA_CTK_CDI_GENERATE_ENABLED_HOOKS")
+	listEnv(e, fs, &librarySearchPaths, "library-search-path", "NVIDIA_CTK_CDI_GENERATE_LIBRARY_SEARCH_PATHS")
+	listEnv(e, fs, &configSearchPaths, "config-search-path", "NVIDIA_CTK_CDI_GENERATE_CONFIG_SEARCH_PATHS")
+	m, err := cdispec.ParseMode(mode)
+	if err != nil {
+		return fmt.Errorf("%s: --mode: %w", e.path, err)
 	}
 	f, output, err := outputFormat(output, format, fs.IsSet("format"))
 	if err != nil {
 		return fmt.Errorf("%s: %w", e.path, err)
 	}
-	o := cdispec.Options{Vendor: vendor, Class: class, NoAllDevice: noAll, SeparateHooks: separateHooks}
+	o := cdispec.Options{Vendor: vendor, Class: class, NoAllDevice: noAll, SeparateHooks: separateHooks, Mode: m}
+	if o.DisabledHooks, err = hookSelection(disabledHooks, enabledHooks); err != nil {
+		return fmt.Errorf("%s: %w", e.path, err)
+	}
+	o.NoIPC = featureFlagEffects(e, featureFlags)
+	if len(librarySearchPaths) > 0 {
+		e.log.Warn("--library-search-path applies to csv mode only, which nctk does not support yet; ignored", "paths", librarySearchPaths)
+	}
+	if len(configSearchPaths) > 0 {
+		e.log.Info("--config-search-path: nctk's specs mount no graphics configuration files yet; ignored", "paths", configSearchPaths)
+	}
 	for _, s := range strategies {
 		ns, err := cdispec.ParseNameStrategy(s)
 		if err != nil {
@@ -162,6 +202,83 @@ func cdiGenerate(e *env, args []string) error {
 	}
 	e.log.Info("wrote CDI spec", "file", output, "devices", len(spec.Devices), "cdiVersion", spec.Version)
 	return nil
+}
+
+// listEnv sets *dst from the variable env (a comma-separated list) when the
+// flag name was not given.
+func listEnv(e *env, fs *flagSet, dst *[]string, name, env string) {
+	if fs.IsSet(name) {
+		return
+	}
+	if v, ok := e.LookupEnv(env); ok && v != "" {
+		*dst = selector.Split(v)
+	}
+}
+
+// hookSelection returns the hooks a spec leaves out: those disabled names
+// (cdispec.AllHooks for every one) less those enabled names, as NVIDIA's
+// --disable-hook and --enable-hook combine. Names must be hooks nctk or
+// NVIDIA has; enabling "all" is refused, as by NVIDIA. With "all" disabled
+// and some enabled, every other hook is named.
+func hookSelection(disabled, enabled []string) ([]string, error) {
+	for _, h := range enabled {
+		if h == cdispec.AllHooks {
+			return nil, errors.New("--enable-hook all: enabling all hooks is not supported")
+		}
+		if err := cdispec.CheckHookName(h); err != nil {
+			return nil, fmt.Errorf("--enable-hook: %w", err)
+		}
+	}
+	var out []string
+	for _, h := range disabled {
+		if h == cdispec.AllHooks {
+			if len(enabled) == 0 {
+				return []string{cdispec.AllHooks}, nil
+			}
+			out = append(out, cdispec.HookNames()...)
+			continue
+		}
+		if err := cdispec.CheckHookName(h); err != nil {
+			return nil, fmt.Errorf("--disable-hook: %w", err)
+		}
+		out = append(out, h)
+	}
+	out = slices.DeleteFunc(out, func(h string) bool { return slices.Contains(enabled, h) })
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// NVIDIA's spec generation feature flags.
+const (
+	flagDisableIPCDiscoverer    = "disable-ipc-discoverer"
+	flagNoAdditionalGIDs        = "no-additional-gids-for-device-nodes"
+	flagDisableNvsandboxutils   = "disable-nvsandboxutils"
+	flagDisableNvsandboxUtils   = "disable-nvsandbox-utils"
+	flagDisableMultipleCSV      = "disable-multiple-csv-devices"
+	flagExplicitDriverLibraries = "enable-explicit-driver-libraries"
+	flagCoherentAnnotations     = "enable-coherent-annotations"
+)
+
+// featureFlagEffects checks NVIDIA's feature flags and returns whether the
+// spec leaves out the IPC sockets and the MPS directory
+// (disable-ipc-discoverer). The flags that describe what nctk's specs
+// already are (no additionalGids, no nvsandboxutils, no csv mode) change
+// nothing; those asking for what nctk does not render yet, and unknown
+// ones (which NVIDIA ignores too), are logged.
+func featureFlagEffects(e *env, flags []string) (noIPC bool) {
+	for _, ff := range flags {
+		switch ff {
+		case flagDisableIPCDiscoverer:
+			noIPC = true
+		case flagNoAdditionalGIDs, flagDisableNvsandboxutils, flagDisableNvsandboxUtils, flagDisableMultipleCSV:
+			e.log.Debug("feature flag describes nctk's specs already", "flag", ff)
+		case flagExplicitDriverLibraries, flagCoherentAnnotations:
+			e.log.Warn("feature flag not supported yet; ignored", "flag", ff)
+		default:
+			e.log.Warn("unknown feature flag; ignored", "flag", ff)
+		}
+	}
+	return noIPC
 }
 
 // outputFormat decides the encoding and the final output file name: an
