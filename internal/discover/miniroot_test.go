@@ -697,3 +697,36 @@ func encodeCache(entries []ldcache.Entry) []byte {
 	}
 	return data
 }
+
+// TestDevLink: a library's DevLink names the development link (its
+// SONAME up to ".so") only when the root has it as a symlink next to the
+// library.
+func TestDevLink(t *testing.T) {
+	const v = "580.159.04"
+	for _, tc := range []struct {
+		name  string
+		setup func(m *miniRoot, dir string)
+		want  string
+	}{
+		{name: "symlink", setup: func(m *miniRoot, dir string) { m.symlink(dir+"/libnctktest.so", "libnctktest.so.1") }, want: "libnctktest.so"},
+		{name: "dangling symlink", setup: func(m *miniRoot, dir string) { m.symlink(dir+"/libnctktest.so", "gone") }, want: "libnctktest.so"},
+		{name: "regular file", setup: func(m *miniRoot, dir string) { m.file(dir+"/libnctktest.so", "x", 0o644) }},
+		{name: "none", setup: func(*miniRoot, string) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const dir = "/usr/lib/x86_64-linux-gnu"
+			m := newMiniRoot(t)
+			m.driver(v)
+			m.lib(dir, "libnvidia-ml", v, 64)
+			tc.setup(m, dir)
+			m.writeCache()
+			d, err := m.discover(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Libraries) != 1 || d.Libraries[0].DevLink != tc.want {
+				t.Fatalf("libraries %+v, want one with DevLink %q", d.Libraries, tc.want)
+			}
+		})
+	}
+}
