@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/cdispec"
@@ -26,6 +30,9 @@ func cdiCommands() []command {
 	return []command{
 		{name: "generate", summary: "write a CDI spec for the GPUs and driver of this host", run: cdiGenerate},
 		{name: "list", summary: "list the CDI devices the spec directories define", run: cdiList},
+		{name: "transform", summary: "rewrite a CDI spec", subs: []command{
+			{name: "root", summary: "move a spec's host or container paths from one root to another", run: cdiTransformRoot},
+		}},
 	}
 }
 
@@ -374,4 +381,66 @@ func cdiList(e *env, args []string) error {
 		fmt.Fprintln(e.Stdout, d)
 	}
 	return nil
+}
+
+// cdiTransformRoot is `nvidia-ctk cdi transform root`: it reads a spec
+// (--input, "-" for stdin), moves the paths of one side from --from to
+// --to (cdispec.TransformRoot) and writes it to --output (stdout when
+// empty, as YAML; a file in the encoding its extension names, .yaml
+// appended when it names none). The spec's cdiVersion is raised when the
+// rewritten content needs a newer one.
+func cdiTransformRoot(e *env, args []string) error {
+	var from, to, input, output, relativeTo string
+	input, relativeTo = "-", string(cdispec.RelativeToHost)
+	fs := newFlagSet("root")
+	fs.String(&from, []string{"from"}, nil, "DIR", "the root the paths are under now (default /)")
+	fs.String(&to, []string{"to"}, nil, "DIR", "the root to move them to (default /; equal to --from: no change)")
+	fs.String(&input, []string{"input"}, nil, "FILE", "the spec to read, - for stdin")
+	fs.String(&output, []string{"output"}, nil, "FILE", "the file to write the spec to (default stdout)")
+	fs.String(&relativeTo, []string{"relative-to"}, nil, "host|container",
+		"which paths move: the host's (hostPath of mounts and device nodes, hook programs) or the container's")
+	if err := parseLeaf(e, fs, args, "[flags]",
+		"Move the host (or container) paths of a CDI spec from one root to another: a spec written under a driver\n"+
+			"container's root (--from /run/nvidia/driver --to /) or for one. Paths match by whole components."); err != nil {
+		return err
+	}
+	rel, err := cdispec.ParseRelativeTo(relativeTo)
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.path, err)
+	}
+	var data []byte
+	if input == "-" {
+		data, err = io.ReadAll(e.Stdin)
+	} else {
+		data, err = os.ReadFile(input)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: read the spec: %w", e.path, err)
+	}
+	spec, err := pkgcdi.ParseSpec(data)
+	if err != nil {
+		return fmt.Errorf("%s: parse the spec %s: %w", e.path, input, err)
+	}
+	if err := cdispec.Check(spec); err != nil {
+		return fmt.Errorf("%s: the spec %s: %w", e.path, input, err)
+	}
+	if err := cdispec.TransformRoot(spec, from, to, rel); err != nil {
+		return fmt.Errorf("%s: %w", e.path, err)
+	}
+	if v, err := cdispecs.MinimumRequiredVersion(spec); err == nil && versionAbove(v, spec.Version) {
+		spec.Version = v
+	}
+	f, output, err := outputFormat(output, string(cdispec.FormatYAML), false)
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.path, err)
+	}
+	out, err := cdispec.Encode(spec, f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.path, err)
+	}
+	if output == "" {
+		_, err := e.Stdout.Write(out)
+		return err
+	}
+	return cdispec.WriteFile(output, out)
 }
