@@ -53,6 +53,7 @@ func cdiGenerate(e *env, args []string) error {
 		vendor, class, capsList, mode                               string
 		strategies, deviceIDs, featureFlags, disabledHooks          []string
 		enabledHooks, librarySearchPaths, configSearchPaths         []string
+		csvOptions                                                  []string
 		noAll, separateHooks                                        bool
 	)
 	format = string(cdispec.FormatYAML)
@@ -60,14 +61,14 @@ func cdiGenerate(e *env, args []string) error {
 	fs := newFlagSet("generate")
 	fs.String(&output, []string{"output"}, []string{"NVIDIA_CTK_CDI_OUTPUT_FILE_PATH"}, "FILE",
 		"write the spec to FILE (atomically, mode 0644; .yaml or .json is appended when missing) instead of stdout")
-	fs.String(&format, []string{"format"}, []string{"NVIDIA_CTK_CDI_GENERATE_FORMAT"}, "yaml|json",
+	fs.String(&format, []string{"format"}, []string{"NVIDIA_CTK_CDI_GENERATE_OUTPUT_FORMAT", "NVIDIA_CTK_CDI_GENERATE_FORMAT"}, "yaml|json",
 		"the spec's encoding; without it the output file's extension decides")
 	fs.String(&driverRoot, []string{"driver-root"}, []string{"NVIDIA_CTK_DRIVER_ROOT"}, "DIR",
 		"the root the driver is installed under (default: config.toml nvidia-container-cli.root, else /)")
 	fs.String(&devRoot, []string{"dev-root"}, []string{"NVIDIA_CTK_DEV_ROOT"}, "DIR",
 		"the root whose /dev holds the device nodes (default: the driver root)")
 	fs.Func([]string{"device-name-strategy"}, "index|uuid|type-index",
-		"how devices are named (repeatable; default index and uuid)", listFlag(&strategies))
+		"how devices are named (repeatable; default index and uuid) [$NVIDIA_CTK_CDI_GENERATE_DEVICE_NAME_STRATEGIES]", listFlag(&strategies))
 	fs.String(&vendor, []string{"vendor", "cdi-vendor"}, []string{"NVIDIA_CTK_CDI_GENERATE_VENDOR"}, "VENDOR",
 		"the vendor of the spec's kind (default nvidia.com; management.nvidia.com in management mode)")
 	fs.String(&class, []string{"class", "cdi-class"}, []string{"NVIDIA_CTK_CDI_GENERATE_CLASS"}, "CLASS",
@@ -93,6 +94,12 @@ func cdiGenerate(e *env, args []string) error {
 	fs.Func([]string{"config-search-path"}, "DIR",
 		"where graphics configuration files are looked for (repeatable; nctk's specs mount none yet) [$NVIDIA_CTK_CDI_GENERATE_CONFIG_SEARCH_PATHS]",
 		listFlag(&configSearchPaths))
+	fs.Func([]string{"csv.file"}, "FILE", "a CSV mount-spec file for csv mode (repeatable; csv mode is not supported yet) [$NVIDIA_CTK_CDI_GENERATE_CSV_FILES]",
+		listFlag(&csvOptions))
+	fs.Func([]string{"csv.ignore-pattern"}, "PATTERN", "a pattern of CSV entries csv mode skips (repeatable; csv mode is not supported yet) [$NVIDIA_CTK_CDI_GENERATE_CSV_IGNORE_PATTERNS]",
+		listFlag(&csvOptions))
+	fs.Func([]string{"csv.compat-container-root"}, "DIR", "csv mode's CUDA compat library directory in the container (csv mode is not supported yet) [$NVIDIA_CTK_CDI_GENERATE_CSV_CONTAINER_COMPAT_ROOT]",
+		listFlag(&csvOptions))
 	fs.String(&capsList, []string{"driver-capabilities", "capabilities"}, []string{"NVIDIA_CTK_CDI_GENERATE_DRIVER_CAPABILITIES"}, "LIST",
 		"the driver capabilities whose files the spec mounts (compute,utility,…)")
 	fs.String(&hookPath, []string{"nvidia-cdi-hook-path", "nvidia-ctk-path"}, []string{"NVIDIA_CTK_CDI_HOOK_PATH"}, "FILE",
@@ -111,6 +118,7 @@ func cdiGenerate(e *env, args []string) error {
 		return err
 	}
 
+	listEnv(e, fs, &strategies, "device-name-strategy", "NVIDIA_CTK_CDI_GENERATE_DEVICE_NAME_STRATEGIES")
 	listEnv(e, fs, &deviceIDs, "device-id", "NVIDIA_CTK_CDI_GENERATE_DEVICE_IDS")
 	listEnv(e, fs, &featureFlags, "feature-flag", "NVIDIA_CTK_CDI_GENERATE_FEATURE_FLAGS")
 	listEnv(e, fs, &disabledHooks, "disable-hook", "NVIDIA_CTK_CDI_GENERATE_DISABLED_HOOKS")
@@ -132,6 +140,9 @@ func cdiGenerate(e *env, args []string) error {
 	o.NoIPC = featureFlagEffects(e, featureFlags)
 	if len(librarySearchPaths) > 0 {
 		e.log.Warn("--library-search-path applies to csv mode only, which nctk does not support yet; ignored", "paths", librarySearchPaths)
+	}
+	if len(csvOptions) > 0 {
+		e.log.Warn("the --csv.* flags apply to csv mode only, which nctk does not support yet; ignored")
 	}
 	if len(configSearchPaths) > 0 {
 		e.log.Info("--config-search-path: nctk's specs mount no graphics configuration files yet; ignored", "paths", configSearchPaths)

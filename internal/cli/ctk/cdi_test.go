@@ -578,6 +578,10 @@ func TestCDIGenerateNVIDIAFlags(t *testing.T) {
 			devices: []string{"0", cdiTestUUID0, "all"}},
 		{name: "search paths and unknown flag", args: []string{"--device-id", "0", "--library-search-path", "/x", "--config-search-path", "/y",
 			"--feature-flag", "future-flag"}, devices: []string{"0", cdiTestUUID0, "all"}, mps: true},
+		{name: "csv flags", args: []string{"--device-id", "0", "--csv.file", "/a.csv", "--csv.ignore-pattern", "x*", "--csv.compat-container-root", "/c"},
+			devices: []string{"0", cdiTestUUID0, "all"}, mps: true},
+		{name: "strategy variable", environ: []string{"NVIDIA_CTK_CDI_GENERATE_DEVICE_NAME_STRATEGIES=type-index", "NVIDIA_CTK_CDI_GENERATE_DEVICE_IDS=1"},
+			devices: []string{"gpu1", "all"}, mps: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"cdi", "generate", "--driver-root", root}, tc.args...)
