@@ -158,8 +158,9 @@ func CheckHookName(name string) error {
 	if slices.Contains(hookargs.Names(), name) || slices.Contains(nvidiaOnlyHooks, name) {
 		return nil
 	}
-	return fmt.Errorf("unknown hook %q: want one of %s", name,
-		strings.Join(slices.Concat(hookargs.Names(), nvidiaOnlyHooks), ", "))
+	known := slices.Concat(hookargs.Names(), nvidiaOnlyHooks)
+	slices.Sort(known)
+	return fmt.Errorf("unknown hook %q: want one of %s", name, strings.Join(slices.Compact(known), ", "))
 }
 
 // Generate discovers the driver described by job.Driver, selects the devices

@@ -599,3 +599,51 @@ func TestCDIGenerateNVIDIAFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestCDIGenerateDevLinks: the spec's create-symlinks hook creates a
+// library's development link (libX.so -> SONAME) when the driver root has
+// one, as NVIDIA's does; libcuda.so always.
+func TestCDIGenerateDevLinks(t *testing.T) {
+	const lib = "/usr/lib/x86_64-linux-gnu"
+	for _, tc := range []struct {
+		name    string
+		hostDev []string // development links made in the root
+		want    []string // links expected in the hook
+		notWant []string
+	}{
+		{name: "none on the host", want: []string{"libnctktest.so.1::" + lib + "/libcuda.so"},
+			notWant: []string{lib + "/libnvidia-ml.so", lib + "/libnctktest.so"}},
+		{name: "host has them", hostDev: []string{"libnctktest.so"},
+			want: []string{"libnctktest.so.1::" + lib + "/libcuda.so", "libnctktest.so.1::" + lib + "/libnctktest.so"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := cdiTestRoot(t)
+			for _, l := range tc.hostDev {
+				if err := os.Symlink("libnctktest.so.1", filepath.Join(root, lib, l)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stdout, stderr, code := cdiRun(t, nil, "cdi", "generate", "--separate-hooks", "--driver-root", root)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			var links []string
+			for _, h := range parseSpecOut(t, []byte(stdout)).ContainerEdits.Hooks {
+				if h.Args[1] == "create-symlinks" {
+					links = append(links, h.Args[2:]...)
+				}
+			}
+			got := strings.Join(links, " ")
+			for _, w := range tc.want {
+				if !slices.Contains(links, w) {
+					t.Errorf("links %s lack %s", got, w)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(got, "::"+w+" ") || strings.HasSuffix(got, "::"+w) {
+					t.Errorf("links %s have %s", got, w)
+				}
+			}
+		})
+	}
+}
