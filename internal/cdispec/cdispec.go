@@ -18,6 +18,13 @@
 // Podman 4.3 reads): no annotations, no additionalGids; its cdiVersion is the
 // lowest its content needs, as the CDI library computes it.
 //
+// Besides that GPU spec (ModeNVML), Generate renders NVIDIA's other modes:
+// the management spec (RenderManagement: every device node in one "all"
+// device), the IMEX channel spec (RenderIMEX) and a feature's spec
+// (RenderFeature: nvidia-fs, InfiniBand, gdrdrv, NVSwitch nodes).
+// TransformRoot moves a spec's host or container paths to another root
+// (nvidia-ctk cdi transform root).
+//
 // The /proc/driver/nvidia view the runtime builds (a tmpfs holding the
 // selected GPUs' directories only) is not part of a CDI spec: an engine
 // applies the spec-level hooks once and each device's hooks once per device,

@@ -108,12 +108,13 @@ func cdiGenerate(e *env, args []string) error {
 		"the host ldconfig update-ldcache runs (default: config.toml nvidia-container-cli.ldconfig)")
 	fs.String(&mode, []string{"mode", "discovery-mode"}, []string{"NVIDIA_CTK_CDI_GENERATE_MODE"},
 		"auto|nvml|management|imex|gds|mofed|gdrcopy|nvswitch",
-		"what the spec describes: the GPUs (auto, nvml: nctk discovers from /proc, /sys and /dev), every device node as\n"+
+		"what the spec describes: the GPUs (auto, nvml: nctk discovers from /proc, /sys and /dev), every device node as "+
 			"management.nvidia.com/gpu=all (management), the IMEX channels (imex) or a feature's device nodes; wsl and csv are not supported yet")
 	err := parseLeaf(e, fs, args, "[flags]",
 		"Generate a CDI spec for the driver's GPUs and MIG devices: one device per GPU and MIG device (named by\n"+
 			"index and UUID by default) and \"all\", with the driver's control nodes, libraries, binaries, IPC sockets,\n"+
-			"firmware and the nvidia-cdi-hook hooks as spec-wide edits.")
+			"firmware and the nvidia-cdi-hook hooks as spec-wide edits. Other modes (--mode) describe every device\n"+
+			"node at once (management), the IMEX channels (imex) or a feature's devices (gds, mofed, gdrcopy, nvswitch).")
 	if err != nil {
 		return err
 	}

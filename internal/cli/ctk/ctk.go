@@ -7,6 +7,7 @@
 //	  system create-device-nodes
 //	  system create-dev-char-symlinks
 //	  cdi generate|list         CDI specs (internal/cdispec)
+//	  cdi transform root        move a CDI spec's paths to another root
 //	  doctor                    check the host for what breaks GPU containers (internal/doctor)
 //	  hook ...                  the nvidia-cdi-hook commands (delegated)
 //	  info                      NVIDIA's placeholder: does nothing
