@@ -29,9 +29,9 @@ type nodeFlags struct {
 
 // register defines the shared flags. --driver-root is NVIDIA's: the root
 // modprobe runs in (chrooted into it unless it is /); create-device-nodes
-// (rootAlias) also calls it --root, reads $ROOT too, and makes it the
-// default dev root (NVIDIA's meaning for that command; see
-// defaultDevRoot).
+// (rootAlias) also calls it --root and reads $ROOT too; there it is also
+// the dev root when --dev-root is not given (NVIDIA's meaning for that
+// command).
 func (n *nodeFlags) register(fs *flagSet, rootAlias bool) {
 	n.driverRoot, n.devRoot, n.procRoot = "/", "/", "/"
 	names, envs := []string{"driver-root"}, []string{"NVIDIA_DRIVER_ROOT", "DRIVER_ROOT"}
