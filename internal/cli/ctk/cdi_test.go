@@ -466,6 +466,7 @@ func TestCDIGenerateModes(t *testing.T) {
 		mounts     bool     // spec-level mounts (driver files)
 		hookSubstr string   // "" for no spec-level hooks
 		noHook     string   // a hook the spec must not run
+		allMounts  []string // the last device's mounts (container paths)
 	}{
 		{name: "management", args: []string{"--mode", "management"}, kind: "management.nvidia.com/gpu", devices: []string{"all"},
 			allNodes: []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia-caps-imex-channels/channel0",
@@ -478,7 +479,8 @@ func TestCDIGenerateModes(t *testing.T) {
 			allNodes: []string{"/dev/nvidia-caps-imex-channels/channel0", "/dev/nvidia-caps-imex-channels/channel3"}},
 		{name: "imex one channel", args: []string{"--mode", "imex", "--device-ids", "channel3"}, kind: "nvidia.com/imex-channel",
 			devices: []string{"3", "all"}, allNodes: []string{"/dev/nvidia-caps-imex-channels/channel3"}},
-		{name: "gds", args: []string{"--mode", "gds"}, kind: "nvidia.com/gds", devices: []string{"all"}, allNodes: []string{"/dev/nvidia-fs0"}},
+		{name: "gds", args: []string{"--mode", "gds"}, kind: "nvidia.com/gds", devices: []string{"all"}, allNodes: []string{"/dev/nvidia-fs0"},
+			allMounts: []string{"/etc/cufile.json"}},
 		{name: "gdrcopy", args: []string{"--mode", "GDRCOPY"}, kind: "nvidia.com/gdrcopy", devices: []string{"all"}, allNodes: []string{"/dev/gdrdrv"}},
 		{name: "nvml", args: []string{"--discovery-mode", "nvml"}, kind: "nvidia.com/gpu", devices: []string{"0", cdiTestUUID0, "1", cdiTestUUID1, "all"},
 			allNodes: []string{"/dev/nvidia0", "/dev/nvidia1"}, mounts: true, hookSubstr: "disable-device-node-modification"},
@@ -498,6 +500,13 @@ func TestCDIGenerateModes(t *testing.T) {
 			}
 			if got := nodes(s.Devices[len(s.Devices)-1].ContainerEdits); !slices.Equal(got, tc.allNodes) {
 				t.Errorf("nodes of %s: %q, want %q", s.Devices[len(s.Devices)-1].Name, got, tc.allNodes)
+			}
+			var mounts []string
+			for _, m := range s.Devices[len(s.Devices)-1].ContainerEdits.Mounts {
+				mounts = append(mounts, m.ContainerPath)
+			}
+			if !slices.Equal(mounts, tc.allMounts) {
+				t.Errorf("mounts of %s: %q, want %q", s.Devices[len(s.Devices)-1].Name, mounts, tc.allMounts)
 			}
 			if got := len(s.ContainerEdits.Mounts) > 0; got != tc.mounts {
 				t.Errorf("spec-level mounts present %v, want %v", got, tc.mounts)
