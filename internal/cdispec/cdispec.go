@@ -18,6 +18,13 @@
 // Podman 4.3 reads): no annotations, no additionalGids; its cdiVersion is the
 // lowest its content needs, as the CDI library computes it.
 //
+// Besides that GPU spec (ModeNVML), Generate renders NVIDIA's other modes:
+// the management spec (RenderManagement: every device node in one "all"
+// device), the IMEX channel spec (RenderIMEX) and a feature's spec
+// (RenderFeature: nvidia-fs, InfiniBand, gdrdrv, NVSwitch nodes).
+// TransformRoot moves a spec's host or container paths to another root
+// (nvidia-ctk cdi transform root).
+//
 // The /proc/driver/nvidia view the runtime builds (a tmpfs holding the
 // selected GPUs' directories only) is not part of a CDI spec: an engine
 // applies the spec-level hooks once and each device's hooks once per device,
@@ -128,6 +135,39 @@ type Options struct {
 	// nvidia-cdi-hook only, and nctk's runtime does that hook's work
 	// itself before the container starts.
 	SeparateHooks bool
+	// Mode is what the spec describes; "" means ModeNVML.
+	Mode Mode
+	// DisabledHooks names hooks (NVIDIA's names: create-symlinks,
+	// update-ldcache, disable-device-node-modification, …) the spec leaves
+	// out; AllHooks leaves out every hook.
+	DisabledHooks []string
+	// NoIPC leaves out the IPC sockets and the MPS directory (NVIDIA's
+	// disable-ipc-discoverer feature flag).
+	NoIPC bool
+}
+
+// HookNames returns the hooks nctk's specs can carry, by name.
+func HookNames() []string {
+	return []string{hookargs.NameCreateSymlinks, hookargs.NameUpdateLdcache, hookargs.NameDisableDeviceNodeModification}
+}
+
+// AllHooks in Options.DisabledHooks leaves out every hook.
+const AllHooks = "all"
+
+// nvidiaOnlyHooks are hooks of NVIDIA's specs that nctk's specs never
+// carry: naming them in Options.DisabledHooks (or enabling them) is
+// accepted and changes nothing.
+var nvidiaOnlyHooks = []string{"enable-cuda-compat", "update-application-profile", "chmod"}
+
+// CheckHookName reports whether name is a hook NVIDIA's or nctk's
+// nvidia-cdi-hook has (the names --disable-hooks and --enable-hooks take).
+func CheckHookName(name string) error {
+	if slices.Contains(hookargs.Names(), name) || slices.Contains(nvidiaOnlyHooks, name) {
+		return nil
+	}
+	known := slices.Concat(hookargs.Names(), nvidiaOnlyHooks)
+	slices.Sort(known)
+	return fmt.Errorf("unknown hook %q: want one of %s", name, strings.Join(slices.Compact(known), ", "))
 }
 
 // Generate discovers the driver described by job.Driver, selects the devices
@@ -138,7 +178,14 @@ type Options struct {
 // Discovery reads files only, except on a host with MIG devices when
 // devices are named by UUID: MIG device UUIDs exist only in NVML, so the
 // driver is then probed (job.Driver.Probe), which costs a child process.
+//
+// A mode other than nvml (o.Mode) discovers the driver once, with the
+// mode's feature if it names one, and renders RenderManagement,
+// RenderIMEX (job.Request.Devices selecting channels) or RenderFeature.
 func Generate(ctx context.Context, job planner.Job, o Options) (*cdi.Spec, error) {
+	if o.Mode != "" && o.Mode != ModeNVML {
+		return generateMode(ctx, job, o)
+	}
 	if len(job.Request.Devices) == 0 {
 		job.Request.Devices = []string{AllDevice}
 	}
@@ -169,6 +216,11 @@ func needsMIGUUIDs(sel selector.Selection, o Options) bool {
 		return false
 	}
 	return slices.ContainsFunc(sel.MIG, func(m selector.SelectedMIG) bool { return m.MIG.UUID == "" })
+}
+
+// baseOptions are the plan options every device's plan starts from.
+func baseOptions(o Options) plan.Options {
+	return plan.Options{Caps: capsOf(o), Target: plan.Target{BinDir: BinDir}, NoIPC: o.NoIPC}
 }
 
 func capsOf(o Options) caps.Set {
@@ -214,15 +266,12 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 			return nil, fmt.Errorf("render CDI spec: %w", err)
 		}
 	}
-	hc := o.Hook
-	if hc.Path == "" {
-		hc.Path = DefaultHookPath
-	}
-	if !path.IsAbs(hc.Path) {
-		return nil, fmt.Errorf("render CDI spec: nvidia-cdi-hook path %q: want an absolute path", hc.Path)
+	hc, err := hookConfig(o)
+	if err != nil {
+		return nil, err
 	}
 
-	base := plan.Options{Caps: capsOf(o), Target: plan.Target{BinDir: BinDir}}
+	base := baseOptions(o)
 	common, err := plan.Build(d, base)
 	if err != nil {
 		return nil, fmt.Errorf("render CDI spec: %w", err)
@@ -276,7 +325,7 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 	}
 
 	hc.InProcessLdcache = !o.SeparateHooks
-	spec := &cdi.Spec{Kind: vendor + "/" + class, ContainerEdits: commonEdits(common, hc, !o.SeparateHooks)}
+	spec := &cdi.Spec{Kind: vendor + "/" + class, ContainerEdits: commonEdits(common, hc, !o.SeparateHooks, o.DisabledHooks)}
 	seen := map[string]bool{}
 	var all cdi.ContainerEdits
 	for _, dev := range devices {
@@ -292,12 +341,19 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 	if !o.NoAllDevice && !seen[AllDevice] {
 		spec.Devices = append(spec.Devices, cdi.Device{Name: AllDevice, ContainerEdits: all})
 	}
-	v, err := cdi.MinimumRequiredVersion(spec)
-	if err != nil {
-		return nil, fmt.Errorf("render CDI spec: minimum cdiVersion: %w", err)
+	return withVersion(spec)
+}
+
+// hookConfig is o.Hook with the default hook path.
+func hookConfig(o Options) (ocispec.HookConfig, error) {
+	hc := o.Hook
+	if hc.Path == "" {
+		hc.Path = DefaultHookPath
 	}
-	spec.Version = v
-	return spec, nil
+	if !path.IsAbs(hc.Path) {
+		return hc, fmt.Errorf("render CDI spec: nvidia-cdi-hook path %q: want an absolute path", hc.Path)
+	}
+	return hc, nil
 }
 
 // deviceNames returns a device's names under each strategy, leaving out
@@ -323,8 +379,9 @@ func deviceNames(strategies []NameStrategy, index, typeIndex, uuid string) []str
 }
 
 // commonEdits are the spec-level edits: everything a container with no GPU
-// gets, the hooks (chained into one with chain), and the environment.
-func commonEdits(p *plan.Plan, hc ocispec.HookConfig, chain bool) cdi.ContainerEdits {
+// gets, the hooks but the disabled ones (chained into one with chain), and
+// the environment.
+func commonEdits(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []string) cdi.ContainerEdits {
 	e := cdi.ContainerEdits{Env: []string{VoidEnv}}
 	if dirs := libcudaDirs(p); len(dirs) > 0 {
 		e.Env = append(e.Env, LibcudaDirEnv+"="+strings.Join(dirs, ":"))
@@ -340,16 +397,17 @@ func commonEdits(p *plan.Plan, hc ocispec.HookConfig, chain bool) cdi.ContainerE
 	for _, m := range p.Mounts {
 		e.Mounts = append(e.Mounts, mount(m))
 	}
-	e.Hooks = hooks(p, hc, chain)
+	e.Hooks = hooks(p, hc, chain, disabled)
 	return e
 }
 
 // hooks are the createContainer hooks ocispec.Hooks gives p (symlinks, the
 // ld.so.cache update: what nvidia-container-runtime does in the rootfs
 // itself) and, in place of the /proc/driver/nvidia view,
-// disable-device-node-modification; with chain, merged into one call
-// (ocispec.Chain) that runs them in that order.
-func hooks(p *plan.Plan, hc ocispec.HookConfig, chain bool) []*cdi.Hook {
+// disable-device-node-modification, less those disabled names (all of them
+// for AllHooks); with chain, merged into one call (ocispec.Chain) that runs
+// them in that order.
+func hooks(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []string) []*cdi.Hook {
 	q := *p
 	q.Proc = nil
 	hs := ocispec.Hooks(&q, hc)
@@ -357,6 +415,9 @@ func hooks(p *plan.Plan, hc ocispec.HookConfig, chain bool) []*cdi.Hook {
 		hs = append(hs, ocispec.Hook{Path: hc.Path,
 			Args: hookargs.Command(hookargs.DisableDeviceNodeModification{}), Env: hookargs.Env()})
 	}
+	hs = slices.DeleteFunc(hs, func(h ocispec.Hook) bool {
+		return slices.Contains(disabled, AllHooks) || len(h.Args) > 1 && slices.Contains(disabled, h.Args[1])
+	})
 	if chain {
 		hs = ocispec.Chain(hs)
 	}

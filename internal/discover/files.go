@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/hostfile"
 )
@@ -88,11 +90,24 @@ func isScript(p string) bool {
 // directory, resolved inside the root (/var/run → /run).
 func (x *discoverer) ipcs() error {
 	for _, ipc := range caps.IPCs() {
-		p := ipc.Path
+		candidates := []string{ipc.Path}
 		if ipc.Dir && x.opts.MPSPipeDir != "" {
-			p = x.opts.MPSPipeDir
+			candidates = []string{x.opts.MPSPipeDir}
+		} else if rest, ok := strings.CutPrefix(ipc.Path, "/var/run/"); ok {
+			// As NVIDIA's: the first of /run and /var/run that has it (a
+			// driver root need not link one to the other).
+			candidates = []string{"/run/" + rest, ipc.Path}
 		}
-		real, fi, err := x.root.statFollow(p)
+		var (
+			p, real string
+			fi      fs.FileInfo
+			err     error
+		)
+		for _, p = range candidates {
+			if real, fi, err = x.root.statFollow(p); err == nil {
+				break
+			}
+		}
 		if err != nil {
 			x.log.Debug("missing ipc path " + p)
 			continue
@@ -107,9 +122,13 @@ func (x *discoverer) ipcs() error {
 }
 
 // firmwareDirs returns the directories (inside the root) searched for
-// nvidia/<version>/gsp*.bin, in the kernel's order: the firmware_class
-// custom path if set, /lib/firmware, and /usr/local/nvidia/firmware where
-// driver bundles such as the H100 host's keep it.
+// nvidia/<version>/gsp*.bin, in the kernel's order, as NVIDIA's spec
+// generator searches them: the firmware_class custom path if set,
+// /lib/firmware/updates/<kernel release>, /lib/firmware/updates,
+// /lib/firmware/<kernel release>, /lib/firmware; then
+// /usr/local/nvidia/firmware where driver bundles such as the H100 host's
+// keep it. The kernel release is the running kernel's (uname -r), the
+// one that loads the firmware.
 func (x *discoverer) firmwareDirs() []string {
 	var dirs []string
 	if b, err := hostfile.ReadFile(x.root.host("/sys/module/firmware_class/parameters/path"), hostfile.MaxProc); err == nil {
@@ -117,7 +136,18 @@ func (x *discoverer) firmwareDirs() []string {
 			dirs = append(dirs, path.Clean(p))
 		}
 	}
-	for _, d := range []string{"/lib/firmware", "/usr/local/nvidia/firmware"} {
+	var std []string
+	var uts unix.Utsname
+	release := ""
+	if err := unix.Uname(&uts); err == nil {
+		release = unix.ByteSliceToString(uts.Release[:])
+	}
+	if release != "" && !strings.Contains(release, "/") {
+		std = append(std, "/lib/firmware/updates/"+release, "/lib/firmware/updates", "/lib/firmware/"+release)
+	} else {
+		std = append(std, "/lib/firmware/updates")
+	}
+	for _, d := range append(std, "/lib/firmware", "/usr/local/nvidia/firmware") {
 		if !slices.Contains(dirs, d) {
 			dirs = append(dirs, d)
 		}

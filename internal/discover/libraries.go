@@ -177,6 +177,7 @@ func (x *discoverer) libraries() error {
 			Path:       s.real,
 			HostPath:   host,
 			SONAME:     soname,
+			DevLink:    x.devLink(s.real, soname),
 			CacheFlags: s.flags,
 			Compat32:   s.class == ldcache.Class32,
 		})
@@ -185,6 +186,26 @@ func (x *discoverer) libraries() error {
 		}
 	}
 	return nil
+}
+
+// devLink returns the name of the library real's development link (libX.so
+// for libX.so.1 or libX.so.<version>) when the driver root has that name
+// as a symlink next to the library, "" otherwise; it is the SONAME's (or,
+// without one, the file's) name up to ".so".
+func (x *discoverer) devLink(real, soname string) string {
+	name := soname
+	if name == "" {
+		name = path.Base(real)
+	}
+	i := strings.Index(name, ".so.")
+	if i < 0 {
+		return ""
+	}
+	link := name[:i+len(".so")]
+	if res := x.root.stat(path.Join(path.Dir(real), link)); res.err != nil || res.mode != fs.ModeSymlink {
+		return ""
+	}
+	return link
 }
 
 // checkLibraryVersion sets LibraryVersion from the core libraries

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -696,4 +697,89 @@ func encodeCache(entries []ldcache.Entry) []byte {
 		panic(err)
 	}
 	return data
+}
+
+// TestDevLink: a library's DevLink names the development link (its
+// SONAME up to ".so") only when the root has it as a symlink next to the
+// library.
+func TestDevLink(t *testing.T) {
+	const v = "580.159.04"
+	for _, tc := range []struct {
+		name  string
+		setup func(m *miniRoot, dir string)
+		want  string
+	}{
+		{name: "symlink", setup: func(m *miniRoot, dir string) { m.symlink(dir+"/libnctktest.so", "libnctktest.so.1") }, want: "libnctktest.so"},
+		{name: "dangling symlink", setup: func(m *miniRoot, dir string) { m.symlink(dir+"/libnctktest.so", "gone") }, want: "libnctktest.so"},
+		{name: "regular file", setup: func(m *miniRoot, dir string) { m.file(dir+"/libnctktest.so", "x", 0o644) }},
+		{name: "none", setup: func(*miniRoot, string) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const dir = "/usr/lib/x86_64-linux-gnu"
+			m := newMiniRoot(t)
+			m.driver(v)
+			m.lib(dir, "libnvidia-ml", v, 64)
+			tc.setup(m, dir)
+			m.writeCache()
+			d, err := m.discover(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Libraries) != 1 || d.Libraries[0].DevLink != tc.want {
+				t.Fatalf("libraries %+v, want one with DevLink %q", d.Libraries, tc.want)
+			}
+		})
+	}
+}
+
+// TestIPCAndFirmwareSearch: sockets are found under /run when /var/run is
+// no link to it, and GSP firmware in NVIDIA's firmware directories in
+// their order (updates/<release>, updates, <release>, then /lib/firmware).
+func TestIPCAndFirmwareSearch(t *testing.T) {
+	const v = "580.159.04"
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		t.Fatal(err)
+	}
+	rel := unix.ByteSliceToString(uts.Release[:])
+	for _, tc := range []struct {
+		name   string
+		files  []string // firmware files under /lib/firmware
+		wantFW string   // the gsp_ga10x.bin found (its Path)
+	}{
+		{name: "updates release", files: []string{"updates/" + rel, "updates", rel, ""}, wantFW: "/lib/firmware/updates/" + rel},
+		{name: "updates", files: []string{"updates", rel, ""}, wantFW: "/lib/firmware/updates"},
+		{name: "release", files: []string{rel, ""}, wantFW: "/lib/firmware/" + rel},
+		{name: "plain", files: []string{""}, wantFW: "/lib/firmware"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMiniRoot(t)
+			m.driver(v)
+			m.writeCache()
+			m.mkdir("/var/run")
+			s := "/run/nvidia-persistenced/socket"
+			m.mkdir(filepath.Dir(s))
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			if err := unix.Bind(fd, &unix.SockaddrUnix{Name: m.path(s)}); err != nil {
+				t.Skipf("cannot bind a unix socket at %s: %v", m.path(s), err)
+			}
+			for _, dir := range tc.files {
+				m.file(path.Join("/lib/firmware", dir, "nvidia", v, "gsp_ga10x.bin"), "fw", 0o644)
+			}
+			d, err := m.discover(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.IPCs) != 1 || d.IPCs[0].Path != s {
+				t.Errorf("IPCs %+v, want only %s", d.IPCs, s)
+			}
+			if want := tc.wantFW + "/nvidia/" + v + "/gsp_ga10x.bin"; len(d.Firmware) != 1 || d.Firmware[0].Path != want {
+				t.Errorf("firmware %+v, want only %s", d.Firmware, want)
+			}
+		})
+	}
 }

@@ -94,6 +94,10 @@ type File struct {
 	HostPath string
 	// SONAME is the ELF DT_SONAME for libraries (e.g. libcuda.so.1).
 	SONAME string
+	// DevLink, for a library, is the name of its development link
+	// (libcuda.so) when the driver root has one as a symlink in the
+	// library's directory: NVIDIA's tools then create it in the container.
+	DevLink string `json:",omitempty"`
 	// CacheFlags are a library's ld.so.cache flags (ELF class, ABI,
 	// architecture) as the root's cache records them: ldconfig's own
 	// classification of this file. 0 when unknown.

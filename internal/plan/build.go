@@ -55,7 +55,10 @@ type Options struct {
 
 	NoPersistenced  bool
 	NoFabricManager bool
-	NoGSPFirmware   bool
+	// NoIPC leaves out every IPC endpoint: the daemon sockets and the MPS
+	// pipe directory.
+	NoIPC         bool
+	NoGSPFirmware bool
 
 	Target Target
 }
@@ -269,6 +272,15 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 		for link, target := range devLinks(path.Base(f.Path), f.SONAME) {
 			p.addSymlink(path.Join(dir, link), target)
 		}
+		if f.DevLink != "" {
+			target := f.SONAME
+			if target == "" {
+				target = path.Base(f.Path)
+			}
+			if target != f.DevLink {
+				p.addSymlink(path.Join(dir, f.DevLink), target)
+			}
+		}
 	}
 	p.LdconfigDirs = libDirs
 	for _, f := range d.BinariesFor(o.Caps) {
@@ -280,7 +292,8 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 	}
 	for _, f := range d.IPCsFor(o.Caps) {
 		switch {
-		case o.NoPersistenced && strings.Contains(f.Name, "persistenced"),
+		case o.NoIPC,
+			o.NoPersistenced && strings.Contains(f.Name, "persistenced"),
 			o.NoFabricManager && strings.Contains(f.Name, "fabricmanager"):
 			continue
 		}
@@ -359,9 +372,12 @@ func (p *Plan) addSymlink(link, target string) {
 }
 
 // devLinks returns the development links NVIDIA's CLI creates next to the
-// libraries: libcuda.so -> libcuda.so.1, libGLX_indirect.so.0 ->
-// libGLX_nvidia.so.<version>, libnvidia-opticalflow.so ->
-// libnvidia-opticalflow.so.1.
+// libraries whatever the host has: libcuda.so -> libcuda.so.1,
+// libGLX_indirect.so.0 -> libGLX_nvidia.so.<version>,
+// libnvidia-opticalflow.so -> libnvidia-opticalflow.so.1. Build adds, for
+// every library, the development link the host has next to it
+// (discover.File.DevLink), pointing to the SONAME, as NVIDIA's spec
+// generator does.
 func devLinks(base, soname string) map[string]string {
 	switch {
 	case strings.HasPrefix(base, "libcuda.so.") && soname != "":

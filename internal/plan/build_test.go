@@ -352,3 +352,38 @@ func TestBuildMountClasses(t *testing.T) {
 		t.Errorf("mounts by class\n got %v\nwant %v", got, want)
 	}
 }
+
+// TestBuildDevLinks: every library whose host has a development link gets
+// it in the container, pointing to the SONAME (to the file when the SONAME
+// is the file's name), besides the SONAME link and NVIDIA's fixed links.
+func TestBuildDevLinks(t *testing.T) {
+	const dir = "/usr/lib/x86_64-linux-gnu"
+	for _, tc := range []struct {
+		name string
+		lib  discover.File
+		want []Symlink
+	}{
+		{name: "soname", lib: discover.File{Path: dir + "/libnvidia-ml.so.580.1", SONAME: "libnvidia-ml.so.1", DevLink: "libnvidia-ml.so"},
+			want: []Symlink{{dir + "/libnvidia-ml.so.1", "libnvidia-ml.so.580.1"}, {dir + "/libnvidia-ml.so", "libnvidia-ml.so.1"}}},
+		{name: "soname is the file", lib: discover.File{Path: dir + "/libnvidia-glcore.so.580.1", SONAME: "libnvidia-glcore.so.580.1", DevLink: "libnvidia-glcore.so"},
+			want: []Symlink{{dir + "/libnvidia-glcore.so", "libnvidia-glcore.so.580.1"}}},
+		{name: "no host link", lib: discover.File{Path: dir + "/libnvidia-cfg.so.580.1", SONAME: "libnvidia-cfg.so.1"},
+			want: []Symlink{{dir + "/libnvidia-cfg.so.1", "libnvidia-cfg.so.580.1"}}},
+		{name: "libcuda always", lib: discover.File{Path: dir + "/libcuda.so.580.1", SONAME: "libcuda.so.1", DevLink: "libcuda.so"},
+			want: []Symlink{{dir + "/libcuda.so.1", "libcuda.so.580.1"}, {dir + "/libcuda.so", "libcuda.so.1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.lib.Capability = caps.Utility
+			tc.lib.HostPath = "/drv" + tc.lib.Path
+			d := testDriver()
+			d.Libraries = []discover.File{tc.lib}
+			p, err := Build(d, Options{Caps: caps.Set{caps.Utility: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(p.Symlinks, tc.want) {
+				t.Errorf("symlinks %v, want %v", p.Symlinks, tc.want)
+			}
+		})
+	}
+}

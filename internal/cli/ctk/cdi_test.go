@@ -353,7 +353,14 @@ func TestCDIGenerateErrors(t *testing.T) {
 		{name: "bad format", args: []string{"--format", "toml"}, want: `format "toml"`},
 		{name: "none", args: []string{"--device-id", "none"}, want: "at least one device"},
 		{name: "unknown device", args: []string{"--device-id", "7"}, want: "7"},
-		{name: "bad mode", args: []string{"--mode", "csv"}, want: `--mode "csv"`},
+		{name: "csv mode", args: []string{"--mode", "csv"}, want: `mode "csv" is not supported yet`},
+		{name: "wsl mode", args: []string{"--mode", "WSL"}, want: `mode "wsl" is not supported yet`},
+		{name: "unknown mode", args: []string{"--mode", "tegra"}, want: `unknown mode "tegra"`},
+		{name: "enable all hooks", args: []string{"--enable-hooks", "all"}, want: "enabling all hooks is not supported"},
+		{name: "unknown hook", args: []string{"--disable-hook", "warp"}, want: `unknown hook "warp"`},
+		{name: "imex without channels", args: []string{"--mode", "imex"}, want: "no IMEX channel node found"},
+		{name: "gds without nodes", args: []string{"--mode", "gds"}, want: "no gds device node found"},
+		{name: "bad imex channel", args: []string{"--mode", "imex", "--device-ids", "x"}, want: `IMEX channel "x"`},
 		{name: "bad caps", args: []string{"--driver-capabilities", "warp"}, want: "warp"},
 		{name: "bad vendor", args: []string{"--vendor", "-x"}, want: `vendor "-x"`},
 		{name: "relative ldconfig", args: []string{"--ldconfig-path", "sbin/ldconfig"}, want: "absolute"},
@@ -415,4 +422,237 @@ func encodeCache(entries []ldcache.Entry) []byte {
 		panic(err)
 	}
 	return data
+}
+
+// addNode creates the character device p (a path in root) or skips the test.
+func addNode(t *testing.T, root, p string, major, minor uint32) {
+	t.Helper()
+	full := filepath.Join(root, p)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(full, syscall.S_IFCHR|0o666, int(unix.Mkdev(major, minor))); err != nil {
+		t.Skipf("mknod %s: %v", p, err)
+	}
+	if err := os.Chmod(full, 0o666); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCDIGenerateModes: each --mode gives its kind, devices and edits.
+func TestCDIGenerateModes(t *testing.T) {
+	root := cdiTestRoot(t)
+	addNode(t, root, "/dev/nvidia-caps-imex-channels/channel0", 242, 0)
+	addNode(t, root, "/dev/nvidia-caps-imex-channels/channel3", 242, 3)
+	addNode(t, root, "/dev/nvidia-caps/nvidia-cap1", 241, 1)
+	addNode(t, root, "/dev/nvidia-fs0", 246, 0)
+	addNode(t, root, "/dev/gdrdrv", 247, 0)
+	if err := os.WriteFile(filepath.Join(root, "etc", "cufile.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nodes := func(e cdi.ContainerEdits) []string {
+		var out []string
+		for _, n := range e.DeviceNodes {
+			out = append(out, n.Path)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		kind       string
+		devices    []string
+		allNodes   []string // the last device's nodes
+		mounts     bool     // spec-level mounts (driver files)
+		hookSubstr string   // "" for no spec-level hooks
+		noHook     string   // a hook the spec must not run
+		allMounts  []string // the last device's mounts (container paths)
+	}{
+		{name: "management", args: []string{"--mode", "management"}, kind: "management.nvidia.com/gpu", devices: []string{"all"},
+			allNodes: []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia-caps-imex-channels/channel0",
+				"/dev/nvidia-caps-imex-channels/channel3", "/dev/nvidia-caps/nvidia-cap1"},
+			mounts: true, hookSubstr: "create-symlinks", noHook: "disable-device-node-modification"},
+		{name: "management vendor given", args: []string{"--mode", "management", "--vendor", "example.com"}, kind: "example.com/gpu",
+			devices: []string{"all"}, allNodes: []string{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia-caps-imex-channels/channel0",
+				"/dev/nvidia-caps-imex-channels/channel3", "/dev/nvidia-caps/nvidia-cap1"}, mounts: true, hookSubstr: "create-symlinks"},
+		{name: "imex", args: []string{"--mode", "imex"}, kind: "nvidia.com/imex-channel", devices: []string{"0", "3", "all"},
+			allNodes: []string{"/dev/nvidia-caps-imex-channels/channel0", "/dev/nvidia-caps-imex-channels/channel3"}},
+		{name: "imex one channel", args: []string{"--mode", "imex", "--device-ids", "channel3"}, kind: "nvidia.com/imex-channel",
+			devices: []string{"3", "all"}, allNodes: []string{"/dev/nvidia-caps-imex-channels/channel3"}},
+		{name: "gds", args: []string{"--mode", "gds"}, kind: "nvidia.com/gds", devices: []string{"all"}, allNodes: []string{"/dev/nvidia-fs0"},
+			allMounts: []string{"/etc/cufile.json"}},
+		{name: "gdrcopy", args: []string{"--mode", "GDRCOPY"}, kind: "nvidia.com/gdrcopy", devices: []string{"all"}, allNodes: []string{"/dev/gdrdrv"}},
+		{name: "nvml", args: []string{"--discovery-mode", "nvml"}, kind: "nvidia.com/gpu", devices: []string{"0", cdiTestUUID0, "1", cdiTestUUID1, "all"},
+			allNodes: []string{"/dev/nvidia0", "/dev/nvidia1"}, mounts: true, hookSubstr: "disable-device-node-modification"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"cdi", "generate", "--driver-root", root, "--nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook"}, tc.args...)
+			stdout, stderr, code := cdiRun(t, nil, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			s := parseSpecOut(t, []byte(stdout))
+			if s.Kind != tc.kind {
+				t.Errorf("kind %s, want %s", s.Kind, tc.kind)
+			}
+			if !slices.Equal(deviceNames(s), tc.devices) {
+				t.Fatalf("devices %q, want %q", deviceNames(s), tc.devices)
+			}
+			if got := nodes(s.Devices[len(s.Devices)-1].ContainerEdits); !slices.Equal(got, tc.allNodes) {
+				t.Errorf("nodes of %s: %q, want %q", s.Devices[len(s.Devices)-1].Name, got, tc.allNodes)
+			}
+			var mounts []string
+			for _, m := range s.Devices[len(s.Devices)-1].ContainerEdits.Mounts {
+				mounts = append(mounts, m.ContainerPath)
+			}
+			if !slices.Equal(mounts, tc.allMounts) {
+				t.Errorf("mounts of %s: %q, want %q", s.Devices[len(s.Devices)-1].Name, mounts, tc.allMounts)
+			}
+			if got := len(s.ContainerEdits.Mounts) > 0; got != tc.mounts {
+				t.Errorf("spec-level mounts present %v, want %v", got, tc.mounts)
+			}
+			hooks := ""
+			for _, h := range s.ContainerEdits.Hooks {
+				hooks += strings.Join(h.Args, " ") + "\n"
+			}
+			if tc.hookSubstr == "" && hooks != "" || !strings.Contains(hooks, tc.hookSubstr) {
+				t.Errorf("hooks %q, want %q in them", hooks, tc.hookSubstr)
+			}
+			if tc.noHook != "" && strings.Contains(hooks, tc.noHook) {
+				t.Errorf("hooks %q run %s", hooks, tc.noHook)
+			}
+		})
+	}
+}
+
+// TestCDIGenerateHookSelection: --disable-hooks and --enable-hooks (and
+// their variables) choose the spec's hooks by NVIDIA's names.
+func TestCDIGenerateHookSelection(t *testing.T) {
+	root := cdiTestRoot(t)
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		args    []string
+		want    []string
+	}{
+		{name: "all", args: []string{"--disable-hooks", "all"}},
+		{name: "one", args: []string{"--disable-hook", "update-ldcache"}, want: []string{"create-symlinks", "disable-device-node-modification"}},
+		{name: "list", args: []string{"--disable-hooks", "create-symlinks,disable-device-node-modification"}, want: []string{"update-ldcache"}},
+		{name: "all but one", args: []string{"--disable-hooks", "all", "--enable-hooks", "update-ldcache"}, want: []string{"update-ldcache"}},
+		{name: "enable overrides", args: []string{"--disable-hook", "update-ldcache", "--enable-hook", "update-ldcache"},
+			want: []string{"create-symlinks", "update-ldcache", "disable-device-node-modification"}},
+		{name: "nvidia-only hooks", args: []string{"--disable-hook", "enable-cuda-compat", "--enable-hook", "chmod"},
+			want: []string{"create-symlinks", "update-ldcache", "disable-device-node-modification"}},
+		{name: "variable", environ: []string{"NVIDIA_CTK_CDI_GENERATE_DISABLED_HOOKS=create-symlinks,update-ldcache"},
+			want: []string{"disable-device-node-modification"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"cdi", "generate", "--separate-hooks", "--driver-root", root}, tc.args...)
+			stdout, stderr, code := cdiRun(t, tc.environ, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			var got []string
+			for _, h := range parseSpecOut(t, []byte(stdout)).ContainerEdits.Hooks {
+				got = append(got, h.Args[1])
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("hooks %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCDIGenerateNVIDIAFlags: NVIDIA's other flags are accepted with their
+// meaning: --device-ids selects devices, disable-ipc-discoverer drops the
+// IPC mounts, the search paths are accepted.
+func TestCDIGenerateNVIDIAFlags(t *testing.T) {
+	root := cdiTestRoot(t)
+	if err := os.MkdirAll(filepath.Join(root, "tmp", "nvidia-mps"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hasMPS := func(s *cdi.Spec) bool {
+		return slices.ContainsFunc(s.ContainerEdits.Mounts, func(m *cdi.Mount) bool { return m.ContainerPath == "/tmp/nvidia-mps" })
+	}
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		args    []string
+		devices []string
+		mps     bool
+	}{
+		{name: "device-ids", args: []string{"--device-ids", "1"}, devices: []string{"1", cdiTestUUID1, "all"}, mps: true},
+		{name: "device-ids variable", environ: []string{"NVIDIA_CTK_CDI_GENERATE_DEVICE_IDS=0"}, devices: []string{"0", cdiTestUUID0, "all"}, mps: true},
+		{name: "disable-ipc-discoverer", args: []string{"--device-id", "0", "--feature-flags", "disable-ipc-discoverer,no-additional-gids-for-device-nodes"},
+			devices: []string{"0", cdiTestUUID0, "all"}},
+		{name: "search paths and unknown flag", args: []string{"--device-id", "0", "--library-search-path", "/x", "--config-search-path", "/y",
+			"--feature-flag", "future-flag"}, devices: []string{"0", cdiTestUUID0, "all"}, mps: true},
+		{name: "csv flags", args: []string{"--device-id", "0", "--csv.file", "/a.csv", "--csv.ignore-pattern", "x*", "--csv.compat-container-root", "/c"},
+			devices: []string{"0", cdiTestUUID0, "all"}, mps: true},
+		{name: "strategy variable", environ: []string{"NVIDIA_CTK_CDI_GENERATE_DEVICE_NAME_STRATEGIES=type-index", "NVIDIA_CTK_CDI_GENERATE_DEVICE_IDS=1"},
+			devices: []string{"gpu1", "all"}, mps: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"cdi", "generate", "--driver-root", root}, tc.args...)
+			stdout, stderr, code := cdiRun(t, tc.environ, args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			s := parseSpecOut(t, []byte(stdout))
+			if !slices.Equal(deviceNames(s), tc.devices) {
+				t.Errorf("devices %q, want %q", deviceNames(s), tc.devices)
+			}
+			if hasMPS(s) != tc.mps {
+				t.Errorf("MPS directory mounted %v, want %v", hasMPS(s), tc.mps)
+			}
+		})
+	}
+}
+
+// TestCDIGenerateDevLinks: the spec's create-symlinks hook creates a
+// library's development link (libX.so -> SONAME) when the driver root has
+// one, as NVIDIA's does; libcuda.so always.
+func TestCDIGenerateDevLinks(t *testing.T) {
+	const lib = "/usr/lib/x86_64-linux-gnu"
+	for _, tc := range []struct {
+		name    string
+		hostDev []string // development links made in the root
+		want    []string // links expected in the hook
+		notWant []string
+	}{
+		{name: "none on the host", want: []string{"libnctktest.so.1::" + lib + "/libcuda.so"},
+			notWant: []string{lib + "/libnvidia-ml.so", lib + "/libnctktest.so"}},
+		{name: "host has them", hostDev: []string{"libnctktest.so"},
+			want: []string{"libnctktest.so.1::" + lib + "/libcuda.so", "libnctktest.so.1::" + lib + "/libnctktest.so"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := cdiTestRoot(t)
+			for _, l := range tc.hostDev {
+				if err := os.Symlink("libnctktest.so.1", filepath.Join(root, lib, l)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stdout, stderr, code := cdiRun(t, nil, "cdi", "generate", "--separate-hooks", "--driver-root", root)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			var links []string
+			for _, h := range parseSpecOut(t, []byte(stdout)).ContainerEdits.Hooks {
+				if h.Args[1] == "create-symlinks" {
+					links = append(links, h.Args[2:]...)
+				}
+			}
+			got := strings.Join(links, " ")
+			for _, w := range tc.want {
+				if !slices.Contains(links, w) {
+					t.Errorf("links %s lack %s", got, w)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(got, "::"+w+" ") || strings.HasSuffix(got, "::"+w) {
+					t.Errorf("links %s have %s", got, w)
+				}
+			}
+		})
+	}
 }

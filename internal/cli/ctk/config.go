@@ -26,7 +26,7 @@ func configCommand(e *env, args []string) error {
 		output  string
 	)
 	fs := newFlagSet("config")
-	fs.String(&path, []string{"config-file", "c"}, nil, "FILE", "the config file (default: --config, else $NVIDIA_CTK_CONFIG_FILE_PATH, $XDG_CONFIG_HOME/nvidia-container-runtime/config.toml or /etc/nvidia-container-runtime/config.toml)")
+	fs.String(&path, []string{"config-file", "config", "c"}, nil, "FILE", "the config file (default: --config, else $NVIDIA_CTK_CONFIG_FILE_PATH, $XDG_CONFIG_HOME/nvidia-container-runtime/config.toml or /etc/nvidia-container-runtime/config.toml)")
 	fs.Func([]string{"set"}, "KEY[=VALUE]", "set a key (repeatable; a boolean key without a value is set to true; lists are split on commas)", func(s string) error {
 		k, v, _ := strings.Cut(s, "=")
 		if k = strings.TrimSpace(k); k == "" {

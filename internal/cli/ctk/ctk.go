@@ -7,8 +7,11 @@
 //	  system create-device-nodes
 //	  system create-dev-char-symlinks
 //	  cdi generate|list|validate CDI specs (internal/cdispec)
+//	  cdi transform root        move a CDI spec's paths to another root
 //	  doctor                    check the host for what breaks GPU containers (internal/doctor)
 //	  hook ...                  the nvidia-cdi-hook commands (delegated)
+//	  info                      NVIDIA's placeholder: does nothing
+//	  help|h [COMMAND...]       help for nvidia-ctk or a command
 //
 // Every flag also works with a single dash, and the global ones have
 // environment twins (NVIDIA_CTK_DEBUG, NVIDIA_CTK_QUIET, NVIDIA_CTK_CONFIG).
@@ -72,7 +75,15 @@ func commands() []command {
 		{name: "cdi", summary: "generate and list CDI specs", subs: cdiCommands()},
 		{name: "doctor", summary: "say why a GPU container does not work, and how to fix it", run: doctorCommand},
 		{name: "hook", summary: "OCI hooks used by CDI specs (nvidia-cdi-hook)", tool: cdihook.Main},
+		{name: "info", summary: "accepted for NVIDIA's placeholder command; prints nothing", run: infoCommand},
 	}
+}
+
+// infoCommand is NVIDIA's `nvidia-ctk info`, a command that does nothing
+// there either: it takes no flags and succeeds (nvidia-ctk doctor is
+// what reports on the host).
+func infoCommand(e *env, args []string) error {
+	return parseLeaf(e, newFlagSet("info"), args, "", "Does nothing, as NVIDIA's nvidia-ctk info; see nvidia-ctk doctor for what the host provides.")
 }
 
 // Main is the nvidia-ctk entry point.
@@ -122,9 +133,8 @@ func dispatch(e *env, cmd command, args []string) int {
 		writeHelp(e.Stderr, e.path, cmd, nil)
 		return 1
 	}
-	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		writeHelp(e.Stdout, e.path, cmd, nil)
-		return 0
+	if args[0] == "help" || args[0] == "h" || args[0] == "-h" || args[0] == "--help" {
+		return help(e, cmd, args[1:])
 	}
 	sub, ok := findCommand(cmd.subs, args[0])
 	if !ok {
@@ -151,6 +161,25 @@ func dispatch(e *env, cmd command, args []string) int {
 	default:
 		return dispatch(e, sub, args[1:])
 	}
+}
+
+// help prints the help of cmd, or of the command args names below it
+// ("nvidia-ctk help cdi generate", "nvidia-ctk h runtime"), as the help
+// command and its alias h do in NVIDIA's nvidia-ctk.
+func help(e *env, cmd command, args []string) int {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		writeHelp(e.Stdout, e.path, cmd, nil)
+		return 0
+	}
+	sub, ok := findCommand(cmd.subs, args[0])
+	if !ok {
+		return fail(e.Env, fmt.Errorf("%s: no help for unknown command %q (commands: %s)", e.path, args[0], strings.Join(names(cmd.subs), ", ")))
+	}
+	if sub.run == nil && sub.tool == nil {
+		e.path += " " + sub.name
+		return help(e, sub, args[1:])
+	}
+	return dispatch(e, cmd, []string{sub.name, "--help"})
 }
 
 func findCommand(cmds []command, name string) (command, bool) {

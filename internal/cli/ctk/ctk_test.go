@@ -298,6 +298,10 @@ func TestConfigCommand(t *testing.T) {
 	if stdout, _, _ = run(t, []string{"NVIDIA_CTK_CONFIG=" + cfg}, "config"); stdout != string(data) {
 		t.Errorf("NVIDIA_CTK_CONFIG: output differs from the file")
 	}
+	// NVIDIA's `config --config FILE` (an alias of --config-file).
+	if stdout, _, _ = run(t, nil, "config", "--config", cfg); stdout != string(data) {
+		t.Errorf("config --config: output differs from the file")
+	}
 	out := filepath.Join(dir, "out.toml")
 	if _, _, code = run(t, nil, "config", "-c", cfg, "-o", out, "--set", "nvidia-container-runtime.mode=cdi"); code != 0 {
 		t.Errorf("--output: exit %d", code)
@@ -362,5 +366,38 @@ func TestRuntimeConfigureContainerdDefaultDropIn(t *testing.T) {
 	}
 	if strings.HasPrefix(stdout, "# ") && !strings.HasPrefix(stdout, "# /etc/containerd/conf.d/99-nvidia.toml\n") {
 		t.Errorf("first file is not the default drop-in:\n%s", stdout)
+	}
+}
+
+// TestHelpAndInfo: NVIDIA's help command and its alias h, for nvidia-ctk
+// and for a command below it, and the info placeholder.
+func TestHelpAndInfo(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stdout string // a substring of stdout ("" for empty stdout)
+		stderr string
+	}{
+		{args: []string{"h"}, stdout: "Usage: nvidia-ctk COMMAND"},
+		{args: []string{"help"}, stdout: "Usage: nvidia-ctk COMMAND"},
+		{args: []string{"h", "cdi"}, stdout: "Usage: nvidia-ctk cdi COMMAND"},
+		{args: []string{"help", "cdi", "generate"}, stdout: "--feature-flag"},
+		{args: []string{"cdi", "h", "transform", "root"}, stdout: "--relative-to"},
+		{args: []string{"h", "warp"}, code: 1, stderr: `unknown command "warp"`},
+		{args: []string{"info"}},
+		{args: []string{"info", "--x"}, code: 1, stderr: "flag provided but not defined"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			stdout, stderr, code := run(t, nil, tc.args...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d: %s", code, tc.code, stderr)
+			}
+			if tc.stdout == "" && tc.code == 0 && stdout != "" || !strings.Contains(stdout, tc.stdout) {
+				t.Errorf("stdout %q, want %q", stdout, tc.stdout)
+			}
+			if !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("stderr %q, want %q", stderr, tc.stderr)
+			}
+		})
 	}
 }

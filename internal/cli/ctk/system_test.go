@@ -115,3 +115,59 @@ func TestLoadKernelModules(t *testing.T) {
 		t.Errorf("dry run stdout %q", stdout)
 	}
 }
+
+// TestSystemDriverRoot: NVIDIA's --driver-root (and create-device-nodes'
+// --root, $ROOT) is where modprobe runs chrooted, and create-device-nodes'
+// default dev root.
+func TestSystemDriverRoot(t *testing.T) {
+	proc := fakeProc(t)
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		args    []string
+		want    []string // with DRIVER-ROOT replaced by the root
+		notWant string
+	}{
+		{name: "root is the dev root", args: []string{"create-device-nodes", "--driver-root", "DRIVER-ROOT", "--control-devices"},
+			want: []string{"would create: DRIVER-ROOT/dev/nvidiactl"}},
+		{name: "--root alias and chrooted modprobe", args: []string{"create-device-nodes", "--root", "DRIVER-ROOT", "--load-kernel-modules", "--control-devices"},
+			want: []string{"would run: chroot DRIVER-ROOT /usr/sbin/modprobe nvidia-uvm", "would create: DRIVER-ROOT/dev/nvidia-uvm"}},
+		{name: "ROOT variable", environ: []string{"ROOT=DRIVER-ROOT"}, args: []string{"create-device-nodes", "--control-devices"},
+			want: []string{"would create: DRIVER-ROOT/dev/nvidiactl"}},
+		{name: "dev root given", args: []string{"create-device-nodes", "--driver-root", "DRIVER-ROOT", "--dev-root", "DEV-ROOT", "--control-devices"},
+			want: []string{"would create: DEV-ROOT/dev/nvidiactl"}, notWant: "DRIVER-ROOT/dev"},
+		{name: "dev-char-symlinks", args: []string{"create-dev-char-symlinks", "--driver-root", "DRIVER-ROOT", "--dev-root", "DEV-ROOT",
+			"--load-kernel-modules", "--create-all"}, want: []string{"would run: chroot DRIVER-ROOT /usr/sbin/modprobe nvidia", "would create: DEV-ROOT/dev/char/195:255"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, devRoot := t.TempDir(), t.TempDir()
+			if err := os.MkdirAll(filepath.Join(root, "usr", "sbin"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, "usr", "sbin", "modprobe"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			r := strings.NewReplacer("DRIVER-ROOT", root, "DEV-ROOT", devRoot)
+			var args, environ []string
+			for _, a := range append([]string{"system"}, tc.args...) {
+				args = append(args, r.Replace(a))
+			}
+			for _, v := range tc.environ {
+				environ = append(environ, r.Replace(v))
+			}
+			args = append(args, "--proc-root", proc, "--dry-run")
+			stdout, stderr, code := run(t, append(environ, "PATH=/nonexistent"), args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stdout, r.Replace(w)) {
+					t.Errorf("stdout %q lacks %q", stdout, r.Replace(w))
+				}
+			}
+			if tc.notWant != "" && strings.Contains(stdout, r.Replace(tc.notWant)) {
+				t.Errorf("stdout %q has %q", stdout, r.Replace(tc.notWant))
+			}
+		})
+	}
+}
