@@ -10,6 +10,9 @@
 //	nvidia-cdi-hook update-ldcache [--ldconfig-path PATH] --folder DIR... [--lib PATH...]
 //	nvidia-cdi-hook disable-device-node-modification [--host-dir DIR]
 //	nvidia-cdi-hook mount-proc-driver [--host-dir DIR] [--file NAME]... [--gpu BUSID]... [--expose REL]...
+//	nvidia-cdi-hook enable-cuda-compat [--host-driver-version V] [--host-cuda-version V] [--cuda-compat-container-root DIR]
+//	nvidia-cdi-hook update-application-profile
+//	nvidia-cdi-hook chmod --mode OCTAL --path PATH...
 //	nvidia-cdi-hook noop
 //	nvidia-cdi-hook HOOK [FLAGS] ";" HOOK [FLAGS]...
 //
@@ -29,6 +32,7 @@ import (
 	"io"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -42,6 +46,9 @@ const (
 	NameUpdateLdcache                 = "update-ldcache"
 	NameDisableDeviceNodeModification = "disable-device-node-modification"
 	NameMountProcDriver               = "mount-proc-driver"
+	NameEnableCudaCompat              = "enable-cuda-compat"
+	NameUpdateApplicationProfile      = "update-application-profile"
+	NameChmod                         = "chmod"
 	NameNoop                          = "noop"
 )
 
@@ -93,7 +100,17 @@ const (
 	flagFile          = "file"
 	flagGPU           = "gpu"
 	flagExpose        = "expose"
+	flagHostDriver    = "host-driver-version"
+	flagHostCuda      = "host-cuda-version"
+	flagCompatRoot    = "cuda-compat-container-root"
+	flagMode          = "mode"
+	flagPath          = "path"
 )
+
+// DefaultCudaCompatDir is the container directory enable-cuda-compat looks
+// in for the image's CUDA forward-compatibility libraries when
+// --cuda-compat-container-root is not given.
+const DefaultCudaCompatDir = "/usr/local/cuda/compat"
 
 // linkSeparator separates a --link value's target from its link.
 const linkSeparator = "::"
@@ -240,6 +257,73 @@ func (h MountProcDriver) Args() []string {
 	return append(out, h.Common.args()...)
 }
 
+// EnableCudaCompat puts the image's CUDA forward-compatibility libraries
+// first in the loader's search when they are newer than the host driver.
+type EnableCudaCompat struct {
+	Common
+	// HostDriverVersion (--host-driver-version) is the host driver's
+	// version ("580.159.04").
+	HostDriverVersion string
+	// HostCudaVersion (--host-cuda-version) is the CUDA version the host
+	// driver supports ("13.0").
+	HostCudaVersion string
+	// CompatDir (--cuda-compat-container-root) is the container directory
+	// of the compat libraries; "" means DefaultCudaCompatDir.
+	CompatDir string
+}
+
+// Name implements Hook.
+func (EnableCudaCompat) Name() string { return NameEnableCudaCompat }
+
+// Args implements Hook.
+func (h EnableCudaCompat) Args() []string {
+	out := []string{h.Name()}
+	if h.HostDriverVersion != "" {
+		out = append(out, "--"+flagHostDriver+"="+h.HostDriverVersion)
+	}
+	if h.HostCudaVersion != "" {
+		out = append(out, "--"+flagHostCuda+"="+h.HostCudaVersion)
+	}
+	if h.CompatDir != "" {
+		out = append(out, "--"+flagCompatRoot, h.CompatDir)
+	}
+	return append(out, h.Common.args()...)
+}
+
+// UpdateApplicationProfile writes the driver application profile that
+// makes EGL and Vulkan in the container see only its GPUs.
+type UpdateApplicationProfile struct {
+	Common
+}
+
+// Name implements Hook.
+func (UpdateApplicationProfile) Name() string { return NameUpdateApplicationProfile }
+
+// Args implements Hook.
+func (h UpdateApplicationProfile) Args() []string {
+	return append([]string{h.Name()}, h.Common.args()...)
+}
+
+// Chmod sets the permission bits of container paths.
+type Chmod struct {
+	Common
+	// Mode (--mode, octal) is the mode to set; only its permission bits
+	// (0777) are applied.
+	Mode uint32
+	// Paths (--path, repeated) are the container paths.
+	Paths []string
+}
+
+// Name implements Hook.
+func (Chmod) Name() string { return NameChmod }
+
+// Args implements Hook.
+func (h Chmod) Args() []string {
+	out := []string{h.Name(), "--" + flagMode, fmt.Sprintf("%o", h.Mode)}
+	out = appendEach(out, flagPath, h.Paths)
+	return append(out, h.Common.args()...)
+}
+
 // Noop does nothing; it takes any arguments and ignores them.
 type Noop struct{}
 
@@ -330,6 +414,7 @@ func (e *UnknownHookError) Error() string { return fmt.Sprintf("unknown hook %q"
 type hookDef struct {
 	synopsis string // the flags, for Usage
 	summary  string // what the hook does, for Usage
+	hidden   bool   // left out of Usage (NVIDIA's hidden noop)
 	// define defines the hook's own flags on fs and returns the function
 	// that, after fs is parsed, builds the hook (with the common flags c)
 	// and checks it.
@@ -339,14 +424,20 @@ type hookDef struct {
 // hookDefs are the hooks Parse knows, by name.
 func hookDefs() map[string]hookDef {
 	return map[string]hookDef{
-		NameCreateSymlinks: {"--link TARGET::LINK...", "create symlinks in the container", defineCreateSymlinks},
-		NameUpdateLdcache: {"[--ldconfig-path P] --folder DIR... [--lib PATH...]",
-			"update ld.so.cache (in-process with --lib, else the host's ldconfig confined to the container)", defineUpdateLdcache},
-		NameDisableDeviceNodeModification: {"[--host-dir D]",
-			"mask /proc/driver/nvidia/params with ModifyDeviceFiles: 0", defineDisableDeviceNodeModification},
-		NameMountProcDriver: {"[--host-dir D] [--file F]... [--gpu BUSID]... [--expose REL]...",
-			"the container's filtered /proc/driver/nvidia", defineMountProcDriver},
-		NameNoop: {"", "do nothing", nil},
+		NameCreateSymlinks: {synopsis: "--link TARGET::LINK...", summary: "create symlinks in the container (replacing what is at LINK)",
+			define: defineCreateSymlinks},
+		NameUpdateLdcache: {synopsis: "[--ldconfig-path P] --folder DIR... [--lib PATH...]",
+			summary: "update ld.so.cache (in-process with --lib, else the host's ldconfig confined to the container)", define: defineUpdateLdcache},
+		NameDisableDeviceNodeModification: {synopsis: "[--host-dir D]",
+			summary: "mask /proc/driver/nvidia/params with ModifyDeviceFiles: 0", define: defineDisableDeviceNodeModification},
+		NameMountProcDriver: {synopsis: "[--host-dir D] [--file F]... [--gpu BUSID]... [--expose REL]...",
+			summary: "the container's filtered /proc/driver/nvidia", define: defineMountProcDriver},
+		NameEnableCudaCompat: {synopsis: "[--host-driver-version V] [--host-cuda-version V] [--cuda-compat-container-root DIR]",
+			summary: "put the image's CUDA compat libraries first in the loader's search when newer than the host driver", define: defineEnableCudaCompat},
+		NameUpdateApplicationProfile: {summary: "limit EGL/Vulkan to the container's GPUs (driver application profile)",
+			define: defineUpdateApplicationProfile},
+		NameChmod: {synopsis: "--mode OCTAL --path P...", summary: "set the permission bits of container paths", define: defineChmod},
+		NameNoop:  {summary: "do nothing", hidden: true},
 	}
 }
 
@@ -404,11 +495,15 @@ func Parse(args []string) (Hook, error) {
 	return build()
 }
 
-// Usage writes the hook names with their flags and what each does.
+// Usage writes the hook names with their flags and what each does; hidden
+// hooks (noop) are left out.
 func Usage(w io.Writer) {
 	defs := hookDefs()
 	for _, n := range Names() {
 		d := defs[n]
+		if d.hidden {
+			continue
+		}
 		fmt.Fprintf(w, "  %s\n        %s\n", strings.TrimSpace(n+" "+d.synopsis), d.summary)
 	}
 }
@@ -517,5 +612,48 @@ func defineMountProcDriver(fs *flag.FlagSet) func(Common) (Hook, error) {
 			return nil, err
 		}
 		return MountProcDriver{Common: c, HostDir: *dir, Files: files, GPUs: gpus, Expose: expose}, nil
+	}
+}
+
+func defineEnableCudaCompat(fs *flag.FlagSet) func(Common) (Hook, error) {
+	driver := fs.String(flagHostDriver, "", "the host driver's version; the compat libraries are used only when newer")
+	cuda := fs.String(flagHostCuda, "", "the CUDA version the host driver supports")
+	dir := fs.String(flagCompatRoot, "", "the container directory of the CUDA compat libraries (default "+DefaultCudaCompatDir+")")
+	return func(c Common) (Hook, error) {
+		if isSet(fs, flagCompatRoot) {
+			if err := checkAbs(flagCompatRoot, "container", *dir); err != nil {
+				return nil, err
+			}
+		}
+		return EnableCudaCompat{Common: c, HostDriverVersion: *driver, HostCudaVersion: *cuda, CompatDir: *dir}, nil
+	}
+}
+
+func defineUpdateApplicationProfile(*flag.FlagSet) func(Common) (Hook, error) {
+	return func(c Common) (Hook, error) { return UpdateApplicationProfile{Common: c}, nil }
+}
+
+func defineChmod(fs *flag.FlagSet) func(Common) (Hook, error) {
+	mode := fs.String(flagMode, "", "the mode to set, in octal (permission bits only)")
+	var paths stringList
+	fs.Var(&paths, flagPath, "a container path to set the mode of (repeatable)")
+	return func(c Common) (Hook, error) {
+		m := strings.TrimSpace(*mode)
+		if m == "" {
+			return nil, fmt.Errorf("--%s is required", flagMode)
+		}
+		v, err := strconv.ParseUint(m, 8, 32)
+		if err != nil {
+			return nil, fmt.Errorf("invalid --%s %q: not an octal mode", flagMode, *mode)
+		}
+		if v > 0o7777 {
+			return nil, fmt.Errorf("invalid --%s %q: more than 07777", flagMode, *mode)
+		}
+		for _, p := range paths {
+			if strings.TrimSpace(p) == "" {
+				return nil, fmt.Errorf("invalid --%s: empty path", flagPath)
+			}
+		}
+		return Chmod{Common: c, Mode: uint32(v), Paths: paths}, nil
 	}
 }

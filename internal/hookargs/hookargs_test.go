@@ -36,6 +36,15 @@ func roundTrip() []struct {
 		{MountProcDriver{}, []string{"mount-proc-driver"}},
 		{UpdateLdcache{Common: Common{ContainerSpec: "/b/config.json"}, Folders: []string{"/l"}},
 			[]string{"update-ldcache", "--folder", "/l", "--container-spec", "/b/config.json"}},
+		{EnableCudaCompat{HostDriverVersion: "580.159.04"}, []string{"enable-cuda-compat", "--host-driver-version=580.159.04"}},
+		{EnableCudaCompat{HostDriverVersion: "580.1", HostCudaVersion: "13.0", CompatDir: "/usr/local/cuda/compat_orin", Common: Common{ContainerSpec: "/b/c.json"}},
+			[]string{"enable-cuda-compat", "--host-driver-version=580.1", "--host-cuda-version=13.0",
+				"--cuda-compat-container-root", "/usr/local/cuda/compat_orin", "--container-spec", "/b/c.json"}},
+		{EnableCudaCompat{}, []string{"enable-cuda-compat"}},
+		{UpdateApplicationProfile{}, []string{"update-application-profile"}},
+		{Chmod{Mode: 0o755, Paths: []string{"/dev/dri", "/dev/nvidia-caps"}},
+			[]string{"chmod", "--mode", "755", "--path", "/dev/dri", "--path", "/dev/nvidia-caps"}},
+		{Chmod{Mode: 0o4750}, []string{"chmod", "--mode", "4750"}},
 		{Noop{}, []string{"noop"}},
 	}
 }
@@ -149,6 +158,15 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"create-symlinks", "--link", "a:::/b"}, "absolute container path"},
 		{[]string{"create-symlinks", "positional"}, `unexpected argument "positional"`},
 		{[]string{"update-ldcache", "--folder", "relative"}, `invalid --folder "relative": not an absolute container path`},
+		{[]string{"enable-cuda-compat", "--cuda-compat-container-root", "usr/local/cuda/compat"}, "not an absolute container path"},
+		{[]string{"enable-cuda-compat", "--cuda-compat-container-root="}, "not an absolute container path"},
+		{[]string{"chmod", "--path", "/dev/dri"}, "--mode is required"},
+		{[]string{"chmod", "--mode", " "}, "--mode is required"},
+		{[]string{"chmod", "--mode", "rwx"}, `invalid --mode "rwx": not an octal mode`},
+		{[]string{"chmod", "--mode", "0789"}, "not an octal mode"},
+		{[]string{"chmod", "--mode", "17777"}, "more than 07777"},
+		{[]string{"chmod", "--mode", "755", "--path", " "}, "empty path"},
+		{[]string{"update-application-profile", "extra"}, `unexpected argument "extra"`},
 		{[]string{"update-ldcache", "--lib", "lib/libcuda.so.1"}, `invalid --lib "lib/libcuda.so.1": not an absolute container path`},
 		{[]string{"update-ldcache", "--ldconfig-path", "sbin/ldconfig"}, "not an absolute host path"},
 		{[]string{"update-ldcache", "--ldconfig-path", ""}, "not an absolute host path"},
@@ -165,9 +183,9 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestParseUnknownAndHelp(t *testing.T) {
-	_, err := Parse([]string{"enable-cuda-compat", "--host-driver-version", "580.1"})
+	_, err := Parse([]string{"some-future-hook", "--host-driver-version", "580.1"})
 	var unknown *UnknownHookError
-	if !errors.As(err, &unknown) || unknown.Name != "enable-cuda-compat" {
+	if !errors.As(err, &unknown) || unknown.Name != "some-future-hook" {
 		t.Errorf("unknown hook: %v", err)
 	}
 	for _, name := range Names() {
@@ -184,8 +202,9 @@ func TestUsage(t *testing.T) {
 	var b bytes.Buffer
 	Usage(&b)
 	for _, n := range Names() {
-		if !strings.Contains("\n"+b.String(), "\n  "+n+" ") && !strings.Contains("\n"+b.String(), "\n  "+n+"\n") {
-			t.Errorf("Usage lacks %s:\n%s", n, b.String())
+		listed := strings.Contains("\n"+b.String(), "\n  "+n+" ") || strings.Contains("\n"+b.String(), "\n  "+n+"\n")
+		if hidden := n == NameNoop; listed == hidden {
+			t.Errorf("Usage lists %s: %v, want %v (hidden: noop only):\n%s", n, listed, !hidden, b.String())
 		}
 	}
 	b.Reset()
@@ -252,6 +271,10 @@ func FuzzParse(f *testing.F) {
 	f.Add("update-ldcache\x00--ldconfig-path=\x00--folder\x00-")
 	f.Add("mount-proc-driver\x00-h")
 	f.Add("noop\x00--x")
+	f.Add("enable-cuda-compat\x00--host-driver-version=580.159.04\x00--cuda-compat-container-root=rel")
+	f.Add("update-application-profile\x00--container-spec=/b/c.json")
+	f.Add("chmod\x00--mode=0755\x00--path=/dev/dri")
+	f.Add("chmod\x00--mode=89\x00--path=")
 	f.Add("future-hook")
 	f.Fuzz(func(t *testing.T, s string) {
 		args := strings.Split(s, "\x00")

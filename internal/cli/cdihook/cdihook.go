@@ -81,8 +81,10 @@ func Main(e *app.Env) int {
 	quiet := envBool(e, "NVIDIA_CTK_QUIET", "NVIDIA_CDI_QUIET")
 	fs.BoolVar(&debug, "debug", debug, "enable debug-level logging ($NVIDIA_CTK_DEBUG)")
 	fs.BoolVar(&debug, "d", debug, "enable debug-level logging")
-	fs.BoolVar(&quiet, "quiet", quiet, "log errors only ($NVIDIA_CTK_QUIET)")
-	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.BoolVar(&quiet, "quiet", quiet, "log errors only; overrides --debug ($NVIDIA_CTK_QUIET)")
+	var showVersion bool
+	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	fs.BoolVar(&showVersion, "v", false, "print the version and exit")
 	fs.Usage = func() { usage(e.Stderr, prog, fs) }
 	var args []string
 	if len(e.Args) > 1 {
@@ -94,16 +96,17 @@ func Main(e *app.Env) int {
 		}
 		return 1
 	}
-	if *showVersion {
+	if showVersion {
 		fmt.Fprintf(e.Stdout, "%s version %s\n", prog, version.String())
 		return 0
 	}
+	// --quiet overrides --debug, as in NVIDIA's hook.
 	level := slog.LevelWarn
 	switch {
-	case debug:
-		level = slog.LevelDebug
 	case quiet:
 		level = slog.LevelError
+	case debug:
+		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: level}))
 	rest := fs.Args()
@@ -179,6 +182,12 @@ func (h *hookEnv) run(hook hookargs.Hook) error {
 		return disableDeviceNodeModification(h, hook)
 	case hookargs.MountProcDriver:
 		return mountProcDriver(h, hook)
+	case hookargs.EnableCudaCompat:
+		return enableCudaCompat(h, hook)
+	case hookargs.UpdateApplicationProfile:
+		return updateApplicationProfile(h, hook)
+	case hookargs.Chmod:
+		return chmod(h, hook)
 	case hookargs.Noop:
 		return nil
 	}
@@ -277,14 +286,18 @@ func (h *hookEnv) withRootAt(path string, f func(r *rootfs.Root) error) error {
 	return nil
 }
 
-// createSymlinks creates each link of c inside the container root.
+// createSymlinks creates each link of c inside the container root. As
+// NVIDIA documents (a link path that exists is removed), whatever is at the
+// link path is replaced (rootfs.Root.ForceSymlink: atomically, the parent
+// resolved inside the root), except a directory, which is an error; a link
+// that already points to the target is left alone.
 func createSymlinks(h *hookEnv, c hookargs.CreateSymlinks) error {
 	if len(c.Links) == 0 {
 		return nil
 	}
 	return h.withRoot(c.ContainerSpec, func(r *rootfs.Root) error {
 		for _, l := range c.Links {
-			if err := r.Symlink(l.Target, l.Path); err != nil {
+			if err := r.ForceSymlink(l.Target, l.Path); err != nil {
 				return err
 			}
 			h.log.Debug("symlink", "link", l.Path, "target", l.Target)
