@@ -317,7 +317,9 @@ func createSymlinks(h *hookEnv, c hookargs.CreateSymlinks) error {
 // falls back to ldconfig. With only folders (CDI specs from NVIDIA's
 // tools) it runs the host's ldconfig (u.LdconfigPath, default
 // config.DefaultLdconfig, .real preferred) confined to the container root
-// over the directories.
+// over the directories. Either way, the CUDA compat libraries that
+// enable-cuda-compat listed in ld.so.conf.d are then put first in the cache
+// again (promoteCompat), whichever hook ran first.
 func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 	ldconfigPath := u.LdconfigPath
 	if ldconfigPath == "" {
@@ -334,7 +336,12 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 		return err
 	}
 	if len(u.Libs) > 0 {
-		err := h.withRootAt(root, func(r *rootfs.Root) error { return r.UpdateLdCache(u.Libs, u.Folders, h.log) })
+		err := h.withRootAt(root, func(r *rootfs.Root) error {
+			if err := r.UpdateLdCache(u.Libs, u.Folders, h.log); err != nil {
+				return err
+			}
+			return promoteCompat(r, h.log)
+		})
 		if err == nil {
 			return nil
 		}
@@ -347,9 +354,15 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 	if err != nil {
 		return err
 	}
-	return rootfs.RunLdconfig(context.Background(), root, u.Folders, rootfs.LdconfigOptions{
+	if err := rootfs.RunLdconfig(context.Background(), root, u.Folders, rootfs.LdconfigOptions{
 		Ldconfig: hostPath, ConfDropIn: true, Log: h.log,
-	})
+	}); err != nil {
+		return err
+	}
+	// ldconfig puts the directories it is given ahead of those of
+	// ld.so.conf: the compat libraries enable-cuda-compat chose go first
+	// again.
+	return h.withRootAt(root, func(r *rootfs.Root) error { return promoteCompat(r, h.log) })
 }
 
 // disableDeviceNodeModification masks the container's
