@@ -30,7 +30,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/config"
@@ -94,6 +96,13 @@ func Main(e *app.Env) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		// As NVIDIA's hook: an unknown global flag is an error only
+		// before a hook this version knows; with no hook, or an unknown
+		// one (a spec from another toolkit version), it is a warning.
+		if name := firstArg(args); name == "" || !slices.Contains(hookargs.Names(), name) {
+			fmt.Fprintf(e.Stderr, "%s: warning: unsupported CDI hook %q; ignored\n", prog, name)
+			return 0
+		}
 		return 1
 	}
 	if showVersion {
@@ -111,8 +120,11 @@ func Main(e *app.Env) int {
 	log := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: level}))
 	rest := fs.Args()
 	if len(rest) == 0 {
+		// NVIDIA's hook warns and succeeds: a hook entry without a hook
+		// name must not fail a container start.
 		usage(e.Stderr, prog, fs)
-		return 1
+		fmt.Fprintf(e.Stderr, "%s: warning: no CDI hook specified\n", prog)
+		return 0
 	}
 	if rest[0] == "help" {
 		usage(e.Stdout, prog, fs)
@@ -140,10 +152,20 @@ func Main(e *app.Env) int {
 		return 0
 	}
 	if len(chain) == 0 {
-		usage(e.Stderr, prog, fs)
-		return 1
+		fmt.Fprintf(e.Stderr, "%s: warning: no CDI hook specified\n", prog)
+		return 0
 	}
 	return runHook(e, prog, log, chain[0])
+}
+
+// firstArg returns the first argument that is not a flag, "" for none.
+func firstArg(args []string) string {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return a
+		}
+	}
+	return ""
 }
 
 // runHook runs one hook invocation: its name and its flags.
