@@ -17,7 +17,9 @@
 // inside the root (never following the image's symlinks out of it), ldconfig
 // is the host's, sealed and confined. Hook names this version does not know
 // (from specs written by other toolkit versions) print a warning and exit 0,
-// so that they do not break container starts.
+// so that they do not break container starts; so do a call without a hook
+// and an unknown global flag that is not followed by a known hook, as with
+// NVIDIA's hook. docs/cdi-hooks.md compares each hook with NVIDIA's.
 package cdihook
 
 import (
