@@ -237,6 +237,16 @@ func TestCreateSymlinksHostile(t *testing.T) {
 	if got, _ := os.Readlink(filepath.Join(root, host, "libcuda.so")); got != "libcuda.so.1" {
 		t.Errorf("link inside the root -> %q", got)
 	}
+	// A link path climbing out with ".." stays inside the root.
+	if r := run(stateFor(b), nil, "create-symlinks", "--link", "t::/../../.."+host+"/climb"); r.code != 0 {
+		t.Fatalf("climbing link: exit %d: %s", r.code, r.stderr)
+	}
+	if _, err := os.Lstat(filepath.Join(root, host, "climb")); err != nil {
+		t.Errorf("climbing link not inside the root: %v", err)
+	}
+	if ents, _ := os.ReadDir(host); len(ents) != 0 {
+		t.Errorf("links created on the host: %v", ents)
+	}
 	// Idempotent.
 	if r := run(stateFor(b), nil, "create-symlinks", "--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"); r.code != 0 {
 		t.Errorf("second run: exit %d: %s", r.code, r.stderr)

@@ -358,3 +358,16 @@ func TestCudaCompatFirstInCache(t *testing.T) {
 		})
 	}
 }
+
+// FuzzReadCompatNote: any file content is read without a panic, and a
+// note is returned only with NVIDIA's owner.
+func FuzzReadCompatNote(f *testing.F) {
+	f.Add(noteELF(compatNote, compatNoteOwner, fwdNote, 4))
+	f.Add(noteELF(compatNote, compatNoteOwner, fwdNote, 8))
+	f.Add(noteELF(compatNote, compatNoteOwner, `{"Driver":[1e9]}`, 4))
+	f.Add(noteELF("", "", "", 4))
+	f.Add([]byte("\x7fELF"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		readCompatNote(bytes.NewReader(data))
+	})
+}
