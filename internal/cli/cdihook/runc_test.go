@@ -102,6 +102,16 @@ func TestRuncCreateContainerHooks(t *testing.T) {
 // ldconfig ran, confined), and the image without compat libraries or GPU
 // nodes gets neither a compat drop-in nor an application profile.
 func TestRuncNVIDIASpecHooks(t *testing.T) {
+	t.Run("plain image", func(t *testing.T) { runNVIDIASpecHooks(t, false) })
+	t.Run("compat libraries and GPU nodes", func(t *testing.T) { runNVIDIASpecHooks(t, true) })
+}
+
+// runNVIDIASpecHooks is TestRuncNVIDIASpecHooks; with compatGPU the image
+// has a CUDA compat libcuda newer than the spec's host driver (590 against
+// 580.159.04, no ELF note: majors compared) and the container gets GPU
+// nodes with minors 0 and 2: the compat directory is listed in
+// ld.so.conf.d and the application profile names those GPUs.
+func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 	e2e.RequireRoot(t)
 	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
 	if len(matches) == 0 {
@@ -121,8 +131,17 @@ func TestRuncNVIDIASpecHooks(t *testing.T) {
 	must(t, err)
 	root := e2e.BuildRootfs(t, e2e.RootfsOptions{NoCudaprobe: true})
 	drvDir := "/usr/local/nvidia/lib64"
+	if compatGPU {
+		must(t, os.MkdirAll(root+"/usr/local/cuda/compat", 0o755))
+		must(t, os.WriteFile(root+"/usr/local/cuda/compat/libcuda.so.590.44.01", noteELF("", "", "", 4), 0o644))
+	}
 	bundle := e2e.MakeBundle(t, root, "/bin/sh", "-c", "readlink "+drvDir+"/libz.so; readlink "+drvDir+"/gbm/nvidia-drm_gbm.so")
 	e2e.EditSpec(t, bundle, func(s *specs.Spec) {
+		if compatGPU {
+			for _, minor := range []int64{0, 2} {
+				s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: "/dev/nvidia" + strconv.FormatInt(minor, 10), Type: "c", Major: 195, Minor: minor})
+			}
+		}
 		s.Mounts = append(s.Mounts, specs.Mount{
 			Destination: drvDir + "/" + filepath.Base(lib), Source: lib, Type: "bind",
 			Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"},
@@ -151,11 +170,25 @@ func TestRuncNVIDIASpecHooks(t *testing.T) {
 	if !strings.Contains(string(cache), drvDir+"/libz.so.1") {
 		t.Error("the container's ld.so.cache lacks the library (update-ldcache --folder)")
 	}
-	for _, p := range []string{compatConf, appProfileFile} {
-		if _, err := os.Lstat(root + p); err == nil {
-			t.Errorf("%s written in an image without compat libraries or GPU nodes", p)
+	if !compatGPU {
+		for _, p := range []string{compatConf, appProfileFile} {
+			if _, err := os.Lstat(root + p); err == nil {
+				t.Errorf("%s written in an image without compat libraries or GPU nodes", p)
+			}
 		}
+		return
 	}
+	if got, _ := os.ReadFile(root + compatConf); string(got) != "/usr/local/cuda/compat\n" {
+		t.Errorf("compat drop-in = %q", got)
+	}
+	if got, want := string(readOrEmpty(root+appProfileFile)), string(appProfile(0x5)); got != want {
+		t.Errorf("application profile = %q, want %q", got, want)
+	}
+}
+
+func readOrEmpty(p string) []byte {
+	data, _ := os.ReadFile(p)
+	return data
 }
 
 // TestRuncApplicationProfile runs update-application-profile as a
