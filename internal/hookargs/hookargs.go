@@ -16,7 +16,9 @@
 //	nvidia-cdi-hook noop
 //	nvidia-cdi-hook HOOK [FLAGS] ";" HOOK [FLAGS]...
 //
-// Every hook also takes --container-spec FILE. The names and the flags
+// Every hook also takes --container-spec FILE, and the global --debug, -d
+// and --quiet after its name (as NVIDIA's, whose global flags apply to the
+// hooks too). The names and the flags
 // NVIDIA's hook has are spelled as NVIDIA spells them, so that a CDI spec
 // written by NVIDIA's tools (or by `nvidia-ctk cdi generate
 // --separate-hooks`) runs with either nvidia-cdi-hook; --lib, --host-dir,
@@ -80,18 +82,35 @@ type Common struct {
 	// the container root from instead of the OCI state on stdin; "" reads
 	// stdin.
 	ContainerSpec string
+	// Debug (--debug, -d) and Quiet (--quiet) are the program's global
+	// logging flags given after the hook name, where NVIDIA's hook
+	// accepts them too.
+	Debug, Quiet bool
 }
 
+// CommonFlags returns the common flags of a hook (every hook type but Noop
+// embeds Common).
+func (c Common) CommonFlags() Common { return c }
+
 func (c Common) args() []string {
-	if c.ContainerSpec == "" {
-		return nil
+	var out []string
+	if c.ContainerSpec != "" {
+		out = append(out, "--"+flagContainerSpec, c.ContainerSpec)
 	}
-	return []string{"--" + flagContainerSpec, c.ContainerSpec}
+	if c.Debug {
+		out = append(out, "--"+flagDebug)
+	}
+	if c.Quiet {
+		out = append(out, "--"+flagQuiet)
+	}
+	return out
 }
 
 // Flag names.
 const (
 	flagContainerSpec = "container-spec"
+	flagDebug         = "debug"
+	flagQuiet         = "quiet"
 	flagLink          = "link"
 	flagLdconfigPath  = "ldconfig-path"
 	flagFolder        = "folder"
@@ -464,6 +483,9 @@ func newFlagSet(name string, def hookDef) (*flag.FlagSet, func() (Hook, error)) 
 	fs.SetOutput(io.Discard)
 	var c Common
 	fs.StringVar(&c.ContainerSpec, flagContainerSpec, "", "read the OCI spec from this file instead of the OCI state on stdin")
+	fs.BoolVar(&c.Debug, flagDebug, false, "enable debug-level logging (as the global flag)")
+	fs.BoolVar(&c.Debug, "d", false, "enable debug-level logging (as the global flag)")
+	fs.BoolVar(&c.Quiet, flagQuiet, false, "log errors only; overrides --debug (as the global flag)")
 	build := def.define(fs)
 	return fs, func() (Hook, error) { return build(c) }
 }

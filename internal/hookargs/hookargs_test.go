@@ -41,6 +41,8 @@ func roundTrip() []struct {
 			[]string{"enable-cuda-compat", "--host-driver-version=580.1", "--host-cuda-version=13.0",
 				"--cuda-compat-container-root", "/usr/local/cuda/compat_orin", "--container-spec", "/b/c.json"}},
 		{EnableCudaCompat{}, []string{"enable-cuda-compat"}},
+		{UpdateLdcache{Common: Common{Debug: true, Quiet: true}, Folders: []string{"/l"}},
+			[]string{"update-ldcache", "--folder", "/l", "--debug", "--quiet"}},
 		{UpdateApplicationProfile{}, []string{"update-application-profile"}},
 		{Chmod{Mode: 0o755, Paths: []string{"/dev/dri", "/dev/nvidia-caps"}},
 			[]string{"chmod", "--mode", "755", "--path", "/dev/dri", "--path", "/dev/nvidia-caps"}},
@@ -133,6 +135,17 @@ func TestParseSpellings(t *testing.T) {
 		got, err := Parse(args)
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("Parse(%q) = %#v, %v", args, got, err)
+		}
+	}
+	// The global logging flags after the hook name, as NVIDIA spells them.
+	for _, args := range [][]string{
+		{"update-application-profile", "-d"},
+		{"update-application-profile", "--debug=true"},
+		{"update-application-profile", "-debug"},
+	} {
+		got, err := Parse(args)
+		if want := (UpdateApplicationProfile{Common: Common{Debug: true}}); err != nil || got != want {
+			t.Errorf("Parse(%q) = %#v, %v; want %#v", args, got, err, want)
 		}
 	}
 	// A value may start with a dash.

@@ -111,15 +111,7 @@ func Main(e *app.Env) int {
 		fmt.Fprintf(e.Stdout, "%s version %s\n", prog, version.String())
 		return 0
 	}
-	// --quiet overrides --debug, as in NVIDIA's hook.
-	level := slog.LevelWarn
-	switch {
-	case quiet:
-		level = slog.LevelError
-	case debug:
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: level}))
+	log := logFlags{debug: debug, quiet: quiet}
 	rest := fs.Args()
 	if len(rest) == 0 {
 		// NVIDIA's hook warns and succeeds: a hook entry without a hook
@@ -160,6 +152,22 @@ func Main(e *app.Env) int {
 	return runHook(e, prog, log, chain[0])
 }
 
+// logFlags are the logging flags given: --debug (-d) and --quiet.
+type logFlags struct{ debug, quiet bool }
+
+// logger returns the hooks' logger writing to w: warnings by default,
+// errors only with quiet, which overrides debug (as in NVIDIA's hook).
+func (f logFlags) logger(w io.Writer) *slog.Logger {
+	level := slog.LevelWarn
+	switch {
+	case f.quiet:
+		level = slog.LevelError
+	case f.debug:
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
 // firstArg returns the first argument that is not a flag, "" for none.
 func firstArg(args []string) string {
 	for _, a := range args {
@@ -171,14 +179,14 @@ func firstArg(args []string) string {
 }
 
 // runHook runs one hook invocation: its name and its flags.
-func runHook(e *app.Env, prog string, log *slog.Logger, args []string) int {
+func runHook(e *app.Env, prog string, lf logFlags, args []string) int {
 	name := args[0]
 	hook, err := hookargs.Parse(args)
 	var unknown *hookargs.UnknownHookError
 	switch {
 	case errors.As(err, &unknown):
 		// A spec from another toolkit version must not break the start.
-		log.Warn("unknown hook; ignored", "hook", name, "args", args[1:])
+		lf.logger(e.Stderr).Warn("unknown hook; ignored", "hook", name, "args", args[1:])
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		hookargs.HookUsage(e.Stderr, prog, name)
@@ -187,7 +195,12 @@ func runHook(e *app.Env, prog string, log *slog.Logger, args []string) int {
 		fmt.Fprintf(e.Stderr, "%s %s: %s\n", prog, name, echo.Error(err))
 		return 1
 	}
-	h := &hookEnv{Env: e, name: prog + " " + name, log: log.With("hook", name)}
+	if c, ok := hook.(interface{ CommonFlags() hookargs.Common }); ok {
+		// The global logging flags given after the hook name.
+		f := c.CommonFlags()
+		lf.debug, lf.quiet = lf.debug || f.Debug, lf.quiet || f.Quiet
+	}
+	h := &hookEnv{Env: e, name: prog + " " + name, log: lf.logger(e.Stderr).With("hook", name)}
 	if err := h.run(hook); err != nil {
 		fmt.Fprintf(e.Stderr, "%s: %s\n", h.name, echo.Error(err))
 		return 1

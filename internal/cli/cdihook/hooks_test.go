@@ -3,6 +3,7 @@ package cdihook
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -162,9 +163,21 @@ func TestGlobalFlags(t *testing.T) {
 		{[]string{"--debug", "--quiet"}, nil, false},
 		{[]string{"--quiet", "-d"}, nil, false},
 		{[]string{"--debug"}, []string{"NVIDIA_CTK_QUIET=true"}, false},
+		// After the hook name, as NVIDIA's hook accepts them too.
+		{[]string{"", "--debug"}, nil, true},
+		{[]string{"", "-d"}, nil, true},
+		{[]string{"--quiet", "", "--debug"}, nil, false},
+		{[]string{"--debug", "", "--quiet"}, nil, false},
 	}
 	for _, tc := range tests {
-		r := run(stateFor(b), tc.env, append(tc.flags, link...)...)
+		// "" in flags stands for the hook and its own arguments.
+		args := slices.Clone(tc.flags)
+		if i := slices.Index(args, ""); i >= 0 {
+			args = slices.Concat(args[:i], link, args[i+1:])
+		} else {
+			args = append(args, link...)
+		}
+		r := run(stateFor(b), tc.env, args...)
 		if r.code != 0 {
 			t.Fatalf("%q %q: exit %d: %s", tc.env, tc.flags, r.code, r.stderr)
 		}
