@@ -146,13 +146,15 @@ type Link struct {
 func (l Link) String() string { return l.Target + linkSeparator + l.Path }
 
 // Check reports why l cannot be passed as a --link value that reads back
-// as l: an empty target, "::" in either part, a target ending in ":" (the
-// separator would be found one character early) or a link that is not an
-// absolute path.
+// as l: an empty target, "::" or ListSeparator in either part, a target
+// ending in ":" (the separator would be found one character early) or a
+// link that is not an absolute path.
 func (l Link) Check() error {
 	switch {
 	case l.Target == "":
 		return errors.New("empty link target")
+	case strings.Contains(l.Target, ListSeparator) || strings.Contains(l.Path, ListSeparator):
+		return fmt.Errorf("link target or path containing %q", ListSeparator)
 	case strings.Contains(l.Target, linkSeparator) || strings.Contains(l.Path, linkSeparator) || strings.HasSuffix(l.Target, ":"):
 		return fmt.Errorf("link target or path containing %q", linkSeparator)
 	case !path.IsAbs(l.Path):
@@ -476,6 +478,21 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
+// splitList is a repeatable string flag whose values are also split at
+// ListSeparator, as NVIDIA's hook reads its list flags (--link, --folder,
+// --path): "--folder /a,/b" is two folders.
+type splitList []string
+
+func (l *splitList) String() string { return strings.Join(*l, ListSeparator) }
+func (l *splitList) Set(v string) error {
+	*l = append(*l, strings.Split(v, ListSeparator)...)
+	return nil
+}
+
+// ListSeparator splits the values of NVIDIA's list flags; such a value
+// cannot hold it (Link.Check refuses it in a link).
+const ListSeparator = ","
+
 // newFlagSet returns the flag set of hook name (def) with the common flags,
 // and the function that reads the parsed flags into a hook.
 func newFlagSet(name string, def hookDef) (*flag.FlagSet, func() (Hook, error)) {
@@ -566,7 +583,7 @@ func checkAbs(flagName, what string, values ...string) error {
 }
 
 func defineCreateSymlinks(fs *flag.FlagSet) func(Common) (Hook, error) {
-	var links stringList
+	var links splitList
 	fs.Var(&links, flagLink, "TARGET::LINK: create LINK pointing to TARGET (repeatable)")
 	return func(c Common) (Hook, error) {
 		h := CreateSymlinks{Common: c}
@@ -582,7 +599,8 @@ func defineCreateSymlinks(fs *flag.FlagSet) func(Common) (Hook, error) {
 }
 
 func defineUpdateLdcache(fs *flag.FlagSet) func(Common) (Hook, error) {
-	var folders, libs stringList
+	var folders splitList
+	var libs stringList
 	fs.Var(&folders, flagFolder, "a container directory holding injected libraries (repeatable)")
 	fs.Var(&libs, flagLib, "an injected library file or link to one, as a container path: update ld.so.cache in-process (repeatable)")
 	ldconfig := fs.String(flagLdconfigPath, "", "the host ldconfig to run (host path; default /sbin/ldconfig, .real preferred)")
@@ -657,7 +675,7 @@ func defineUpdateApplicationProfile(*flag.FlagSet) func(Common) (Hook, error) {
 
 func defineChmod(fs *flag.FlagSet) func(Common) (Hook, error) {
 	mode := fs.String(flagMode, "", "the mode to set, in octal (permission bits only)")
-	var paths stringList
+	var paths splitList
 	fs.Var(&paths, flagPath, "a container path to set the mode of (repeatable)")
 	return func(c Common) (Hook, error) {
 		m := strings.TrimSpace(*mode)

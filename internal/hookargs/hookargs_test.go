@@ -137,6 +137,26 @@ func TestParseSpellings(t *testing.T) {
 			t.Errorf("Parse(%q) = %#v, %v", args, got, err)
 		}
 	}
+	// NVIDIA's list flags also split their values at commas; nctk's
+	// --lib does not.
+	splits := []struct {
+		args []string
+		want Hook
+	}{
+		{[]string{"create-symlinks", "--link", "a::/x,b::/y"}, CreateSymlinks{Links: []Link{{"a", "/x"}, {"b", "/y"}}}},
+		{[]string{"update-ldcache", "--folder=/a,/b", "--folder", "/c", "--lib", "/a/lib,x.so"},
+			UpdateLdcache{Folders: []string{"/a", "/b", "/c"}, Libs: []string{"/a/lib,x.so"}}},
+		{[]string{"chmod", "--mode", "755", "--path", "/dev/dri,/dev/nvidia-caps"}, Chmod{Mode: 0o755, Paths: []string{"/dev/dri", "/dev/nvidia-caps"}}},
+	}
+	for _, tc := range splits {
+		got, err := Parse(tc.args)
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Parse(%q) = %#v, %v; want %#v", tc.args, got, err, tc.want)
+		}
+	}
+	if _, err := Parse([]string{"update-ldcache", "--folder", "/a,"}); err == nil {
+		t.Error("an empty folder after a comma was accepted")
+	}
 	// The global logging flags after the hook name, as NVIDIA spells them.
 	for _, args := range [][]string{
 		{"update-application-profile", "-d"},
@@ -245,6 +265,8 @@ func TestLinkCheck(t *testing.T) {
 		{Link{"a:", "/l"}, "::"},
 		{Link{"a", "/l::x"}, "::"},
 		{Link{"a", "rel"}, "absolute"},
+		{Link{"a,b", "/l"}, `","`},
+		{Link{"a", "/l,m"}, `","`},
 	}
 	for _, tc := range tests {
 		err := tc.l.Check()
