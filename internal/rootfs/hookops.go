@@ -111,7 +111,8 @@ func (r *Root) Chmod(p string, perm fs.FileMode) (bool, error) {
 // ForceSymlink is Symlink, except that an existing regular file, device,
 // FIFO or socket at link is replaced too (atomically: the new link is
 // exchanged with it); only a directory there is an error wrapping
-// ErrExists. The replaced object is restored by Rollback.
+// ErrExists. The replaced object is restored by Rollback (except on a
+// filesystem without RENAME_EXCHANGE, where it is renamed over).
 func (r *Root) ForceSymlink(target, link string) error {
 	err := r.Symlink(target, link)
 	if !errors.Is(err, ErrExists) {
@@ -143,7 +144,15 @@ func (r *Root) ForceSymlink(target, link string) error {
 		// Exchange never follows either name; the old object keeps
 		// living under tmp until Commit removes it or Rollback
 		// exchanges it back.
-		if err := unix.Renameat2(dfd, tmp, dfd, name, unix.RENAME_EXCHANGE); err != nil {
+		err = unix.Renameat2(dfd, tmp, dfd, name, unix.RENAME_EXCHANGE)
+		if err == unix.EINVAL || err == unix.ENOSYS || err == unix.EOPNOTSUPP {
+			// A filesystem without exchange: a plain rename replaces
+			// the object (not restored by Rollback).
+			if err = unix.Renameat(dfd, tmp, dfd, name); err == nil {
+				return nil
+			}
+		}
+		if err != nil {
 			unix.Unlinkat(dfd, tmp, 0)
 			return r.errorf(cp, fmt.Errorf("replace with symlink: %w", err))
 		}
