@@ -6,7 +6,8 @@ DESTDIR ?=
 BINDIR  := $(DESTDIR)$(PREFIX)/bin
 GO      ?= go
 TOOLS   := nvidia-container-cli nvidia-container-runtime nvidia-container-runtime-hook \
-           nvidia-container-toolkit nvidia-ctk nvidia-cdi-hook nvidia-docker
+           nvidia-container-toolkit nvidia-ctk nvidia-cdi-hook nvidia-docker \
+           nvidia-container-runtime.cdi nvidia-container-runtime.legacy
 GOTEST_FLAGS ?= -count=1 -timeout 40m
 
 .PHONY: all build install uninstall deb setup test unit fixtures lint bench demo clean

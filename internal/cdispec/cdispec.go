@@ -154,20 +154,13 @@ func HookNames() []string {
 // AllHooks in Options.DisabledHooks leaves out every hook.
 const AllHooks = "all"
 
-// nvidiaOnlyHooks are hooks of NVIDIA's specs that nctk's specs never
-// carry: naming them in Options.DisabledHooks (or enabling them) is
-// accepted and changes nothing.
-var nvidiaOnlyHooks = []string{"enable-cuda-compat", "update-application-profile", "chmod"}
-
 // CheckHookName reports whether name is a hook NVIDIA's or nctk's
 // nvidia-cdi-hook has (the names --disable-hooks and --enable-hooks take).
 func CheckHookName(name string) error {
-	if slices.Contains(hookargs.Names(), name) || slices.Contains(nvidiaOnlyHooks, name) {
+	if slices.Contains(hookargs.Names(), name) {
 		return nil
 	}
-	known := slices.Concat(hookargs.Names(), nvidiaOnlyHooks)
-	slices.Sort(known)
-	return fmt.Errorf("unknown hook %q: want one of %s", name, strings.Join(slices.Compact(known), ", "))
+	return fmt.Errorf("unknown hook %q: want one of %s", name, strings.Join(hookargs.Names(), ", "))
 }
 
 // Generate discovers the driver described by job.Driver, selects the devices

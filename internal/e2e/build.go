@@ -53,6 +53,7 @@ func MustBuildNctk(tb testing.TB) string {
 func ToolNames() []string {
 	return []string{
 		"nvidia-cdi-hook", "nvidia-container-cli", "nvidia-container-runtime", "nvidia-container-runtime-hook",
+		"nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy",
 		"nvidia-container-toolkit", "nvidia-ctk", "nvidia-docker",
 	}
 }

@@ -10,10 +10,15 @@
 //	nvidia-cdi-hook update-ldcache [--ldconfig-path PATH] --folder DIR... [--lib PATH...]
 //	nvidia-cdi-hook disable-device-node-modification [--host-dir DIR]
 //	nvidia-cdi-hook mount-proc-driver [--host-dir DIR] [--file NAME]... [--gpu BUSID]... [--expose REL]...
+//	nvidia-cdi-hook enable-cuda-compat [--host-driver-version V] [--host-cuda-version V] [--cuda-compat-container-root DIR]
+//	nvidia-cdi-hook update-application-profile
+//	nvidia-cdi-hook chmod --mode OCTAL --path PATH...
 //	nvidia-cdi-hook noop
 //	nvidia-cdi-hook HOOK [FLAGS] ";" HOOK [FLAGS]...
 //
-// Every hook also takes --container-spec FILE. The names and the flags
+// Every hook also takes --container-spec FILE, and the global --debug, -d
+// and --quiet after its name (as NVIDIA's, whose global flags apply to the
+// hooks too). The names and the flags
 // NVIDIA's hook has are spelled as NVIDIA spells them, so that a CDI spec
 // written by NVIDIA's tools (or by `nvidia-ctk cdi generate
 // --separate-hooks`) runs with either nvidia-cdi-hook; --lib, --host-dir,
@@ -29,6 +34,7 @@ import (
 	"io"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -42,6 +48,9 @@ const (
 	NameUpdateLdcache                 = "update-ldcache"
 	NameDisableDeviceNodeModification = "disable-device-node-modification"
 	NameMountProcDriver               = "mount-proc-driver"
+	NameEnableCudaCompat              = "enable-cuda-compat"
+	NameUpdateApplicationProfile      = "update-application-profile"
+	NameChmod                         = "chmod"
 	NameNoop                          = "noop"
 )
 
@@ -73,18 +82,35 @@ type Common struct {
 	// the container root from instead of the OCI state on stdin; "" reads
 	// stdin.
 	ContainerSpec string
+	// Debug (--debug, -d) and Quiet (--quiet) are the program's global
+	// logging flags given after the hook name, where NVIDIA's hook
+	// accepts them too.
+	Debug, Quiet bool
 }
 
+// CommonFlags returns the common flags of a hook (every hook type but Noop
+// embeds Common).
+func (c Common) CommonFlags() Common { return c }
+
 func (c Common) args() []string {
-	if c.ContainerSpec == "" {
-		return nil
+	var out []string
+	if c.ContainerSpec != "" {
+		out = append(out, "--"+flagContainerSpec, c.ContainerSpec)
 	}
-	return []string{"--" + flagContainerSpec, c.ContainerSpec}
+	if c.Debug {
+		out = append(out, "--"+flagDebug)
+	}
+	if c.Quiet {
+		out = append(out, "--"+flagQuiet)
+	}
+	return out
 }
 
 // Flag names.
 const (
 	flagContainerSpec = "container-spec"
+	flagDebug         = "debug"
+	flagQuiet         = "quiet"
 	flagLink          = "link"
 	flagLdconfigPath  = "ldconfig-path"
 	flagFolder        = "folder"
@@ -93,7 +119,17 @@ const (
 	flagFile          = "file"
 	flagGPU           = "gpu"
 	flagExpose        = "expose"
+	flagHostDriver    = "host-driver-version"
+	flagHostCuda      = "host-cuda-version"
+	flagCompatRoot    = "cuda-compat-container-root"
+	flagMode          = "mode"
+	flagPath          = "path"
 )
+
+// DefaultCudaCompatDir is the container directory enable-cuda-compat looks
+// in for the image's CUDA forward-compatibility libraries when
+// --cuda-compat-container-root is not given.
+const DefaultCudaCompatDir = "/usr/local/cuda/compat"
 
 // linkSeparator separates a --link value's target from its link.
 const linkSeparator = "::"
@@ -110,13 +146,15 @@ type Link struct {
 func (l Link) String() string { return l.Target + linkSeparator + l.Path }
 
 // Check reports why l cannot be passed as a --link value that reads back
-// as l: an empty target, "::" in either part, a target ending in ":" (the
-// separator would be found one character early) or a link that is not an
-// absolute path.
+// as l: an empty target, "::" or ListSeparator in either part, a target
+// ending in ":" (the separator would be found one character early) or a
+// link that is not an absolute path.
 func (l Link) Check() error {
 	switch {
 	case l.Target == "":
 		return errors.New("empty link target")
+	case strings.Contains(l.Target, ListSeparator) || strings.Contains(l.Path, ListSeparator):
+		return fmt.Errorf("link target or path containing %q", ListSeparator)
 	case strings.Contains(l.Target, linkSeparator) || strings.Contains(l.Path, linkSeparator) || strings.HasSuffix(l.Target, ":"):
 		return fmt.Errorf("link target or path containing %q", linkSeparator)
 	case !path.IsAbs(l.Path):
@@ -240,6 +278,73 @@ func (h MountProcDriver) Args() []string {
 	return append(out, h.Common.args()...)
 }
 
+// EnableCudaCompat puts the image's CUDA forward-compatibility libraries
+// first in the loader's search when they are newer than the host driver.
+type EnableCudaCompat struct {
+	Common
+	// HostDriverVersion (--host-driver-version) is the host driver's
+	// version ("580.159.04").
+	HostDriverVersion string
+	// HostCudaVersion (--host-cuda-version) is the CUDA version the host
+	// driver supports ("13.0").
+	HostCudaVersion string
+	// CompatDir (--cuda-compat-container-root) is the container directory
+	// of the compat libraries; "" means DefaultCudaCompatDir.
+	CompatDir string
+}
+
+// Name implements Hook.
+func (EnableCudaCompat) Name() string { return NameEnableCudaCompat }
+
+// Args implements Hook.
+func (h EnableCudaCompat) Args() []string {
+	out := []string{h.Name()}
+	if h.HostDriverVersion != "" {
+		out = append(out, "--"+flagHostDriver+"="+h.HostDriverVersion)
+	}
+	if h.HostCudaVersion != "" {
+		out = append(out, "--"+flagHostCuda+"="+h.HostCudaVersion)
+	}
+	if h.CompatDir != "" {
+		out = append(out, "--"+flagCompatRoot, h.CompatDir)
+	}
+	return append(out, h.Common.args()...)
+}
+
+// UpdateApplicationProfile writes the driver application profile that
+// makes EGL and Vulkan in the container see only its GPUs.
+type UpdateApplicationProfile struct {
+	Common
+}
+
+// Name implements Hook.
+func (UpdateApplicationProfile) Name() string { return NameUpdateApplicationProfile }
+
+// Args implements Hook.
+func (h UpdateApplicationProfile) Args() []string {
+	return append([]string{h.Name()}, h.Common.args()...)
+}
+
+// Chmod sets the permission bits of container paths.
+type Chmod struct {
+	Common
+	// Mode (--mode, octal) is the mode to set; only its permission bits
+	// (0777) are applied.
+	Mode uint32
+	// Paths (--path, repeated) are the container paths.
+	Paths []string
+}
+
+// Name implements Hook.
+func (Chmod) Name() string { return NameChmod }
+
+// Args implements Hook.
+func (h Chmod) Args() []string {
+	out := []string{h.Name(), "--" + flagMode, fmt.Sprintf("%o", h.Mode)}
+	out = appendEach(out, flagPath, h.Paths)
+	return append(out, h.Common.args()...)
+}
+
 // Noop does nothing; it takes any arguments and ignores them.
 type Noop struct{}
 
@@ -330,6 +435,7 @@ func (e *UnknownHookError) Error() string { return fmt.Sprintf("unknown hook %q"
 type hookDef struct {
 	synopsis string // the flags, for Usage
 	summary  string // what the hook does, for Usage
+	hidden   bool   // left out of Usage (NVIDIA's hidden noop)
 	// define defines the hook's own flags on fs and returns the function
 	// that, after fs is parsed, builds the hook (with the common flags c)
 	// and checks it.
@@ -339,14 +445,20 @@ type hookDef struct {
 // hookDefs are the hooks Parse knows, by name.
 func hookDefs() map[string]hookDef {
 	return map[string]hookDef{
-		NameCreateSymlinks: {"--link TARGET::LINK...", "create symlinks in the container", defineCreateSymlinks},
-		NameUpdateLdcache: {"[--ldconfig-path P] --folder DIR... [--lib PATH...]",
-			"update ld.so.cache (in-process with --lib, else the host's ldconfig confined to the container)", defineUpdateLdcache},
-		NameDisableDeviceNodeModification: {"[--host-dir D]",
-			"mask /proc/driver/nvidia/params with ModifyDeviceFiles: 0", defineDisableDeviceNodeModification},
-		NameMountProcDriver: {"[--host-dir D] [--file F]... [--gpu BUSID]... [--expose REL]...",
-			"the container's filtered /proc/driver/nvidia", defineMountProcDriver},
-		NameNoop: {"", "do nothing", nil},
+		NameCreateSymlinks: {synopsis: "--link TARGET::LINK...", summary: "create symlinks in the container (replacing what is at LINK)",
+			define: defineCreateSymlinks},
+		NameUpdateLdcache: {synopsis: "[--ldconfig-path P] --folder DIR... [--lib PATH...]",
+			summary: "update ld.so.cache (in-process with --lib, else the host's ldconfig confined to the container)", define: defineUpdateLdcache},
+		NameDisableDeviceNodeModification: {synopsis: "[--host-dir D]",
+			summary: "mask /proc/driver/nvidia/params with ModifyDeviceFiles: 0", define: defineDisableDeviceNodeModification},
+		NameMountProcDriver: {synopsis: "[--host-dir D] [--file F]... [--gpu BUSID]... [--expose REL]...",
+			summary: "the container's filtered /proc/driver/nvidia", define: defineMountProcDriver},
+		NameEnableCudaCompat: {synopsis: "[--host-driver-version V] [--host-cuda-version V] [--cuda-compat-container-root DIR]",
+			summary: "put the image's CUDA compat libraries first in the loader's search when newer than the host driver", define: defineEnableCudaCompat},
+		NameUpdateApplicationProfile: {summary: "limit EGL/Vulkan to the container's GPUs (driver application profile)",
+			define: defineUpdateApplicationProfile},
+		NameChmod: {synopsis: "--mode OCTAL --path P...", summary: "set the permission bits of container paths", define: defineChmod},
+		NameNoop:  {summary: "do nothing", hidden: true},
 	}
 }
 
@@ -366,6 +478,21 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
+// splitList is a repeatable string flag whose values are also split at
+// ListSeparator, as NVIDIA's hook reads its list flags (--link, --folder,
+// --path): "--folder /a,/b" is two folders.
+type splitList []string
+
+func (l *splitList) String() string { return strings.Join(*l, ListSeparator) }
+func (l *splitList) Set(v string) error {
+	*l = append(*l, strings.Split(v, ListSeparator)...)
+	return nil
+}
+
+// ListSeparator splits the values of NVIDIA's list flags; such a value
+// cannot hold it (Link.Check refuses it in a link).
+const ListSeparator = ","
+
 // newFlagSet returns the flag set of hook name (def) with the common flags,
 // and the function that reads the parsed flags into a hook.
 func newFlagSet(name string, def hookDef) (*flag.FlagSet, func() (Hook, error)) {
@@ -373,6 +500,9 @@ func newFlagSet(name string, def hookDef) (*flag.FlagSet, func() (Hook, error)) 
 	fs.SetOutput(io.Discard)
 	var c Common
 	fs.StringVar(&c.ContainerSpec, flagContainerSpec, "", "read the OCI spec from this file instead of the OCI state on stdin")
+	fs.BoolVar(&c.Debug, flagDebug, false, "enable debug-level logging (as the global flag)")
+	fs.BoolVar(&c.Debug, "d", false, "enable debug-level logging (as the global flag)")
+	fs.BoolVar(&c.Quiet, flagQuiet, false, "log errors only; overrides --debug (as the global flag)")
 	build := def.define(fs)
 	return fs, func() (Hook, error) { return build(c) }
 }
@@ -404,11 +534,15 @@ func Parse(args []string) (Hook, error) {
 	return build()
 }
 
-// Usage writes the hook names with their flags and what each does.
+// Usage writes the hook names with their flags and what each does; hidden
+// hooks (noop) are left out.
 func Usage(w io.Writer) {
 	defs := hookDefs()
 	for _, n := range Names() {
 		d := defs[n]
+		if d.hidden {
+			continue
+		}
 		fmt.Fprintf(w, "  %s\n        %s\n", strings.TrimSpace(n+" "+d.synopsis), d.summary)
 	}
 }
@@ -449,7 +583,7 @@ func checkAbs(flagName, what string, values ...string) error {
 }
 
 func defineCreateSymlinks(fs *flag.FlagSet) func(Common) (Hook, error) {
-	var links stringList
+	var links splitList
 	fs.Var(&links, flagLink, "TARGET::LINK: create LINK pointing to TARGET (repeatable)")
 	return func(c Common) (Hook, error) {
 		h := CreateSymlinks{Common: c}
@@ -465,7 +599,8 @@ func defineCreateSymlinks(fs *flag.FlagSet) func(Common) (Hook, error) {
 }
 
 func defineUpdateLdcache(fs *flag.FlagSet) func(Common) (Hook, error) {
-	var folders, libs stringList
+	var folders splitList
+	var libs stringList
 	fs.Var(&folders, flagFolder, "a container directory holding injected libraries (repeatable)")
 	fs.Var(&libs, flagLib, "an injected library file or link to one, as a container path: update ld.so.cache in-process (repeatable)")
 	ldconfig := fs.String(flagLdconfigPath, "", "the host ldconfig to run (host path; default /sbin/ldconfig, .real preferred)")
@@ -517,5 +652,48 @@ func defineMountProcDriver(fs *flag.FlagSet) func(Common) (Hook, error) {
 			return nil, err
 		}
 		return MountProcDriver{Common: c, HostDir: *dir, Files: files, GPUs: gpus, Expose: expose}, nil
+	}
+}
+
+func defineEnableCudaCompat(fs *flag.FlagSet) func(Common) (Hook, error) {
+	driver := fs.String(flagHostDriver, "", "the host driver's version; the compat libraries are used only when newer")
+	cuda := fs.String(flagHostCuda, "", "the CUDA version the host driver supports")
+	dir := fs.String(flagCompatRoot, "", "the container directory of the CUDA compat libraries (default "+DefaultCudaCompatDir+")")
+	return func(c Common) (Hook, error) {
+		if isSet(fs, flagCompatRoot) {
+			if err := checkAbs(flagCompatRoot, "container", *dir); err != nil {
+				return nil, err
+			}
+		}
+		return EnableCudaCompat{Common: c, HostDriverVersion: *driver, HostCudaVersion: *cuda, CompatDir: *dir}, nil
+	}
+}
+
+func defineUpdateApplicationProfile(*flag.FlagSet) func(Common) (Hook, error) {
+	return func(c Common) (Hook, error) { return UpdateApplicationProfile{Common: c}, nil }
+}
+
+func defineChmod(fs *flag.FlagSet) func(Common) (Hook, error) {
+	mode := fs.String(flagMode, "", "the mode to set, in octal (permission bits only)")
+	var paths splitList
+	fs.Var(&paths, flagPath, "a container path to set the mode of (repeatable)")
+	return func(c Common) (Hook, error) {
+		m := strings.TrimSpace(*mode)
+		if m == "" {
+			return nil, fmt.Errorf("--%s is required", flagMode)
+		}
+		v, err := strconv.ParseUint(m, 8, 32)
+		if err != nil {
+			return nil, fmt.Errorf("invalid --%s %q: not an octal mode", flagMode, *mode)
+		}
+		if v > 0o7777 {
+			return nil, fmt.Errorf("invalid --%s %q: more than 07777", flagMode, *mode)
+		}
+		for _, p := range paths {
+			if strings.TrimSpace(p) == "" {
+				return nil, fmt.Errorf("invalid --%s: empty path", flagPath)
+			}
+		}
+		return Chmod{Common: c, Mode: uint32(v), Paths: paths}, nil
 	}
 }

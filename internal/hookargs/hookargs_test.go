@@ -36,6 +36,17 @@ func roundTrip() []struct {
 		{MountProcDriver{}, []string{"mount-proc-driver"}},
 		{UpdateLdcache{Common: Common{ContainerSpec: "/b/config.json"}, Folders: []string{"/l"}},
 			[]string{"update-ldcache", "--folder", "/l", "--container-spec", "/b/config.json"}},
+		{EnableCudaCompat{HostDriverVersion: "580.159.04"}, []string{"enable-cuda-compat", "--host-driver-version=580.159.04"}},
+		{EnableCudaCompat{HostDriverVersion: "580.1", HostCudaVersion: "13.0", CompatDir: "/usr/local/cuda/compat_orin", Common: Common{ContainerSpec: "/b/c.json"}},
+			[]string{"enable-cuda-compat", "--host-driver-version=580.1", "--host-cuda-version=13.0",
+				"--cuda-compat-container-root", "/usr/local/cuda/compat_orin", "--container-spec", "/b/c.json"}},
+		{EnableCudaCompat{}, []string{"enable-cuda-compat"}},
+		{UpdateLdcache{Common: Common{Debug: true, Quiet: true}, Folders: []string{"/l"}},
+			[]string{"update-ldcache", "--folder", "/l", "--debug", "--quiet"}},
+		{UpdateApplicationProfile{}, []string{"update-application-profile"}},
+		{Chmod{Mode: 0o755, Paths: []string{"/dev/dri", "/dev/nvidia-caps"}},
+			[]string{"chmod", "--mode", "755", "--path", "/dev/dri", "--path", "/dev/nvidia-caps"}},
+		{Chmod{Mode: 0o4750}, []string{"chmod", "--mode", "4750"}},
 		{Noop{}, []string{"noop"}},
 	}
 }
@@ -126,6 +137,37 @@ func TestParseSpellings(t *testing.T) {
 			t.Errorf("Parse(%q) = %#v, %v", args, got, err)
 		}
 	}
+	// NVIDIA's list flags also split their values at commas; nctk's
+	// --lib does not.
+	splits := []struct {
+		args []string
+		want Hook
+	}{
+		{[]string{"create-symlinks", "--link", "a::/x,b::/y"}, CreateSymlinks{Links: []Link{{"a", "/x"}, {"b", "/y"}}}},
+		{[]string{"update-ldcache", "--folder=/a,/b", "--folder", "/c", "--lib", "/a/lib,x.so"},
+			UpdateLdcache{Folders: []string{"/a", "/b", "/c"}, Libs: []string{"/a/lib,x.so"}}},
+		{[]string{"chmod", "--mode", "755", "--path", "/dev/dri,/dev/nvidia-caps"}, Chmod{Mode: 0o755, Paths: []string{"/dev/dri", "/dev/nvidia-caps"}}},
+	}
+	for _, tc := range splits {
+		got, err := Parse(tc.args)
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Parse(%q) = %#v, %v; want %#v", tc.args, got, err, tc.want)
+		}
+	}
+	if _, err := Parse([]string{"update-ldcache", "--folder", "/a,"}); err == nil {
+		t.Error("an empty folder after a comma was accepted")
+	}
+	// The global logging flags after the hook name, as NVIDIA spells them.
+	for _, args := range [][]string{
+		{"update-application-profile", "-d"},
+		{"update-application-profile", "--debug=true"},
+		{"update-application-profile", "-debug"},
+	} {
+		got, err := Parse(args)
+		if want := (UpdateApplicationProfile{Common: Common{Debug: true}}); err != nil || got != want {
+			t.Errorf("Parse(%q) = %#v, %v; want %#v", args, got, err, want)
+		}
+	}
 	// A value may start with a dash.
 	got, err := Parse([]string{"update-ldcache", "--folder", "-"})
 	if err == nil || !strings.Contains(err.Error(), `invalid --folder "-"`) {
@@ -149,6 +191,15 @@ func TestParseErrors(t *testing.T) {
 		{[]string{"create-symlinks", "--link", "a:::/b"}, "absolute container path"},
 		{[]string{"create-symlinks", "positional"}, `unexpected argument "positional"`},
 		{[]string{"update-ldcache", "--folder", "relative"}, `invalid --folder "relative": not an absolute container path`},
+		{[]string{"enable-cuda-compat", "--cuda-compat-container-root", "usr/local/cuda/compat"}, "not an absolute container path"},
+		{[]string{"enable-cuda-compat", "--cuda-compat-container-root="}, "not an absolute container path"},
+		{[]string{"chmod", "--path", "/dev/dri"}, "--mode is required"},
+		{[]string{"chmod", "--mode", " "}, "--mode is required"},
+		{[]string{"chmod", "--mode", "rwx"}, `invalid --mode "rwx": not an octal mode`},
+		{[]string{"chmod", "--mode", "0789"}, "not an octal mode"},
+		{[]string{"chmod", "--mode", "17777"}, "more than 07777"},
+		{[]string{"chmod", "--mode", "755", "--path", " "}, "empty path"},
+		{[]string{"update-application-profile", "extra"}, `unexpected argument "extra"`},
 		{[]string{"update-ldcache", "--lib", "lib/libcuda.so.1"}, `invalid --lib "lib/libcuda.so.1": not an absolute container path`},
 		{[]string{"update-ldcache", "--ldconfig-path", "sbin/ldconfig"}, "not an absolute host path"},
 		{[]string{"update-ldcache", "--ldconfig-path", ""}, "not an absolute host path"},
@@ -165,9 +216,9 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestParseUnknownAndHelp(t *testing.T) {
-	_, err := Parse([]string{"enable-cuda-compat", "--host-driver-version", "580.1"})
+	_, err := Parse([]string{"some-future-hook", "--host-driver-version", "580.1"})
 	var unknown *UnknownHookError
-	if !errors.As(err, &unknown) || unknown.Name != "enable-cuda-compat" {
+	if !errors.As(err, &unknown) || unknown.Name != "some-future-hook" {
 		t.Errorf("unknown hook: %v", err)
 	}
 	for _, name := range Names() {
@@ -184,8 +235,9 @@ func TestUsage(t *testing.T) {
 	var b bytes.Buffer
 	Usage(&b)
 	for _, n := range Names() {
-		if !strings.Contains("\n"+b.String(), "\n  "+n+" ") && !strings.Contains("\n"+b.String(), "\n  "+n+"\n") {
-			t.Errorf("Usage lacks %s:\n%s", n, b.String())
+		listed := strings.Contains("\n"+b.String(), "\n  "+n+" ") || strings.Contains("\n"+b.String(), "\n  "+n+"\n")
+		if hidden := n == NameNoop; listed == hidden {
+			t.Errorf("Usage lists %s: %v, want %v (hidden: noop only):\n%s", n, listed, !hidden, b.String())
 		}
 	}
 	b.Reset()
@@ -213,6 +265,8 @@ func TestLinkCheck(t *testing.T) {
 		{Link{"a:", "/l"}, "::"},
 		{Link{"a", "/l::x"}, "::"},
 		{Link{"a", "rel"}, "absolute"},
+		{Link{"a,b", "/l"}, `","`},
+		{Link{"a", "/l,m"}, `","`},
 	}
 	for _, tc := range tests {
 		err := tc.l.Check()
@@ -252,6 +306,10 @@ func FuzzParse(f *testing.F) {
 	f.Add("update-ldcache\x00--ldconfig-path=\x00--folder\x00-")
 	f.Add("mount-proc-driver\x00-h")
 	f.Add("noop\x00--x")
+	f.Add("enable-cuda-compat\x00--host-driver-version=580.159.04\x00--cuda-compat-container-root=rel")
+	f.Add("update-application-profile\x00--container-spec=/b/c.json")
+	f.Add("chmod\x00--mode=0755\x00--path=/dev/dri")
+	f.Add("chmod\x00--mode=89\x00--path=")
 	f.Add("future-hook")
 	f.Fuzz(func(t *testing.T, s string) {
 		args := strings.Split(s, "\x00")

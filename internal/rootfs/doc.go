@@ -33,11 +33,16 @@
 //   - Existing symlinks are never followed at a destination: a placeholder
 //     whose path is a symlink in the image is an error naming it; a symlink
 //     the caller asks for replaces an existing symlink atomically (renameat)
-//     but never a regular file or directory.
+//     but never a regular file or directory (ForceSymlink, for
+//     create-symlinks, replaces a file too, never a directory). Modes are
+//     changed through O_PATH descriptors (Chmod), files read through
+//     descriptors checked with fstat (OpenRegular: no FIFO, no device, a
+//     size limit).
 //
-// Every directory, file and symlink a Root creates and every mount it makes
-// is journaled so that a failed apply can be rolled back with Rollback (a
-// symlink it replaced is restored; a file WriteFile replaced is not).
+// Every directory, file and symlink a Root creates, every mode it changes
+// and every mount it makes is journaled so that a failed apply can be
+// rolled back with Rollback (a symlink it replaced and a file ForceSymlink
+// replaced are restored; a file WriteFile replaced is not).
 //
 // RunLdconfig (and Ldconfig.Run, on a copy PrepareLdconfig made earlier)
 // runs the host's ldconfig from a sealed memfd copy in a child that has its

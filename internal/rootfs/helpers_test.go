@@ -3,8 +3,6 @@ package rootfs
 import (
 	"io/fs"
 	"os"
-
-	"golang.org/x/sys/unix"
 )
 
 // Path-taking wrappers over the root's unexported operations, for this
@@ -34,18 +32,4 @@ func (r *Root) BindMount(hostPath, dst string, kind Kind, opts []string) error {
 	}
 	defer s.Close()
 	return r.Attach(s, dst)
-}
-
-// MkdirAll creates the directory p and its missing parents inside the root.
-func (r *Root) MkdirAll(p string, mode fs.FileMode) error {
-	cp, err := clean(p)
-	if err != nil {
-		return r.errorf(p, err)
-	}
-	fd, err := r.mkdirAll(cp, uint32(mode.Perm()))
-	if err != nil {
-		return err
-	}
-	unix.Close(fd)
-	return nil
 }

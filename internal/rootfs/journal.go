@@ -23,7 +23,8 @@ func (r *Root) record(u undo) {
 
 // Rollback undoes every change recorded since the Root was opened (or since
 // the last Commit), newest first: mounts are lazily unmounted, created
-// files, directories and symlinks are removed, replaced symlinks restored.
+// files, directories and symlinks are removed, replaced symlinks (and files
+// ForceSymlink replaced) restored, changed modes set back.
 // It returns the errors it met, joined; it does not stop at the first.
 func (r *Root) Rollback() error {
 	var errs []error

@@ -15,6 +15,7 @@ import (
 	"github.com/nctk/nctk/internal/cli/hook"
 	"github.com/nctk/nctk/internal/cli/nvdocker"
 	"github.com/nctk/nctk/internal/cli/runtime"
+	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/version"
 )
 
@@ -23,7 +24,10 @@ func All() map[string]app.Tool {
 	return map[string]app.Tool{
 		"nvidia-container-cli":     containercli.Main,
 		"nvidia-container-runtime": runtime.Main,
-		"nvidia-ctk":               ctk.Main,
+		// NVIDIA's runtime installed with its mode fixed.
+		"nvidia-container-runtime.cdi":    runtime.MainMode(config.ModeCDI),
+		"nvidia-container-runtime.legacy": runtime.MainMode(config.ModeLegacy),
+		"nvidia-ctk":                      ctk.Main,
 		// dockerd looks the hook up by this name; NVIDIA ships the second
 		// name as a link to it.
 		"nvidia-container-runtime-hook": hook.Main,

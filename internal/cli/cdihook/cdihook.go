@@ -17,7 +17,9 @@
 // inside the root (never following the image's symlinks out of it), ldconfig
 // is the host's, sealed and confined. Hook names this version does not know
 // (from specs written by other toolkit versions) print a warning and exit 0,
-// so that they do not break container starts.
+// so that they do not break container starts; so do a call without a hook
+// and an unknown global flag that is not followed by a known hook, as with
+// NVIDIA's hook. docs/cdi-hooks.md compares each hook with NVIDIA's.
 package cdihook
 
 import (
@@ -30,7 +32,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/config"
@@ -81,8 +85,10 @@ func Main(e *app.Env) int {
 	quiet := envBool(e, "NVIDIA_CTK_QUIET", "NVIDIA_CDI_QUIET")
 	fs.BoolVar(&debug, "debug", debug, "enable debug-level logging ($NVIDIA_CTK_DEBUG)")
 	fs.BoolVar(&debug, "d", debug, "enable debug-level logging")
-	fs.BoolVar(&quiet, "quiet", quiet, "log errors only ($NVIDIA_CTK_QUIET)")
-	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.BoolVar(&quiet, "quiet", quiet, "log errors only; overrides --debug ($NVIDIA_CTK_QUIET)")
+	var showVersion bool
+	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	fs.BoolVar(&showVersion, "v", false, "print the version and exit")
 	fs.Usage = func() { usage(e.Stderr, prog, fs) }
 	var args []string
 	if len(e.Args) > 1 {
@@ -92,24 +98,27 @@ func Main(e *app.Env) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		// As NVIDIA's hook: an unknown global flag is an error only
+		// before a hook this version knows; with no hook, or an unknown
+		// one (a spec from another toolkit version), it is a warning.
+		if name := firstArg(args); name == "" || !slices.Contains(hookargs.Names(), name) {
+			fmt.Fprintf(e.Stderr, "%s: warning: unsupported CDI hook %q; ignored\n", prog, name)
+			return 0
+		}
 		return 1
 	}
-	if *showVersion {
+	if showVersion {
 		fmt.Fprintf(e.Stdout, "%s version %s\n", prog, version.String())
 		return 0
 	}
-	level := slog.LevelWarn
-	switch {
-	case debug:
-		level = slog.LevelDebug
-	case quiet:
-		level = slog.LevelError
-	}
-	log := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: level}))
+	log := logFlags{debug: debug, quiet: quiet}
 	rest := fs.Args()
 	if len(rest) == 0 {
+		// NVIDIA's hook warns and succeeds: a hook entry without a hook
+		// name must not fail a container start.
 		usage(e.Stderr, prog, fs)
-		return 1
+		fmt.Fprintf(e.Stderr, "%s: warning: no CDI hook specified\n", prog)
+		return 0
 	}
 	if rest[0] == "help" {
 		usage(e.Stdout, prog, fs)
@@ -137,21 +146,47 @@ func Main(e *app.Env) int {
 		return 0
 	}
 	if len(chain) == 0 {
-		usage(e.Stderr, prog, fs)
-		return 1
+		fmt.Fprintf(e.Stderr, "%s: warning: no CDI hook specified\n", prog)
+		return 0
 	}
 	return runHook(e, prog, log, chain[0])
 }
 
+// logFlags are the logging flags given: --debug (-d) and --quiet.
+type logFlags struct{ debug, quiet bool }
+
+// logger returns the hooks' logger writing to w: warnings by default,
+// errors only with quiet, which overrides debug (as in NVIDIA's hook).
+func (f logFlags) logger(w io.Writer) *slog.Logger {
+	level := slog.LevelWarn
+	switch {
+	case f.quiet:
+		level = slog.LevelError
+	case f.debug:
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// firstArg returns the first argument that is not a flag, "" for none.
+func firstArg(args []string) string {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return a
+		}
+	}
+	return ""
+}
+
 // runHook runs one hook invocation: its name and its flags.
-func runHook(e *app.Env, prog string, log *slog.Logger, args []string) int {
+func runHook(e *app.Env, prog string, lf logFlags, args []string) int {
 	name := args[0]
 	hook, err := hookargs.Parse(args)
 	var unknown *hookargs.UnknownHookError
 	switch {
 	case errors.As(err, &unknown):
 		// A spec from another toolkit version must not break the start.
-		log.Warn("unknown hook; ignored", "hook", name, "args", args[1:])
+		lf.logger(e.Stderr).Warn("unknown hook; ignored", "hook", name, "args", args[1:])
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		hookargs.HookUsage(e.Stderr, prog, name)
@@ -160,7 +195,12 @@ func runHook(e *app.Env, prog string, log *slog.Logger, args []string) int {
 		fmt.Fprintf(e.Stderr, "%s %s: %s\n", prog, name, echo.Error(err))
 		return 1
 	}
-	h := &hookEnv{Env: e, name: prog + " " + name, log: log.With("hook", name)}
+	if c, ok := hook.(interface{ CommonFlags() hookargs.Common }); ok {
+		// The global logging flags given after the hook name.
+		f := c.CommonFlags()
+		lf.debug, lf.quiet = lf.debug || f.Debug, lf.quiet || f.Quiet
+	}
+	h := &hookEnv{Env: e, name: prog + " " + name, log: lf.logger(e.Stderr).With("hook", name)}
 	if err := h.run(hook); err != nil {
 		fmt.Fprintf(e.Stderr, "%s: %s\n", h.name, echo.Error(err))
 		return 1
@@ -179,6 +219,12 @@ func (h *hookEnv) run(hook hookargs.Hook) error {
 		return disableDeviceNodeModification(h, hook)
 	case hookargs.MountProcDriver:
 		return mountProcDriver(h, hook)
+	case hookargs.EnableCudaCompat:
+		return enableCudaCompat(h, hook)
+	case hookargs.UpdateApplicationProfile:
+		return updateApplicationProfile(h, hook)
+	case hookargs.Chmod:
+		return chmod(h, hook)
 	case hookargs.Noop:
 		return nil
 	}
@@ -277,14 +323,18 @@ func (h *hookEnv) withRootAt(path string, f func(r *rootfs.Root) error) error {
 	return nil
 }
 
-// createSymlinks creates each link of c inside the container root.
+// createSymlinks creates each link of c inside the container root. As
+// NVIDIA documents (a link path that exists is removed), whatever is at the
+// link path is replaced (rootfs.Root.ForceSymlink: atomically, the parent
+// resolved inside the root), except a directory, which is an error; a link
+// that already points to the target is left alone.
 func createSymlinks(h *hookEnv, c hookargs.CreateSymlinks) error {
 	if len(c.Links) == 0 {
 		return nil
 	}
 	return h.withRoot(c.ContainerSpec, func(r *rootfs.Root) error {
 		for _, l := range c.Links {
-			if err := r.Symlink(l.Target, l.Path); err != nil {
+			if err := r.ForceSymlink(l.Target, l.Path); err != nil {
 				return err
 			}
 			h.log.Debug("symlink", "link", l.Path, "target", l.Target)
@@ -304,7 +354,9 @@ func createSymlinks(h *hookEnv, c hookargs.CreateSymlinks) error {
 // falls back to ldconfig. With only folders (CDI specs from NVIDIA's
 // tools) it runs the host's ldconfig (u.LdconfigPath, default
 // config.DefaultLdconfig, .real preferred) confined to the container root
-// over the directories.
+// over the directories. Either way, the CUDA compat libraries that
+// enable-cuda-compat listed in ld.so.conf.d are then put first in the cache
+// again (promoteCompat), whichever hook ran first.
 func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 	ldconfigPath := u.LdconfigPath
 	if ldconfigPath == "" {
@@ -321,7 +373,12 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 		return err
 	}
 	if len(u.Libs) > 0 {
-		err := h.withRootAt(root, func(r *rootfs.Root) error { return r.UpdateLdCache(u.Libs, u.Folders, h.log) })
+		err := h.withRootAt(root, func(r *rootfs.Root) error {
+			if err := r.UpdateLdCache(u.Libs, u.Folders, h.log); err != nil {
+				return err
+			}
+			return promoteCompat(r, h.log)
+		})
 		if err == nil {
 			return nil
 		}
@@ -334,9 +391,15 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 	if err != nil {
 		return err
 	}
-	return rootfs.RunLdconfig(context.Background(), root, u.Folders, rootfs.LdconfigOptions{
+	if err := rootfs.RunLdconfig(context.Background(), root, u.Folders, rootfs.LdconfigOptions{
 		Ldconfig: hostPath, ConfDropIn: true, Log: h.log,
-	})
+	}); err != nil {
+		return err
+	}
+	// ldconfig puts the directories it is given ahead of those of
+	// ld.so.conf: the compat libraries enable-cuda-compat chose go first
+	// again.
+	return h.withRootAt(root, func(r *rootfs.Root) error { return promoteCompat(r, h.log) })
 }
 
 // disableDeviceNodeModification masks the container's

@@ -179,12 +179,16 @@ func TestUnknownHooksAndUsage(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{[]string{"enable-cuda-compat", "--host-driver-version", "580.1"}, 0, "unknown hook"},
+		{[]string{"enable-cuda-compat", "--host-driver-version", "580.1", "--bogus"}, 1, "bogus"},
+		{[]string{"chmod", "--path", "/dev/dri"}, 1, "--mode is required"},
 		{[]string{"some-future-hook", "--whatever=1", "x"}, 0, "unknown hook"},
 		{[]string{"--quiet", "some-future-hook"}, 0, ""},
 		{[]string{"noop"}, 0, ""},
-		{nil, 1, "Usage"},
-		{[]string{"--bogus"}, 1, "bogus"},
+		{nil, 0, "no CDI hook specified"},
+		{[]string{";"}, 0, "no CDI hook specified"},
+		{[]string{"--bogus"}, 0, "unsupported CDI hook"},
+		{[]string{"--bogus", "future-hook", "--x"}, 0, "unsupported CDI hook \"future-hook\""},
+		{[]string{"--bogus", "create-symlinks", "--link", "a::/b"}, 1, "bogus"},
 		{[]string{"create-symlinks", "--bogus"}, 1, "bogus"},
 		{[]string{"create-symlinks", "--link", "nolink"}, 1, `invalid --link "nolink"`},
 		{[]string{"create-symlinks", "--link", "a::relative"}, 1, "absolute container path"},
@@ -212,8 +216,9 @@ func TestUnknownHooksAndUsage(t *testing.T) {
 }
 
 // TestCreateSymlinksHostile: links whose parents are symlinks to host paths
-// are created inside the root; a link over an image file is refused and
-// the hook's earlier links are rolled back.
+// are created inside the root; a file at a link path is replaced (as
+// NVIDIA documents); a link over an image directory is refused and the
+// hook's earlier links are rolled back.
 func TestCreateSymlinksHostile(t *testing.T) {
 	b, root := bundle(t)
 	host := t.TempDir()
@@ -232,17 +237,43 @@ func TestCreateSymlinksHostile(t *testing.T) {
 	if got, _ := os.Readlink(filepath.Join(root, host, "libcuda.so")); got != "libcuda.so.1" {
 		t.Errorf("link inside the root -> %q", got)
 	}
+	// A link path climbing out with ".." stays inside the root.
+	if r := run(stateFor(b), nil, "create-symlinks", "--link", "t::/../../.."+host+"/climb"); r.code != 0 {
+		t.Fatalf("climbing link: exit %d: %s", r.code, r.stderr)
+	}
+	if _, err := os.Lstat(filepath.Join(root, host, "climb")); err != nil {
+		t.Errorf("climbing link not inside the root: %v", err)
+	}
+	if ents, _ := os.ReadDir(host); len(ents) != 0 {
+		t.Errorf("links created on the host: %v", ents)
+	}
 	// Idempotent.
 	if r := run(stateFor(b), nil, "create-symlinks", "--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"); r.code != 0 {
 		t.Errorf("second run: exit %d: %s", r.code, r.stderr)
 	}
 	must(t, os.WriteFile(root+"/usr/lib/real", []byte("image"), 0o644))
-	r = run(stateFor(b), nil, "create-symlinks", "--link", "x::/usr/lib/new", "--link", "y::/usr/lib/real")
-	if r.code != 1 || !strings.Contains(r.stderr, "/usr/lib/real") {
-		t.Errorf("link over a file: exit %d, %q", r.code, r.stderr)
+	must(t, unix.Mkfifo(root+"/usr/lib/fifo", 0o644))
+	if r := run(stateFor(b), nil, "create-symlinks", "--link", "x::/usr/lib/real", "--link", "y::/usr/lib/fifo"); r.code != 0 {
+		t.Errorf("links over a file and a FIFO: exit %d, %q", r.code, r.stderr)
+	}
+	for name, want := range map[string]string{"real": "x", "fifo": "y"} {
+		if got, err := os.Readlink(root + "/usr/lib/" + name); err != nil || got != want {
+			t.Errorf("/usr/lib/%s -> %q, %v; want a link to %s", name, got, err, want)
+		}
+	}
+	if ents, _ := os.ReadDir(root + "/usr/lib"); len(ents) != 3 {
+		t.Errorf("/usr/lib holds %d entries, want 3 (the replaced files are gone)", len(ents))
+	}
+	must(t, os.MkdirAll(root+"/usr/lib/dir/sub", 0o755))
+	r = run(stateFor(b), nil, "create-symlinks", "--link", "x::/usr/lib/new", "--link", "y::/usr/lib/dir")
+	if r.code != 1 || !strings.Contains(r.stderr, "/usr/lib/dir") || !strings.Contains(r.stderr, "a directory") {
+		t.Errorf("link over a directory: exit %d, %q", r.code, r.stderr)
 	}
 	if _, err := os.Lstat(root + "/usr/lib/new"); err == nil {
 		t.Error("the failed hook's first link was not rolled back")
+	}
+	if _, err := os.Stat(root + "/usr/lib/dir/sub"); err != nil {
+		t.Errorf("the image's directory changed: %v", err)
 	}
 }
 
@@ -410,8 +441,9 @@ func TestChainedHooks(t *testing.T) {
 // without an OCI state fails for want of one, or does nothing, but never
 // for want of a handler).
 func TestEveryHookRuns(t *testing.T) {
+	required := map[string][]string{hookargs.NameChmod: {"--mode", "755"}}
 	for _, name := range hookargs.Names() {
-		hook, err := hookargs.Parse([]string{name})
+		hook, err := hookargs.Parse(append([]string{name}, required[name]...))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -58,6 +59,7 @@ func TestRuncCreateContainerHooks(t *testing.T) {
 			hook("create-symlinks", "--link", "libcuda.so.1::"+libdir+"/libcuda.so"),
 			hook("update-ldcache", "--folder", drvDir),
 			hook("enable-cuda-compat", "--host-driver-version", "535.261.03"),
+			hook("some-future-hook", "--flag", "x"),
 			hook("disable-device-node-modification"),
 		)
 	})
@@ -93,11 +95,23 @@ func TestRuncCreateContainerHooks(t *testing.T) {
 
 // TestRuncNVIDIASpecHooks runs the spec-level hooks of a CDI spec written by
 // NVIDIA's tools (testdata/nvidia-1.20-hooks.yaml: separate hooks,
-// update-ldcache --folder only, hooks nctk does not know) unchanged, with
+// update-ldcache --folder only, enable-cuda-compat and
+// update-application-profile) unchanged, with
 // nctk's nvidia-cdi-hook at their path, as createContainer hooks of a runc
 // container: the links exist, ld.so.cache holds the library (the host
-// ldconfig ran, confined) and the unknown hooks do not break the start.
+// ldconfig ran, confined), and the image without compat libraries or GPU
+// nodes gets neither a compat drop-in nor an application profile.
 func TestRuncNVIDIASpecHooks(t *testing.T) {
+	t.Run("plain image", func(t *testing.T) { runNVIDIASpecHooks(t, false) })
+	t.Run("compat libraries and GPU nodes", func(t *testing.T) { runNVIDIASpecHooks(t, true) })
+}
+
+// runNVIDIASpecHooks is TestRuncNVIDIASpecHooks; with compatGPU the image
+// has a CUDA compat libcuda newer than the spec's host driver (590 against
+// 580.159.04, no ELF note: majors compared) and the container gets GPU
+// nodes with minors 0 and 2: the compat directory is listed in
+// ld.so.conf.d and the application profile names those GPUs.
+func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 	e2e.RequireRoot(t)
 	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
 	if len(matches) == 0 {
@@ -117,8 +131,17 @@ func TestRuncNVIDIASpecHooks(t *testing.T) {
 	must(t, err)
 	root := e2e.BuildRootfs(t, e2e.RootfsOptions{NoCudaprobe: true})
 	drvDir := "/usr/local/nvidia/lib64"
+	if compatGPU {
+		must(t, os.MkdirAll(root+"/usr/local/cuda/compat", 0o755))
+		must(t, os.WriteFile(root+"/usr/local/cuda/compat/libcuda.so.590.44.01", noteELF("", "", "", 4), 0o644))
+	}
 	bundle := e2e.MakeBundle(t, root, "/bin/sh", "-c", "readlink "+drvDir+"/libz.so; readlink "+drvDir+"/gbm/nvidia-drm_gbm.so")
 	e2e.EditSpec(t, bundle, func(s *specs.Spec) {
+		if compatGPU {
+			for _, minor := range []int64{0, 2} {
+				s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: "/dev/nvidia" + strconv.FormatInt(minor, 10), Type: "c", Major: 195, Minor: minor})
+			}
+		}
 		s.Mounts = append(s.Mounts, specs.Mount{
 			Destination: drvDir + "/" + filepath.Base(lib), Source: lib, Type: "bind",
 			Options: []string{"rbind", "ro", "nosuid", "nodev", "rprivate"},
@@ -146,5 +169,53 @@ func TestRuncNVIDIASpecHooks(t *testing.T) {
 	cache, _ := os.ReadFile(root + "/etc/ld.so.cache")
 	if !strings.Contains(string(cache), drvDir+"/libz.so.1") {
 		t.Error("the container's ld.so.cache lacks the library (update-ldcache --folder)")
+	}
+	if !compatGPU {
+		for _, p := range []string{compatConf, appProfileFile} {
+			if _, err := os.Lstat(root + p); err == nil {
+				t.Errorf("%s written in an image without compat libraries or GPU nodes", p)
+			}
+		}
+		return
+	}
+	if got, _ := os.ReadFile(root + compatConf); string(got) != "/usr/local/cuda/compat\n" {
+		t.Errorf("compat drop-in = %q", got)
+	}
+	if got, want := string(readOrEmpty(root+appProfileFile)), string(appProfile(0x5)); got != want {
+		t.Errorf("application profile = %q, want %q", got, want)
+	}
+}
+
+func readOrEmpty(p string) []byte {
+	data, _ := os.ReadFile(p)
+	return data
+}
+
+// TestRuncApplicationProfile runs update-application-profile as a
+// createContainer hook of a runc container given GPU device nodes (minors
+// 1 and 5): the container reads the profile that limits EGL to them.
+func TestRuncApplicationProfile(t *testing.T) {
+	e2e.RequireRoot(t)
+	self, err := os.Executable()
+	must(t, err)
+	root := e2e.BuildRootfs(t, e2e.RootfsOptions{NoCudaprobe: true})
+	bundle := e2e.MakeBundle(t, root, "/bin/cat", appProfileFile)
+	e2e.EditSpec(t, bundle, func(s *specs.Spec) {
+		for _, minor := range []int64{1, 5} {
+			s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: "/dev/nvidia" + strconv.FormatInt(minor, 10), Type: "c", Major: 195, Minor: minor})
+		}
+		if s.Hooks == nil {
+			s.Hooks = &specs.Hooks{}
+		}
+		s.Hooks.CreateContainer = append(s.Hooks.CreateContainer, specs.Hook{Path: self,
+			Args: []string{"nvidia-cdi-hook", "update-application-profile"},
+			Env:  []string{"NCTK_CDIHOOK_TEST_MAIN=1", "NVIDIA_CTK_DEBUG=false"}})
+	})
+	res := e2e.NewRunc(t).Run(bundle, "nctk-appprofile-"+filepath.Base(bundle))
+	if !res.OK() {
+		t.Fatalf("container failed: %s", res)
+	}
+	if want := string(appProfile(0x22)); strings.TrimSpace(res.Stdout) != want {
+		t.Errorf("profile in the container: %q, want %q", res.Stdout, want)
 	}
 }

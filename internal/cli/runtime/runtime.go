@@ -83,6 +83,10 @@ type Runtime struct {
 	// instead of loading every spec; "" for no cache. New sets it to
 	// defaultCDICacheDir.
 	CDICacheDir string
+	// ModeOverride, when set, replaces config.toml's
+	// nvidia-container-runtime.mode (nvidia-container-runtime.cdi and
+	// .legacy, as NVIDIA installs them).
+	ModeOverride string
 }
 
 // defaultCDICacheDir returns the resolved-spec cache directory: "cdi" in
@@ -118,11 +122,26 @@ func Main(e *app.Env) int {
 	return New().Run(e)
 }
 
+// MainMode returns the entry point of the runtime installed under a name
+// that fixes its mode (nvidia-container-runtime.cdi: config.ModeCDI,
+// nvidia-container-runtime.legacy: config.ModeLegacy), whatever
+// config.toml says.
+func MainMode(mode string) app.Tool {
+	return func(e *app.Env) int {
+		r := New()
+		r.ModeOverride = mode
+		return r.Run(e)
+	}
+}
+
 // Run runs the wrapper. It returns only when it fails (status 1); on
 // success the process has become the low-level runtime.
 func (r *Runtime) Run(e *app.Env) int {
 	inv, perr := parseArgs(e.Args) // inv is usable even with perr (for --log)
 	cfg, cerr := r.LoadConfig(e)
+	if cerr == nil && r.ModeOverride != "" {
+		cfg.Runtime.Mode = r.ModeOverride
+	}
 	log := newLogger(inv, cfg)
 	defer log.close()
 	fail := func(err error) int {

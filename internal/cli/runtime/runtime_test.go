@@ -712,3 +712,29 @@ func TestCreateTwice(t *testing.T) {
 	}
 	checkRootfsDone(t, rootfs)
 }
+
+// TestModeOverride: nvidia-container-runtime.cdi and .legacy plan in their
+// mode whatever config.toml says; the plain name keeps the config's.
+func TestModeOverride(t *testing.T) {
+	tests := []struct{ override, want string }{
+		{config.ModeCDI, config.ModeCDI},
+		{config.ModeLegacy, config.ModeLegacy},
+		{"", "csv"},
+	}
+	for _, tc := range tests {
+		h := newHarness(t)
+		load := h.rt.LoadConfig
+		h.rt.LoadConfig = func(e *app.Env) (*config.Config, error) {
+			c, err := load(e)
+			c.Runtime.Mode = "csv"
+			return c, err
+		}
+		h.rt.ModeOverride = tc.override
+		if code := h.run("create", "-b", writeBundle(t, gpuSpec), "id"); code != 0 {
+			t.Fatalf("%q: exit %d: %s", tc.override, code, h.stderr.String())
+		}
+		if got := h.planner.calls[0].Config.Runtime.Mode; got != tc.want {
+			t.Errorf("override %q: planned in mode %q, want %q", tc.override, got, tc.want)
+		}
+	}
+}

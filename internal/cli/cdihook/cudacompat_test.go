@@ -1,0 +1,373 @@
+package cdihook
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/ldcache"
+)
+
+// noteELF returns a small ELF64 shared object whose only section besides
+// the section names is a note section (name, type SHT_NOTE, alignment
+// align) holding one note of owner with the descriptor desc; "" as the
+// section name gives an object without sections but the names.
+func noteELF(section, owner, desc string, align uint64) []byte {
+	pad := func(b []byte, a uint64) []byte {
+		for uint64(len(b))%a != 0 {
+			b = append(b, 0)
+		}
+		return b
+	}
+	le := binary.LittleEndian
+	var note []byte
+	note = le.AppendUint32(note, uint32(len(owner)+1))
+	note = le.AppendUint32(note, uint32(len(desc)))
+	note = le.AppendUint32(note, 1)
+	note = pad(append(note, append([]byte(owner), 0)...), align)
+	note = pad(append(note, desc...), align)
+	shstr := []byte("\x00.shstrtab\x00" + section + "\x00")
+	body := append(slices.Clone(note), shstr...)
+	shoff := uint64(64 + len(body))
+	var out []byte
+	out = append(out, 0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+	out = le.AppendUint16(out, 3)  // ET_DYN
+	out = le.AppendUint16(out, 62) // x86-64
+	out = le.AppendUint32(out, 1)
+	out = le.AppendUint64(out, 0)     // entry
+	out = le.AppendUint64(out, 0)     // phoff
+	out = le.AppendUint64(out, shoff) // shoff
+	out = le.AppendUint32(out, 0)
+	out = le.AppendUint16(out, 64) // ehsize
+	out = le.AppendUint16(out, 56) // phentsize
+	out = le.AppendUint16(out, 0)  // phnum
+	out = le.AppendUint16(out, 64) // shentsize
+	nsec := uint16(3)
+	if section == "" {
+		nsec = 2
+	}
+	out = le.AppendUint16(out, nsec)
+	out = le.AppendUint16(out, 1) // shstrndx
+	out = append(out, body...)
+	shdr := func(name, typ uint32, off, size, align uint64) {
+		out = le.AppendUint32(out, name)
+		out = le.AppendUint32(out, typ)
+		out = le.AppendUint64(out, 0) // flags
+		out = le.AppendUint64(out, 0) // addr
+		out = le.AppendUint64(out, off)
+		out = le.AppendUint64(out, size)
+		out = le.AppendUint32(out, 0) // link
+		out = le.AppendUint32(out, 0) // info
+		out = le.AppendUint64(out, align)
+		out = le.AppendUint64(out, 0) // entsize
+	}
+	shdr(0, 0, 0, 0, 0)
+	shdr(1, 3, 64+uint64(len(note)), uint64(len(shstr)), 1)
+	if section != "" {
+		shdr(uint32(len("\x00.shstrtab\x00")), 7, 64, uint64(len(note)), align)
+	}
+	return out
+}
+
+const fwdNote = `{"Format":1,"CUDA Version":"13.0","Driver":[535,550,570,580],"Device":[]}`
+
+func TestReadCompatNote(t *testing.T) {
+	tests := []struct {
+		name string
+		data []byte
+		want *compatInfo
+		err  bool
+	}{
+		{"note aligned 4", noteELF(compatNote, compatNoteOwner, fwdNote, 4), &compatInfo{CUDAVersion: "13.0", Driver: []int{535, 550, 570, 580}}, false},
+		{"note aligned 8", noteELF(compatNote, compatNoteOwner, fwdNote, 8), &compatInfo{CUDAVersion: "13.0", Driver: []int{535, 550, 570, 580}}, false},
+		{"other owner", noteELF(compatNote, "Someone Else", fwdNote, 4), nil, false},
+		{"other section", noteELF(".note.other", compatNoteOwner, fwdNote, 4), nil, false},
+		{"no note", noteELF("", "", "", 4), nil, false},
+		{"bad JSON", noteELF(compatNote, compatNoteOwner, `{"CUDA Version":`, 4), nil, true},
+		{"not ELF", []byte("#!/bin/sh\n"), nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readCompatNote(bytes.NewReader(tc.data))
+			if (err != nil) != tc.err {
+				t.Fatalf("err = %v, want error %v", err, tc.err)
+			}
+			if tc.want == nil && got != nil || tc.want != nil && (got == nil || got.CUDAVersion != tc.want.CUDAVersion || !slices.Equal(got.Driver, tc.want.Driver)) {
+				t.Errorf("note = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestUseCompat(t *testing.T) {
+	note := &compatInfo{CUDAVersion: "13.0", Driver: []int{535, 550, 570, 580}}
+	tests := []struct {
+		compat, driver, cuda string
+		note                 *compatInfo
+		want                 bool
+	}{
+		// With the note: the host branch must be listed and compat newer.
+		{"590.44.01", "580.65.06", "", note, true},
+		{"590.44.01", "535.261.03", "", note, true},
+		{"590.44.01", "470.256.02", "", note, false},
+		{"590.44.01", "600.1", "", note, false},
+		{"580.65.06", "580.65.06", "", note, false},
+		{"580.65.06", "580.65.10", "", note, false},
+		{"580.65.10", "580.65.06", "", note, true},
+		{"580.95.05", "580.159.04", "", note, false}, // numeric, not string, order
+		// The note without a usable driver version: CUDA versions.
+		{"590.44.01", "", "12.8", note, true},
+		{"590.44.01", "", "13.0", note, false},
+		{"590.44.01", "bogus", "12.2", note, true},
+		{"590.44.01", "", "", note, false},
+		{"590.44.01", "bogus", "", note, false},
+		// Without the note: majors only, and never against a CUDA version.
+		{"590.44.01", "580.65.06", "", nil, true},
+		{"580.99.01", "580.65.06", "", nil, false},
+		{"570.1", "580.65.06", "", nil, false},
+		{"590.44.01", "580.65.06", "12.8", nil, false},
+		{"590.44.01", "", "12.8", nil, false},
+		{"x.y", "580.65.06", "", nil, false},
+		{"590.44.01", "580", "", nil, true},
+	}
+	for _, tc := range tests {
+		if got := useCompat(tc.compat, tc.driver, tc.cuda, tc.note, discard()); got != tc.want {
+			t.Errorf("useCompat(%q, driver %q, cuda %q, note %v) = %v, want %v", tc.compat, tc.driver, tc.cuda, tc.note != nil, got, tc.want)
+		}
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	tests := []struct {
+		in   string
+		want dotted
+		ok   bool
+	}{
+		{"580.159.04", dotted{580, 159, 4}, true},
+		{"13.0", dotted{13, 0, 0}, true},
+		{"580", dotted{580, 0, 0}, true},
+		{"v12.4.1", dotted{12, 4, 1}, true},
+		{"", dotted{}, false},
+		{"1.2.3.4", dotted{}, false},
+		{"1.2-rc1", dotted{}, false},
+		{"1..2", dotted{}, false},
+		{"-1.2", dotted{}, false},
+		{"+1.2", dotted{}, false},
+	}
+	for _, tc := range tests {
+		got, ok := parseVersion(tc.in)
+		if ok != tc.ok || ok && got != tc.want {
+			t.Errorf("parseVersion(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// compatRoot is a bundle whose image has files (container path -> content)
+// and returns the bundle and its root.
+func compatRoot(t *testing.T, files map[string][]byte) (string, string) {
+	t.Helper()
+	b, root := bundle(t)
+	for p, data := range files {
+		must(t, os.MkdirAll(filepath.Dir(root+p), 0o755))
+		must(t, os.WriteFile(root+p, data, 0o755))
+	}
+	return b, root
+}
+
+// TestEnableCudaCompat: the drop-in is written exactly when the image's
+// compat library is to be used, and only inside the root.
+func TestEnableCudaCompat(t *testing.T) {
+	withNote := noteELF(compatNote, compatNoteOwner, fwdNote, 4)
+	noNote := noteELF("", "", "", 4)
+	const compat = "/usr/local/cuda/compat/"
+	tests := []struct {
+		name  string
+		files map[string][]byte
+		args  []string
+		dir   string // the drop-in's directory; "" for none
+	}{
+		{"note, host branch listed", map[string][]byte{compat + "libcuda.so.590.44.01": withNote}, []string{"--host-driver-version=580.65.06"}, "/usr/local/cuda/compat"},
+		{"note, host branch not listed", map[string][]byte{compat + "libcuda.so.590.44.01": withNote}, []string{"--host-driver-version=470.256.02"}, ""},
+		{"note, host CUDA older", map[string][]byte{compat + "libcuda.so.590.44.01": withNote}, []string{"--host-cuda-version=12.8"}, "/usr/local/cuda/compat"},
+		{"no note, newer major", map[string][]byte{compat + "libcuda.so.590.44.01": noNote}, []string{"--host-driver-version=580.65.06"}, "/usr/local/cuda/compat"},
+		{"no note, same major", map[string][]byte{compat + "libcuda.so.580.95.05": noNote}, []string{"--host-driver-version=580.65.06"}, ""},
+		{"no versions given", map[string][]byte{compat + "libcuda.so.590.44.01": noNote}, nil, ""},
+		{"no compat directory", map[string][]byte{"/usr/bin/x": nil}, []string{"--host-driver-version=580.65.06"}, ""},
+		{"two compat libraries", map[string][]byte{compat + "libcuda.so.590.44.01": noNote, compat + "libcuda.so.600.1.1": noNote},
+			[]string{"--host-driver-version=580.65.06"}, ""},
+		{"Orin directory", map[string][]byte{"/usr/local/cuda/compat_orin/libcuda.so.590.44.01": noNote},
+			[]string{"--host-driver-version=580.65.06", "--cuda-compat-container-root", "/usr/local/cuda/compat_orin"}, "/usr/local/cuda/compat_orin"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, root := compatRoot(t, tc.files)
+			r := run(stateFor(b), nil, append([]string{"enable-cuda-compat"}, tc.args...)...)
+			if r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			data, err := os.ReadFile(root + compatConf)
+			switch {
+			case tc.dir == "" && err == nil:
+				t.Errorf("drop-in written: %q", data)
+			case tc.dir != "" && string(data) != tc.dir+"\n":
+				t.Errorf("drop-in = %q, %v; want %q", data, err, tc.dir+"\n")
+			}
+			if tc.dir == "" {
+				return
+			}
+			if st, _ := os.Stat(root + compatConf); st.Mode().Perm() != 0o644 {
+				t.Errorf("drop-in mode %v, want 0644", st.Mode())
+			}
+			if conf, _ := os.ReadFile(root + "/etc/ld.so.conf"); !strings.Contains(string(conf), "include /etc/ld.so.conf.d/*.conf") {
+				t.Errorf("/etc/ld.so.conf = %q", conf)
+			}
+		})
+	}
+}
+
+// TestEnableCudaCompatHostile: the compat directory, the library and
+// /etc/ld.so.conf.d are resolved inside the root; a FIFO or an oversized
+// library is refused with an error naming it; nothing on the host changes.
+func TestEnableCudaCompatHostile(t *testing.T) {
+	host := t.TempDir()
+	must(t, os.WriteFile(host+"/libcuda.so.999.1.1", noteELF("", "", "", 4), 0o644))
+	t.Run("compat directory links to a host directory", func(t *testing.T) {
+		b, root := bundle(t)
+		must(t, os.MkdirAll(root+"/usr/local/cuda", 0o755))
+		must(t, os.Symlink(host, root+"/usr/local/cuda/compat"))
+		if r := run(stateFor(b), nil, "enable-cuda-compat", "--host-driver-version=580.65.06"); r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		if _, err := os.Lstat(root + compatConf); err == nil {
+			t.Error("the host's library was used")
+		}
+	})
+	t.Run("ld.so.conf.d links to a host directory", func(t *testing.T) {
+		b, root := compatRoot(t, map[string][]byte{"/usr/local/cuda/compat/libcuda.so.590.1.1": noteELF("", "", "", 4)})
+		must(t, os.MkdirAll(root+"/etc", 0o755))
+		must(t, os.Symlink(host, root+"/etc/ld.so.conf.d"))
+		// Dangling inside the root: refused, naming it.
+		r := run(stateFor(b), nil, "enable-cuda-compat", "--host-driver-version=580.65.06")
+		if r.code != 1 || !strings.Contains(r.stderr, "/etc/ld.so.conf.d") || !strings.Contains(r.stderr, "symlink") {
+			t.Errorf("exit %d, %q", r.code, r.stderr)
+		}
+		// Its target present inside the root: written there.
+		must(t, os.MkdirAll(filepath.Join(root, host), 0o755))
+		if r := run(stateFor(b), nil, "enable-cuda-compat", "--host-driver-version=580.65.06"); r.code != 0 {
+			t.Fatalf("exit %d: %s", r.code, r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(root, host, filepath.Base(compatConf))); err != nil {
+			t.Errorf("drop-in not written inside the root: %v", err)
+		}
+	})
+	t.Run("FIFO", func(t *testing.T) {
+		b, root := bundle(t)
+		must(t, os.MkdirAll(root+"/usr/local/cuda/compat", 0o755))
+		must(t, unix.Mkfifo(root+"/usr/local/cuda/compat/libcuda.so.999.1.1", 0o644))
+		r := run(stateFor(b), nil, "enable-cuda-compat", "--host-driver-version=580.65.06")
+		if r.code != 1 || !strings.Contains(r.stderr, "libcuda.so.999.1.1") || !strings.Contains(r.stderr, "not a regular file") {
+			t.Errorf("exit %d, %q", r.code, r.stderr)
+		}
+	})
+	t.Run("oversized library", func(t *testing.T) {
+		b, root := bundle(t)
+		must(t, os.MkdirAll(root+"/usr/local/cuda/compat", 0o755))
+		f, err := os.Create(root + "/usr/local/cuda/compat/libcuda.so.999.1.1")
+		must(t, err)
+		must(t, f.Truncate(3<<30)) // sparse
+		f.Close()
+		r := run(stateFor(b), nil, "enable-cuda-compat", "--host-driver-version=580.65.06")
+		if r.code != 1 || !strings.Contains(r.stderr, "libcuda.so.999.1.1") || !strings.Contains(r.stderr, "too large") {
+			t.Errorf("exit %d, %q", r.code, r.stderr)
+		}
+		if _, err := os.Lstat(root + compatConf); err == nil {
+			t.Error("drop-in written")
+		}
+	})
+	if ents, _ := os.ReadDir(host); len(ents) != 1 {
+		t.Errorf("the host directory changed: %v", ents)
+	}
+}
+
+// TestCudaCompatFirstInCache: with real driver libraries (the fixture
+// packages), enable-cuda-compat then update-ldcache (in-process, and with
+// ldconfig) leave the compat libcuda.so.1 ahead of the driver's in the
+// container's ld.so.cache, whichever order the hooks run in.
+func TestCudaCompatFirstInCache(t *testing.T) {
+	newer, _ := filepath.Glob("/var/cache/nctk/pkgroot/535-amd64/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.*")
+	older, _ := filepath.Glob("/var/cache/nctk/pkgroot/470-amd64/usr/lib/x86_64-linux-gnu/nvidia/tesla-470/libcuda.so.470.*")
+	if len(newer) != 1 || len(older) != 1 {
+		t.Skip("fixture driver packages 535-amd64 and 470-amd64 not unpacked in /var/cache/nctk")
+	}
+	read := func(p string) []byte {
+		data, err := os.ReadFile(p)
+		must(t, err)
+		return data
+	}
+	const drv, compat = "/usr/lib/x86_64-linux-gnu", "/usr/local/cuda/compat"
+	compatLib := compat + "/" + filepath.Base(newer[0])
+	drvLib := drv + "/" + filepath.Base(older[0])
+	enable := []string{"enable-cuda-compat", "--host-driver-version=470.256.02"}
+	inProcess := []string{"update-ldcache", "--folder", drv, "--lib", drvLib, "--lib", drv + "/libcuda.so.1"}
+	withLdconfig := []string{"update-ldcache", "--folder", drv}
+	tests := []struct {
+		name  string
+		chain [][]string
+	}{
+		{"compat then in-process update", [][]string{enable, inProcess}},
+		{"in-process update then compat", [][]string{inProcess, enable}},
+		{"compat then ldconfig", [][]string{enable, withLdconfig}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, root := compatRoot(t, map[string][]byte{compatLib: read(newer[0]), drvLib: read(older[0])})
+			must(t, os.Symlink(filepath.Base(compatLib), root+compat+"/libcuda.so.1"))
+			must(t, os.Symlink(filepath.Base(drvLib), root+drv+"/libcuda.so.1"))
+			var args []string
+			for i, h := range tc.chain {
+				if i > 0 {
+					args = append(args, ";")
+				}
+				args = append(args, h...)
+			}
+			if strings.Contains(tc.name, "ldconfig") {
+				if _, err := os.Stat("/sbin/ldconfig"); err != nil {
+					t.Skip("no host ldconfig")
+				}
+			}
+			if r := run(stateFor(b), nil, args...); r.code != 0 {
+				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			c, err := ldcache.Load(root + "/etc/ld.so.cache")
+			must(t, err)
+			var found []string
+			for _, e := range c.Entries {
+				if e.Key == "libcuda.so.1" {
+					found = append(found, e.Value)
+				}
+			}
+			if len(found) < 2 || found[0] != compat+"/libcuda.so.1" || !slices.Contains(found, drv+"/libcuda.so.1") {
+				t.Errorf("libcuda.so.1 entries in cache order: %q; want the compat one first, the driver's after", found)
+			}
+		})
+	}
+}
+
+// FuzzReadCompatNote: any file content is read without a panic, and a
+// note is returned only with NVIDIA's owner.
+func FuzzReadCompatNote(f *testing.F) {
+	f.Add(noteELF(compatNote, compatNoteOwner, fwdNote, 4))
+	f.Add(noteELF(compatNote, compatNoteOwner, fwdNote, 8))
+	f.Add(noteELF(compatNote, compatNoteOwner, `{"Driver":[1e9]}`, 4))
+	f.Add(noteELF("", "", "", 4))
+	f.Add([]byte("\x7fELF"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		readCompatNote(bytes.NewReader(data))
+	})
+}
