@@ -140,6 +140,12 @@ func loadOCIArchive(t testing.TB, dir, rootfs, name string, load func(archive st
 // ("org.opencontainers.image.ref.name") annotations. `ctr image import` and
 // `podman load` both read it. The image's default command is /bin/sh.
 func WriteOCIArchive(rootfs, name, dst string) error {
+	return writeOCIArchive(rootfs, name, dst, []string{"/bin/sh"})
+}
+
+// writeOCIArchive is WriteOCIArchive with cmd as the image's default
+// command.
+func writeOCIArchive(rootfs, name, dst string, cmd []string) error {
 	ref := FullImageName(name)
 	var layer bytes.Buffer
 	if err := WriteRootfsTar(&layer, rootfs); err != nil {
@@ -152,7 +158,7 @@ func WriteOCIArchive(rootfs, name, dst string) error {
 		"os":           "linux",
 		"config": map[string]any{
 			"Env": []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-			"Cmd": []string{"/bin/sh"},
+			"Cmd": cmd,
 		},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDesc.Digest}},
 	})

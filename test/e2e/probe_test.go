@@ -200,6 +200,9 @@ type want struct {
 	// NoCgroupCheck skips the device cgroup rules (containers whose device
 	// cgroup the test cannot read).
 	NoCgroupCheck bool
+	// Extra names further nodes under the fixture's /dev the container
+	// gets (a management spec's nvidia-caps/nvidia-capN).
+	Extra []string
 }
 
 // wantDevices is the exact set of NVIDIA device nodes the container gets.
@@ -212,6 +215,9 @@ func (w want) devices(t testing.TB) map[string]devNode {
 	}
 	if w.Display {
 		devs["/dev/nvidia-modeset"] = hostDev(t, root, "nvidia-modeset")
+	}
+	for _, n := range w.Extra {
+		devs["/dev/"+n] = hostDev(t, root, n)
 	}
 	for _, i := range w.GPUs {
 		g := w.host.gpu(t, i)

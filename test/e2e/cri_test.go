@@ -1,0 +1,342 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	toml "github.com/pelletier/go-toml/v2"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nctk/nctk/internal/e2e"
+	"github.com/nctk/nctk/internal/fixture"
+)
+
+// The tests in this file drive the Kubernetes path as kubelet does: a CRI
+// client (k8s.io/cri-api runtime v1, e2e.DialCRI) talks to the CRI plugin
+// of Debian 13's containerd 1.7, run in the Debian 13 root
+// (e2e.StartTrixie) on its own `containerd config default` with
+// machine-wide paths moved into the test's directory. Each test case runs
+// a pod sandbox on the host network (its pause image is the test image,
+// imported with `ctr -n k8s.io image import`, with `sleep` as its command)
+// and in it a container running the probe script, whose CRI log is read
+// back and checked (checkGPU) for exactly the GPUs handed out, in each way
+// NVIDIA's device plugin hands them out.
+
+// criPlugin is the CRI plugin's table in containerd's version 2 config.
+const criPlugin = "io.containerd.grpc.v1.cri"
+
+// criNode is a Kubernetes node's container side: containerd with its CRI
+// plugin in the Debian 13 root, a fixture driver and a CRI client.
+type criNode struct {
+	root   *e2e.EngineRoot
+	host   *gpuHost
+	c      *e2e.Containerd
+	cri    *e2e.CRI
+	image  string
+	libDir string
+}
+
+// criConfig writes containerd 1.7's `config default` to <dir>/config.toml
+// with its machine-wide paths moved into dir and restrict_oom_score_adj =
+// true (what the CRI's containers need on these hosts), then lets edit
+// change the parsed document, and writes it back.
+func criConfig(t *testing.T, root *e2e.EngineRoot, dir string, edit func(doc map[string]any)) string {
+	t.Helper()
+	cfg := filepath.Join(dir, "config.toml")
+	def := root.MustRun(t, e2e.RunOpts{Quiet: true}, "containerd", "config", "default")
+	moved := def
+	for _, r := range []struct{ old, new string }{
+		{`root = "/var/lib/containerd"`, fmt.Sprintf("root = %q", filepath.Join(dir, "root"))},
+		{`state = "/run/containerd"`, fmt.Sprintf("state = %q", filepath.Join(dir, "state"))},
+		{`address = "/run/containerd/containerd.sock"`, fmt.Sprintf("address = %q", filepath.Join(dir, "containerd.sock"))},
+		{`path = "/opt/containerd"`, fmt.Sprintf("path = %q", filepath.Join(dir, "opt"))},
+		{`conf_dir = "/etc/cni/net.d"`, fmt.Sprintf("conf_dir = %q", filepath.Join(dir, "cni"))},
+		{`restrict_oom_score_adj = false`, `restrict_oom_score_adj = true`},
+	} {
+		if n := strings.Count(moved, r.old); n != 1 {
+			t.Fatalf("containerd 1.7's config default has %d lines %s, want 1:\n%s", n, r.old, def)
+		}
+		moved = strings.Replace(moved, r.old, r.new, 1)
+	}
+	if err := os.WriteFile(cfg, []byte(moved), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		var doc map[string]any
+		if err := toml.Unmarshal([]byte(moved), &doc); err != nil {
+			t.Fatalf("containerd config: %v", err)
+		}
+		edit(doc)
+		data, err := toml.Marshal(doc)
+		if err != nil {
+			t.Fatalf("containerd config: %v", err)
+		}
+		if err := os.WriteFile(cfg, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cfg
+}
+
+// criTable returns the CRI plugin's table in doc, or the table below it at
+// keys.
+func criTable(t *testing.T, doc map[string]any, keys ...string) map[string]any {
+	t.Helper()
+	m, ok := engLookup(doc, append([]string{"plugins", criPlugin}, keys...)...).(map[string]any)
+	if !ok {
+		t.Fatalf("containerd config has no table plugins.%q.%s", criPlugin, strings.Join(keys, "."))
+	}
+	return m
+}
+
+// startCRINode starts containerd (CRI enabled) in the Debian 13 root over
+// a 4-GPU fixture driver, with config made by criConfig (the sandbox image
+// set to the test image, then edit) and nvidia-ctk's CDI spec in the
+// root's /etc/cdi; configure runs on the config file between the two
+// (`nvidia-ctk runtime configure`, say).
+func startCRINode(t *testing.T, configure func(cfg string, n *criNode), edit func(doc map[string]any)) *criNode {
+	t.Helper()
+	skipShort(t)
+	e2e.RequireRoot(t)
+	n := &criNode{root: e2e.StartTrixie(t), libDir: e2e.LayoutDebian.LibDir()}
+	n.host = trixieHost(t, n.root, fixture.Spec{Layout: "multiarch", GPUs: 4})
+	trixieCDISpec(t, n.root, n.host)
+	rootfs := e2e.BuildRootfs(t, e2e.RootfsOptions{})
+	n.image = e2e.FullImageName("nctk-e2e:cri")
+	dir := e2e.TempDir(t, "ctrdcri")
+	cfg := criConfig(t, n.root, dir, func(doc map[string]any) {
+		criTable(t, doc)["sandbox_image"] = n.image
+	})
+	if configure != nil {
+		configure(cfg, n)
+	}
+	if edit != nil {
+		data := readFile(t, cfg)
+		var doc map[string]any
+		if err := toml.Unmarshal(data, &doc); err != nil {
+			t.Fatalf("containerd config %s: %v\n%s", cfg, err, data)
+		}
+		edit(doc)
+		out, err := toml.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cfg, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.c = e2e.StartContainerdWith(t, e2e.ContainerdOptions{Root: n.root, ConfigFile: cfg, Env: n.host.Env})
+	checkVersion(t, "containerd", n.root.MustRun(t, e2e.RunOpts{}, "containerd", "--version"), "containerd github.com/containerd/containerd 1.7.")
+	n.cri = e2e.DialCRI(t, n.c)
+	if got := n.cri.ImportImage(rootfs, "nctk-e2e:cri", "sleep", "3600"); got != n.image {
+		t.Fatalf("imported %s, want %s", got, n.image)
+	}
+	return n
+}
+
+// probe is the probe container's config: the probe script, the host's
+// ldconfig mounted where it expects it, unprivileged.
+func (n *criNode) probe(name string) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: n.image},
+		Command:  []string{"/bin/sh", "-c", probeScript(n.libDir)},
+		Mounts:   []*runtimeapi.Mount{{ContainerPath: probeLdconfig, HostPath: hostLdconfig, Readonly: true}},
+		Linux:    &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{}},
+	}
+}
+
+// run runs cfg in a new pod with the runtime handler and returns its log;
+// the container must exit 0.
+func (n *criNode) run(t *testing.T, handler string, cfg *runtimeapi.ContainerConfig) string {
+	t.Helper()
+	pod := n.cri.RunPod(t, cfg.Metadata.Name, handler)
+	res := pod.RunContainer(t, cfg, 2*time.Minute)
+	if res.ExitCode != 0 {
+		t.Fatalf("container %s (handler %q) exited %d:\n%s\ncontainerd log:\n%s", cfg.Metadata.Name, handler, res.ExitCode, res.Logs, n.c.Log())
+	}
+	return res.Logs
+}
+
+// criEnv is a container's environment of one variable (the CRI's
+// KeyValue holds the value as bytes, which is a string on the wire).
+func criEnv(key, value string) []*runtimeapi.KeyValue {
+	return []*runtimeapi.KeyValue{{Key: key, Value: []byte(value)}}
+}
+
+// uuids returns the fixture GPUs' UUIDs for NVML indices idx.
+func (n *criNode) uuids(t *testing.T, idx ...int) []string {
+	t.Helper()
+	var out []string
+	for _, i := range idx {
+		out = append(out, n.host.gpu(t, i).UUID)
+	}
+	return out
+}
+
+// runtimeWrapper writes an executable script to dir/name that runs
+// nvidia-container-runtime on a config.toml of its own: host's with the
+// top-level settings top put first and the lines extra added to the
+// [nvidia-container-runtime] table and after the file. A containerd
+// runtime handler whose BinaryName is the script is one more node
+// configuration on the same containerd.
+func runtimeWrapper(t *testing.T, host *gpuHost, dir, name, top, runtimeTable, extra string) string {
+	t.Helper()
+	cfg := string(readFile(t, host.Config))
+	const table = "[nvidia-container-runtime]\n"
+	if !strings.Contains(cfg, table) {
+		t.Fatalf("%s has no %s", host.Config, table)
+	}
+	cfg = top + "\n" + strings.Replace(cfg, table, table+runtimeTable+"\n", 1) + "\n" + extra + "\n"
+	cfgPath := filepath.Join(dir, name+".toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf("#!/bin/sh\nNVIDIA_CTK_CONFIG_FILE_PATH=%q exec %q \"$@\"\n", cfgPath, tool(t, "nvidia-container-runtime"))
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestCRINvidiaRuntime sets a node up as `nvidia-ctk runtime configure
+// --runtime=containerd` does (the nvidia runtime handler, with
+// container_annotations = ["cdi.k8s.io/*"] added as NVIDIA's device plugin
+// documents for CDI annotations; enable_cdi stays off, so the runtime, not
+// containerd, resolves them) and runs pods the ways the device plugin
+// hands GPUs out with the nvidia handler:
+//   - envvar: NVIDIA_VISIBLE_DEVICES=<UUIDs>;
+//   - cdi-annotations: a cdi.k8s.io/… annotation naming nvidia.com/gpu=N;
+//   - volume-mounts: /dev/null at /var/run/nvidia-container-devices/<UUID>,
+//     through a handler whose config.toml has
+//     accept-nvidia-visible-devices-as-volume-mounts = true and
+//     accept-nvidia-visible-devices-envvar-when-unprivileged = false,
+//     which also refuses the pod's own NVIDIA_VISIBLE_DEVICES;
+//   - the GPU Operator's own pods: NVIDIA_VISIBLE_DEVICES=all, through a
+//     handler in cdi mode with default-kind management.nvidia.com/gpu and
+//     the spec of `nvidia-ctk cdi generate --mode management`, which
+//     also gives the MIG management nodes /dev/nvidia-caps/nvidia-cap1
+//     and nvidia-cap2.
+func TestCRINvidiaRuntime(t *testing.T) {
+	nvRuntime := tool(t, "nvidia-container-runtime")
+	var volumes, operator string
+	n := startCRINode(t, func(cfg string, n *criNode) {
+		n.root.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "runtime", "configure", "--runtime=containerd",
+			"--config", cfg, "--drop-in-config=", "--nvidia-runtime-path", nvRuntime)
+		dir := filepath.Dir(cfg)
+		volumes = runtimeWrapper(t, n.host, dir, "nvidia-volumes",
+			"accept-nvidia-visible-devices-as-volume-mounts = true\naccept-nvidia-visible-devices-envvar-when-unprivileged = false", "", "")
+		operator = runtimeWrapper(t, n.host, dir, "nvidia-operator", "", `mode = "cdi"`,
+			"[nvidia-container-runtime.modes.cdi]\ndefault-kind = \"management.nvidia.com/gpu\"")
+		n.root.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "cdi", "generate", "--mode", "management",
+			"--driver-root", n.host.Root.Path, "--output", "/etc/cdi/nvidia-management.yaml",
+			"--nvidia-cdi-hook-path", tool(t, "nvidia-cdi-hook"))
+	}, func(doc map[string]any) {
+		if v := criTable(t, doc)["enable_cdi"]; v != false {
+			t.Fatalf("containerd 1.7's enable_cdi = %v, want false by default", v)
+		}
+		runtimes := criTable(t, doc, "containerd", "runtimes")
+		nv, ok := runtimes["nvidia"].(map[string]any)
+		if !ok || nv["runtime_type"] != "io.containerd.runc.v2" || engLookup(nv, "options", "BinaryName") != nvRuntime {
+			t.Fatalf("nvidia-ctk runtime configure wrote the nvidia runtime %v, want runtime_type io.containerd.runc.v2 and BinaryName %s", nv, nvRuntime)
+		}
+		nv["container_annotations"] = []any{"cdi.k8s.io/*"}
+		for name, bin := range map[string]string{"nvidia-volumes": volumes, "nvidia-operator": operator} {
+			rt := maps.Clone(nv)
+			opts := maps.Clone(nv["options"].(map[string]any))
+			opts["BinaryName"] = bin
+			rt["options"] = opts
+			delete(rt, "container_annotations")
+			runtimes[name] = rt
+		}
+	})
+
+	t.Run("envvar", func(t *testing.T) {
+		t.Parallel()
+		cfg := n.probe("envvar")
+		cfg.Envs = criEnv("NVIDIA_VISIBLE_DEVICES", strings.Join(n.uuids(t, 1, 3), ","))
+		checkGPU(t, n.run(t, "nvidia", cfg), want{host: n.host, GPUs: []int{1, 3}, LibDir: n.libDir})
+	})
+	t.Run("cdi-annotations", func(t *testing.T) {
+		t.Parallel()
+		cfg := n.probe("cdi-annotations")
+		cfg.Annotations = map[string]string{"cdi.k8s.io/nvidia-device-plugin_gpu-2": "nvidia.com/gpu=2"}
+		checkGPU(t, n.run(t, "nvidia", cfg), want{host: n.host, GPUs: []int{2}, LibDir: n.libDir, Display: true})
+	})
+	t.Run("volume-mounts", func(t *testing.T) {
+		t.Parallel()
+		cfg := n.probe("volume-mounts")
+		uuid := n.uuids(t, 0)[0]
+		// The device plugin sets the variable to the mounts' directory;
+		// a pod's own "all" would ask for every GPU if it were honoured.
+		cfg.Envs = criEnv("NVIDIA_VISIBLE_DEVICES", "all")
+		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{ContainerPath: "/var/run/nvidia-container-devices/" + uuid, HostPath: "/dev/null", Readonly: true})
+		checkGPU(t, n.run(t, "nvidia-volumes", cfg), want{host: n.host, GPUs: []int{0}, LibDir: n.libDir})
+	})
+	t.Run("volume-mounts/envvar-refused", func(t *testing.T) {
+		t.Parallel()
+		cfg := n.probe("envvar-refused")
+		cfg.Envs = criEnv("NVIDIA_VISIBLE_DEVICES", "all")
+		checkNoGPU(t, n.run(t, "nvidia-volumes", cfg))
+	})
+	t.Run("gpu-operator", func(t *testing.T) {
+		t.Parallel()
+		cfg := n.probe("gpu-operator")
+		cfg.Envs = criEnv("NVIDIA_VISIBLE_DEVICES", "all")
+		checkGPU(t, n.run(t, "nvidia-operator", cfg), want{host: n.host, GPUs: []int{0, 1, 2, 3}, LibDir: n.libDir, Display: true,
+			Extra: []string{"nvidia-caps/nvidia-cap1", "nvidia-caps/nvidia-cap2"}})
+	})
+}
+
+// TestCRICDIDevices runs pods with containerd's own CDI support (enable_cdi
+// = true, cdi_spec_dirs the root's /etc/cdi holding nvidia-ctk's spec) and
+// no NVIDIA runtime at all: the default runc handler, the GPUs asked for
+// in the CRI's CDIDevices field as the device plugin's cdi-cri strategy
+// does.
+func TestCRICDIDevices(t *testing.T) {
+	n := startCRINode(t, nil, func(doc map[string]any) {
+		cri := criTable(t, doc)
+		cri["enable_cdi"] = true
+		cri["cdi_spec_dirs"] = []any{"/etc/cdi"}
+		runtimes := criTable(t, doc, "containerd", "runtimes")
+		if _, ok := runtimes["nvidia"]; ok {
+			t.Fatalf("containerd's default config has an nvidia runtime: %v", runtimes)
+		}
+		if def := criTable(t, doc, "containerd")["default_runtime_name"]; def != "runc" {
+			t.Fatalf("default_runtime_name = %v, want runc", def)
+		}
+	})
+	for _, tc := range []struct {
+		name    string
+		devices []string
+		gpus    []int
+	}{
+		{"gpu=1", []string{"nvidia.com/gpu=1"}, []int{1}},
+		{"gpu=0+gpu=3", []string{"nvidia.com/gpu=0", "nvidia.com/gpu=3"}, []int{0, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := n.probe("cdi-cri-" + strings.NewReplacer("=", "", "+", "-").Replace(tc.name))
+			for _, d := range tc.devices {
+				cfg.CDIDevices = append(cfg.CDIDevices, &runtimeapi.CDIDevice{Name: d})
+			}
+			checkGPU(t, n.run(t, "", cfg), want{host: n.host, GPUs: tc.gpus, LibDir: n.libDir, Display: true})
+		})
+	}
+	t.Run("unknown-device", func(t *testing.T) {
+		t.Parallel()
+		cfg := n.probe("cdi-cri-unknown")
+		cfg.CDIDevices = []*runtimeapi.CDIDevice{{Name: "nvidia.com/gpu=9"}}
+		pod := n.cri.RunPod(t, cfg.Metadata.Name, "")
+		_, err := n.cri.Runtime.CreateContainer(t.Context(), &runtimeapi.CreateContainerRequest{PodSandboxId: pod.ID, Config: cfg, SandboxConfig: pod.Config})
+		if err == nil || !strings.Contains(err.Error(), "nvidia.com/gpu=9") {
+			t.Errorf("CreateContainer with CDI device nvidia.com/gpu=9: got %v, want an error naming the device", err)
+		}
+	})
+}
