@@ -43,9 +43,10 @@ type criNode struct {
 
 // criConfig writes containerd 1.7's `config default` to <dir>/config.toml
 // with its machine-wide paths moved into dir and restrict_oom_score_adj =
-// true (what the CRI's containers need on these hosts), then lets edit
-// change the parsed document, and writes it back.
-func criConfig(t *testing.T, root *e2e.EngineRoot, dir string, edit func(doc map[string]any)) string {
+// true (the test hosts are containers without CAP_SYS_RESOURCE, where
+// runc cannot give the pause container its oom_score_adj of -998 and
+// every RunPodSandbox fails), and returns the file's path.
+func criConfig(t *testing.T, root *e2e.EngineRoot, dir string) string {
 	t.Helper()
 	cfg := filepath.Join(dir, "config.toml")
 	def := root.MustRun(t, e2e.RunOpts{Quiet: true}, "containerd", "config", "default")
@@ -66,21 +67,26 @@ func criConfig(t *testing.T, root *e2e.EngineRoot, dir string, edit func(doc map
 	if err := os.WriteFile(cfg, []byte(moved), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if edit != nil {
-		var doc map[string]any
-		if err := toml.Unmarshal([]byte(moved), &doc); err != nil {
-			t.Fatalf("containerd config: %v", err)
-		}
-		edit(doc)
-		data, err := toml.Marshal(doc)
-		if err != nil {
-			t.Fatalf("containerd config: %v", err)
-		}
-		if err := os.WriteFile(cfg, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return cfg
+}
+
+// criEdit parses the containerd config file cfg, lets edit change the
+// document and writes it back.
+func criEdit(t *testing.T, cfg string, edit func(doc map[string]any)) {
+	t.Helper()
+	data := readFile(t, cfg)
+	var doc map[string]any
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("containerd config %s: %v\n%s", cfg, err, data)
+	}
+	edit(doc)
+	out, err := toml.Marshal(doc)
+	if err != nil {
+		t.Fatalf("containerd config %s: %v", cfg, err)
+	}
+	if err := os.WriteFile(cfg, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // criTable returns the CRI plugin's table in doc, or the table below it at
@@ -95,10 +101,10 @@ func criTable(t *testing.T, doc map[string]any, keys ...string) map[string]any {
 }
 
 // startCRINode starts containerd (CRI enabled) in the Debian 13 root over
-// a 4-GPU fixture driver, with config made by criConfig (the sandbox image
-// set to the test image, then edit) and nvidia-ctk's CDI spec in the
-// root's /etc/cdi; configure runs on the config file between the two
-// (`nvidia-ctk runtime configure`, say).
+// a 4-GPU fixture driver, with nvidia-ctk's CDI spec in the root's
+// /etc/cdi and the config made by criConfig, then changed by configure
+// (`nvidia-ctk runtime configure`, say) and by edit (criEdit), with the
+// sandbox image set to the test image.
 func startCRINode(t *testing.T, configure func(cfg string, n *criNode), edit func(doc map[string]any)) *criNode {
 	t.Helper()
 	skipShort(t)
@@ -109,27 +115,16 @@ func startCRINode(t *testing.T, configure func(cfg string, n *criNode), edit fun
 	rootfs := e2e.BuildRootfs(t, e2e.RootfsOptions{})
 	n.image = e2e.FullImageName("nctk-e2e:cri")
 	dir := e2e.TempDir(t, "ctrdcri")
-	cfg := criConfig(t, n.root, dir, func(doc map[string]any) {
-		criTable(t, doc)["sandbox_image"] = n.image
-	})
+	cfg := criConfig(t, n.root, dir)
 	if configure != nil {
 		configure(cfg, n)
 	}
-	if edit != nil {
-		data := readFile(t, cfg)
-		var doc map[string]any
-		if err := toml.Unmarshal(data, &doc); err != nil {
-			t.Fatalf("containerd config %s: %v\n%s", cfg, err, data)
+	criEdit(t, cfg, func(doc map[string]any) {
+		criTable(t, doc)["sandbox_image"] = n.image
+		if edit != nil {
+			edit(doc)
 		}
-		edit(doc)
-		out, err := toml.Marshal(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(cfg, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	n.c = e2e.StartContainerdWith(t, e2e.ContainerdOptions{Root: n.root, ConfigFile: cfg, Env: n.host.Env})
 	checkVersion(t, "containerd", n.root.MustRun(t, e2e.RunOpts{}, "containerd", "--version"), "containerd github.com/containerd/containerd 1.7.")
 	n.cri = e2e.DialCRI(t, n.c)
