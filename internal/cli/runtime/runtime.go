@@ -231,6 +231,9 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), inContainer, mountPoints(spec))
 		p = &q
 	}
+	if err := checkUserMounts(spec.Mounts, p, own); err != nil {
+		return err
+	}
 	// update-ldcache gets the configured host ldconfig, or none (its own
 	// default) when the setting is empty or an accepted container path.
 	ldconfig, err := cfg.HostLdconfig()
