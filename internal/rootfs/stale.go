@@ -13,16 +13,18 @@ import (
 
 // staleTemp matches the names of the temporary files WriteFile (createTemp)
 // and Symlink (replaceSymlink) create next to their destination:
-// ".<name>.nctk-<pid>-<n>" and ".<name>.nctk-link-<pid>-<n>", and those a
-// Rollback of WriteFile creates (".<name>.nctk-<pid>-u<n>").
-var staleTemp = regexp.MustCompile(`^\..+\.nctk-(?:link-)?([0-9]+)-u?[0-9]+$`)
+// ".<name>.nctk-<pid>-<n>" and ".<name>.nctk-link-<pid>-<n>", those a
+// Rollback of WriteFile creates (".<name>.nctk-<pid>-u<n>"), and the old
+// object ForceSymlink keeps until Commit (".<name>.nctk-old-<pid>-<n>").
+var staleTemp = regexp.MustCompile(`^\..+\.nctk-(?:link-|old-)?([0-9]+)-u?[0-9]+$`)
 
 // RemoveStaleTemps removes, from the directory dir inside the root, the
 // temporary files that a WriteFile or Symlink of a process that is gone
 // (killed between creating its temporary and renaming it into place) left
-// there: only names of nctk's own pattern, only regular files and symlinks,
-// only where no process with the pid in the name exists (a live process may
-// be another create working in the same root). The directory is reached
+// there, and the objects a ForceSymlink of such a process replaced: only
+// names of nctk's own pattern, never a directory, only where no process
+// with the pid in the name exists (a live process may be another create
+// working in the same root). The directory is reached
 // inside the root; a missing directory is nothing to do. It returns the
 // container paths it removed.
 func (r *Root) RemoveStaleTemps(dir string) ([]string, error) {
@@ -59,7 +61,7 @@ func (r *Root) RemoveStaleTemps(dir string) ([]string, error) {
 		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue
 		}
-		if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFLNK {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			continue
 		}
 		if err := unix.Unlinkat(fd, n, 0); err != nil && err != unix.ENOENT {

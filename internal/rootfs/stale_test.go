@@ -46,6 +46,11 @@ func TestRemoveStaleTemps(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone = append(gone, ".libcuda.so.nctk-link-"+dead+"-0")
+	// The image's FIFO a killed ForceSymlink had swapped out.
+	if err := syscall.Mkfifo(filepath.Join(dir, "etc", ".fifo.nctk-old-"+dead+"-0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gone = append(gone, ".fifo.nctk-old-"+dead+"-0")
 	if err := os.Mkdir(filepath.Join(dir, "etc", ".d.nctk-"+dead+"-0"), 0o755); err != nil {
 		t.Fatal(err)
 	}
