@@ -359,6 +359,9 @@ func (r *Root) WriteFile(p string, data []byte, mode fs.FileMode) error {
 	}
 	tmp, fd, err := createTemp(dfd, name, uint32(mode.Perm()))
 	if err != nil {
+		if restore.done != nil {
+			restore.done()
+		}
 		return r.errorf(cp, fmt.Errorf("write file: %w", err))
 	}
 	werr := writeAll(fd, data)
