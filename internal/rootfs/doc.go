@@ -41,8 +41,11 @@
 //
 // Every directory, file and symlink a Root creates, every mode it changes
 // and every mount it makes is journaled so that a failed apply can be
-// rolled back with Rollback (a symlink it replaced and a file ForceSymlink
-// replaced are restored; a file WriteFile replaced is not).
+// rolled back with Rollback (a symlink it replaced, a file ForceSymlink
+// replaced and a file WriteFile replaced are restored). A process killed
+// before it could roll back leaves at most its temporary files behind
+// (".<name>.nctk-<pid>-<n>"); RemoveStaleTemps removes those of processes
+// that are gone.
 //
 // RunLdconfig (and Ldconfig.Run, on a copy PrepareLdconfig made earlier)
 // runs the host's ldconfig from a sealed memfd copy in a child that has its

@@ -3,6 +3,7 @@ package rootfs
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -24,7 +25,7 @@ func (r *Root) record(u undo) {
 // Rollback undoes every change recorded since the Root was opened (or since
 // the last Commit), newest first: mounts are lazily unmounted, created
 // files, directories and symlinks are removed, replaced symlinks (and files
-// ForceSymlink replaced) restored, changed modes set back.
+// ForceSymlink or WriteFile replaced) restored, changed modes set back.
 // It returns the errors it met, joined; it does not stop at the first.
 func (r *Root) Rollback() error {
 	var errs []error
@@ -108,3 +109,99 @@ func undoMount(mntfd int, desc string) undo {
 
 // procFdPath is the magic link naming descriptor fd of this process.
 func procFdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// undoReplace prepares the undo of replacing name in dirfd (st its
+// lstat): a symlink is put back with its target; a regular file's content,
+// mode and owner are copied back from a descriptor opened now (the old
+// inode lives on after the rename); any other type is left as replaced.
+func undoReplace(dirfd int, name string, st unix.Stat_t) (undo, error) {
+	d, err := unix.Dup(dirfd)
+	if err != nil {
+		return undo{}, err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		old, err := readlinkat(dirfd, name)
+		if err != nil {
+			unix.Close(d)
+			return undo{}, err
+		}
+		return undo{
+			desc: "replace " + name,
+			run: func() error {
+				return renameInto(d, name, func(tmp string) error { return unix.Symlinkat(old, d, tmp) })
+			},
+			done: func() { unix.Close(d) },
+		}, nil
+	case unix.S_IFREG:
+		fd, err := OpenNoFollow(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+		if err != nil {
+			unix.Close(d)
+			return undo{}, err
+		}
+		return undo{
+			desc: "replace " + name,
+			run: func() error {
+				return renameInto(d, name, func(tmp string) error {
+					out, err := unix.Openat(d, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+					if err != nil {
+						return err
+					}
+					defer unix.Close(out)
+					if err := copyFD(out, fd); err != nil {
+						return err
+					}
+					if err := unix.Fchown(out, int(st.Uid), int(st.Gid)); err != nil {
+						return err
+					}
+					return unix.Fchmod(out, st.Mode&0o7777)
+				})
+			},
+			done: func() { unix.Close(fd); unix.Close(d) },
+		}, nil
+	}
+	unix.Close(d)
+	return undo{}, nil
+}
+
+// renameInto creates a temporary object next to name in dirfd with mk
+// and renames it over name; the temporary is removed when either fails.
+func renameInto(dirfd int, name string, mk func(tmp string) error) error {
+	for i := range 100 {
+		tmp := "." + name + ".nctk-" + strconv.Itoa(os.Getpid()) + "-u" + strconv.Itoa(i)
+		err := mk(tmp)
+		if err == unix.EEXIST {
+			continue
+		}
+		if err == nil {
+			err = unix.Renameat(dirfd, tmp, dirfd, name)
+		}
+		if err != nil {
+			unix.Unlinkat(dirfd, tmp, 0)
+		}
+		return err
+	}
+	return unix.EEXIST
+}
+
+// copyFD copies the whole content of src (from offset 0) to dst.
+func copyFD(dst, src int) error {
+	buf := make([]byte, 64<<10)
+	var off int64
+	for {
+		n, err := unix.Pread(src, buf, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		if err := writeAll(dst, buf[:n]); err != nil {
+			return err
+		}
+		off += int64(n)
+	}
+}

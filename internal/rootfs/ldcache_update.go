@@ -48,8 +48,8 @@ const (
 //     ld.so.cache, gets confDirs in /etc/ld-musl-<arch>.path
 //     (updateMuslPath) as well.
 //
-// Every change is journaled (Rollback removes created files). log may be
-// nil.
+// Every change is journaled (Rollback removes created files and restores
+// replaced ones). log may be nil.
 func (r *Root) UpdateLdCache(libs, confDirs []string, log *slog.Logger) error {
 	names, err := r.libraryEntries(libs, nil, nil)
 	if err != nil {

@@ -87,8 +87,8 @@ func TestUpdateMuslPath(t *testing.T) {
 			if before == nil && !os.IsNotExist(err) {
 				t.Errorf("rollback left %s (%v)", tt.pathFile, err)
 			}
-			if before != nil && string(after) != tt.want {
-				t.Errorf("an existing file is updated in place, as ld.so.cache: after rollback %q", after)
+			if before != nil && string(after) != string(before) {
+				t.Errorf("an existing file is restored by rollback, as ld.so.cache: after rollback %q, want %q", after, before)
 			}
 		})
 	}

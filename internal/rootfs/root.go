@@ -327,7 +327,10 @@ func (r *Root) ReadFile(p string, limit int64) ([]byte, error) {
 
 // WriteFile writes data to the regular file p inside the root, replacing it
 // atomically (a temporary file renamed over p). An existing symlink at p is
-// replaced, never followed; an existing directory is an error.
+// replaced, never followed; an existing directory is an error. Rollback
+// removes a file WriteFile created and puts back one it replaced (the old
+// regular file's content, mode and owner, read from a descriptor held since
+// the write; an old symlink as it was).
 func (r *Root) WriteFile(p string, data []byte, mode fs.FileMode) error {
 	cp, err := clean(p)
 	if err != nil {
@@ -343,15 +346,22 @@ func (r *Root) WriteFile(p string, data []byte, mode fs.FileMode) error {
 	}
 	defer unix.Close(dfd)
 	existed := false
+	var restore undo
 	var st unix.Stat_t
 	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			return r.errorf(cp, fmt.Errorf("write file: %w (a directory)", ErrExists))
 		}
 		existed = true
+		if restore, err = undoReplace(dfd, name, st); err != nil {
+			return r.errorf(cp, fmt.Errorf("write file: keep the old file for rollback: %w", err))
+		}
 	}
 	tmp, fd, err := createTemp(dfd, name, uint32(mode.Perm()))
 	if err != nil {
+		if restore.done != nil {
+			restore.done()
+		}
 		return r.errorf(cp, fmt.Errorf("write file: %w", err))
 	}
 	werr := writeAll(fd, data)
@@ -364,9 +374,14 @@ func (r *Root) WriteFile(p string, data []byte, mode fs.FileMode) error {
 	}
 	if werr != nil {
 		unix.Unlinkat(dfd, tmp, 0)
+		if restore.done != nil {
+			restore.done()
+		}
 		return r.errorf(cp, fmt.Errorf("write file: %w", werr))
 	}
-	if !existed {
+	if existed {
+		r.record(restore)
+	} else {
 		r.record(undoRemove(dfd, name, false))
 	}
 	return nil

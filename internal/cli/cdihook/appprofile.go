@@ -34,6 +34,7 @@ func appProfile(mask uint64) []byte {
 // nodes gets no file.
 func updateApplicationProfile(h *hookEnv, u hookargs.UpdateApplicationProfile) error {
 	return h.withRoot(u.ContainerSpec, func(r *rootfs.Root) error {
+		h.removeStale(r, appProfileDir)
 		names, err := r.ReadDir("/dev")
 		if errors.Is(err, unix.ENOENT) {
 			return nil

@@ -323,6 +323,21 @@ func (h *hookEnv) withRootAt(path string, f func(r *rootfs.Root) error) error {
 	return nil
 }
 
+// removeStale removes from dirs inside r the temporary files a hook killed
+// mid-way left (rootfs.Root.RemoveStaleTemps), so that this run finishes
+// the work cleanly; a failure is logged, not fatal (the files are inert).
+func (h *hookEnv) removeStale(r *rootfs.Root, dirs ...string) {
+	for _, d := range dirs {
+		removed, err := r.RemoveStaleTemps(d)
+		if err != nil {
+			h.log.Warn("cannot remove stale temporary files", "error", err)
+		}
+		if len(removed) > 0 {
+			h.log.Info("removed temporary files an interrupted hook left", "files", removed)
+		}
+	}
+}
+
 // createSymlinks creates each link of c inside the container root. As
 // NVIDIA documents (a link path that exists is removed), whatever is at the
 // link path is replaced (rootfs.Root.ForceSymlink: atomically, the parent
@@ -333,6 +348,13 @@ func createSymlinks(h *hookEnv, c hookargs.CreateSymlinks) error {
 		return nil
 	}
 	return h.withRoot(c.ContainerSpec, func(r *rootfs.Root) error {
+		var dirs []string
+		for _, l := range c.Links {
+			if d := filepath.Dir(filepath.Clean("/" + l.Path)); !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+		h.removeStale(r, dirs...)
 		for _, l := range c.Links {
 			if err := r.ForceSymlink(l.Target, l.Path); err != nil {
 				return err
@@ -374,6 +396,7 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 	}
 	if len(u.Libs) > 0 {
 		err := h.withRootAt(root, func(r *rootfs.Root) error {
+			h.removeStale(r, "/etc", "/etc/ld.so.conf.d")
 			if err := r.UpdateLdCache(u.Libs, u.Folders, h.log); err != nil {
 				return err
 			}

@@ -64,6 +64,7 @@ func enableCudaCompat(h *hookEnv, c hookargs.EnableCudaCompat) error {
 		if err != nil || lib == "" {
 			return err
 		}
+		h.removeStale(r, "/etc", "/etc/ld.so.conf.d")
 		use, err := compatNewer(r, lib, c.HostDriverVersion, c.HostCudaVersion, h.log)
 		if err != nil || !use {
 			return err

@@ -32,6 +32,7 @@ const (
 	childHookEnv = "NCTK_RUNTIME_TEST_HOOK"       // hook binary path
 	childErrEnv  = "NCTK_RUNTIME_TEST_PLAN_ERROR" // planner error message
 	childProcEnv = "NCTK_RUNTIME_TEST_PROC"       // Runtime.ProcDriverDir ("" for the default)
+	childRealEnv = "NCTK_RUNTIME_TEST_REAL"       // "1": the production planner (config from the config file)
 )
 
 func TestMain(m *testing.M) {
@@ -68,6 +69,10 @@ func childMain() int {
 	r := New()
 	r.HookPath = os.Getenv(childHookEnv)
 	r.ProcDriverDir = os.Getenv(childProcEnv)
+	if os.Getenv(childRealEnv) == "1" {
+		r.planner = defaultPlanner()
+		return r.Run(app.FromOS())
+	}
 	r.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) {
 		if msg := os.Getenv(childErrEnv); msg != "" {
 			return nil, errors.New(msg)

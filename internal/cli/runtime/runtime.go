@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -48,6 +49,7 @@ import (
 	"github.com/nctk/nctk/internal/driverprobe"
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
@@ -229,6 +231,9 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), inContainer, mountPoints(spec))
 		p = &q
 	}
+	if err := checkUserMounts(spec.Mounts, p, own); err != nil {
+		return err
+	}
 	// update-ldcache gets the configured host ldconfig, or none (its own
 	// default) when the setting is empty or an accepted container path.
 	ldconfig, err := cfg.HostLdconfig()
@@ -301,6 +306,15 @@ func rootWork(p *plan.Plan, own cdispec.OwnHooks) work {
 // will be mounted: the mounts do not exist yet), all inside the root. It
 // returns the open root with its changes journaled (nil when w has nothing
 // for the root); on error everything is rolled back.
+//
+// Everything that can be checked without a change is checked first (the
+// library entries are read from the pending mounts and links), so a plan
+// that cannot be applied leaves the root untouched. Each step is
+// idempotent (a link already pointing where w says is kept, the drop-in
+// and ld.so.cache are rewritten from the image's content plus w's), and the
+// temporary files a create killed mid-way left in the directories w writes
+// to are removed first: the next create after a kill finishes the work and
+// gives the same root as a create that was never interrupted.
 func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) {
 	if len(w.Symlinks) == 0 && len(w.LdconfigDirs) == 0 {
 		return nil, nil
@@ -310,6 +324,22 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 		return nil, err
 	}
 	err = func() error {
+		var names []ldcache.DirEntry
+		if len(w.LdconfigDirs) > 0 {
+			var err error
+			if names, err = root.PendingLibraryEntries(w.Pending, w.Libs); err != nil {
+				return fmt.Errorf("update ld.so.cache: %w", err)
+			}
+		}
+		for _, dir := range staleDirs(w) {
+			removed, err := root.RemoveStaleTemps(dir)
+			if err != nil {
+				return err
+			}
+			if len(removed) > 0 {
+				log.Info("removed temporary files an interrupted create left", "root", path, "files", removed)
+			}
+		}
 		for _, s := range w.Symlinks {
 			if err := root.Symlink(s.Target, s.Path); err != nil {
 				return fmt.Errorf("create symlink: %w", err)
@@ -317,10 +347,6 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 		}
 		if len(w.LdconfigDirs) == 0 {
 			return nil
-		}
-		names, err := root.PendingLibraryEntries(w.Pending, w.Libs)
-		if err != nil {
-			return fmt.Errorf("update ld.so.cache: %w", err)
 		}
 		if err := root.UpdateLdCacheFor(names, w.LdconfigDirs, log); err != nil {
 			return fmt.Errorf("update ld.so.cache: %w", err)
@@ -331,6 +357,22 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 		return nil, errors.Join(err, closeRoot(root, true))
 	}
 	return root, nil
+}
+
+// staleDirs are the container directories prepareRootfs writes into: the
+// parents of w's symlinks and, with ld.so.cache work, /etc and
+// /etc/ld.so.conf.d.
+func staleDirs(w work) []string {
+	var dirs []string
+	if len(w.LdconfigDirs) > 0 {
+		dirs = append(dirs, "/etc", "/etc/ld.so.conf.d")
+	}
+	for _, s := range w.Symlinks {
+		if d := path.Dir(path.Clean("/" + s.Path)); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }
 
 // pending is what p creates in the container root, as

@@ -1,0 +1,246 @@
+package runtime
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nctk/nctk/internal/fixture"
+)
+
+// killRig runs the runtime as its own process (this test binary, with the
+// production planner over a fixture driver root and /bin/true as the
+// low-level runtime) on fresh bundles of one image.
+type killRig struct {
+	t      *testing.T
+	bin    string
+	cfg    string
+	proc   string
+	image  func(dir string)
+	spec   string
+	runDir string
+}
+
+func newKillRig(t *testing.T) *killRig {
+	t.Helper()
+	fx := fixture.Build(t, fixture.Spec{GPUs: 1})
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	k := &killRig{t: t, bin: bin, cfg: filepath.Join(dir, "config.toml"), proc: t.TempDir(), runDir: t.TempDir(),
+		spec: envSpec(t, "NVIDIA_VISIBLE_DEVICES=all")}
+	toml := fmt.Sprintf("[nvidia-container-cli]\nroot = %q\n[nvidia-container-runtime]\nruntimes = [\"/bin/true\"]\n", fx.Path)
+	if err := os.WriteFile(k.cfg, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A Debian-like image with an ld.so.cache of its own and a driver
+	// link name that is a symlink to something else.
+	k.image = func(root string) {
+		for _, d := range []string{"etc/ld.so.conf.d", "usr/lib/x86_64-linux-gnu", "lib"} {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for p, c := range map[string]string{"etc/debian_version": "12.5\n", "etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n",
+			"etc/ld.so.conf.d/x86_64-linux-gnu.conf": "/usr/lib/x86_64-linux-gnu\n"} {
+			if err := os.WriteFile(filepath.Join(root, p), []byte(c), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return k
+}
+
+// bundle makes a fresh bundle holding the image.
+func (k *killRig) bundle() string {
+	b := writeBundle(k.t, k.spec)
+	k.image(filepath.Join(b, "rootfs"))
+	return b
+}
+
+func (k *killRig) command(bundle string) *exec.Cmd {
+	cmd := exec.Command(k.bin, "create", "--bundle", bundle, "ctr")
+	cmd.Args[0] = "nvidia-container-runtime"
+	cmd.Dir = k.runDir
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", childEnv + "=1", childRealEnv + "=1",
+		childHookEnv + "=/usr/local/bin/nvidia-cdi-hook", childProcEnv + "=" + k.proc,
+		"NVIDIA_CTK_CONFIG_FILE_PATH=" + k.cfg}
+	return cmd
+}
+
+// create runs a create to its end and fails the test unless it succeeds.
+func (k *killRig) create(bundle string) {
+	k.t.Helper()
+	var out bytes.Buffer
+	cmd := k.command(bundle)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		k.t.Fatalf("create %s: %v: %s", bundle, err, out.String())
+	}
+}
+
+// snapshot describes every object below dir: type, mode, content or
+// link target.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		desc := fi.Mode().String()
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		case fi.Mode().IsRegular():
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += fmt.Sprintf(" %q", data)
+		}
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// diffSnapshots lists the differences between two snapshots, sorted.
+func diffSnapshots(got, want map[string]string) []string {
+	var d []string
+	for p, g := range got {
+		if w, ok := want[p]; !ok {
+			d = append(d, "extra "+p)
+		} else if g != w {
+			d = append(d, "differs "+p)
+		}
+	}
+	for p := range want {
+		if _, ok := got[p]; !ok {
+			d = append(d, "missing "+p)
+		}
+	}
+	return d
+}
+
+// TestKillThenRetry replays issue 13: a create SIGKILLed at a random point
+// used to leave the rootfs half edited (some links, the ld.so.conf.d
+// drop-in, no ld.so.cache) and nctk temp files behind. After a kill at any
+// point, the next create must give exactly the rootfs and config.json of a
+// create that was never interrupted: no temp file, every link, the same
+// ld.so.cache bytes.
+func TestKillThenRetry(t *testing.T) {
+	k := newKillRig(t)
+	clean := k.bundle()
+	pristine := snapshot(t, filepath.Join(clean, "rootfs"))
+	start := time.Now()
+	k.create(clean)
+	span := time.Since(start)
+	want := snapshot(t, filepath.Join(clean, "rootfs"))
+	wantSpec := readFile(t, filepath.Join(clean, "config.json"))
+	if _, ok := want["etc/ld.so.cache"]; !ok {
+		t.Fatalf("a clean create wrote no ld.so.cache: %v", diffSnapshots(want, pristine))
+	}
+	if len(diffSnapshots(want, pristine)) < 3 {
+		t.Fatalf("a clean create changed too little to test: %v", diffSnapshots(want, pristine))
+	}
+
+	budget := 20 * time.Second
+	if testing.Short() {
+		budget = 3 * time.Second
+	}
+	var runs, partial, temps int
+	for deadline := time.Now().Add(budget); time.Now().Before(deadline); runs++ {
+		b := k.bundle()
+		cmd := k.command(b)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Duration(rand.Int64N(int64(span) + 1)))
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		mid := snapshot(t, filepath.Join(b, "rootfs"))
+		if len(diffSnapshots(mid, pristine)) > 0 && len(diffSnapshots(mid, want)) > 0 {
+			partial++
+		}
+		for p := range mid {
+			if strings.Contains(filepath.Base(p), ".nctk-") {
+				temps++
+				break
+			}
+		}
+		k.create(b)
+		if d := diffSnapshots(snapshot(t, filepath.Join(b, "rootfs")), want); len(d) > 0 {
+			t.Fatalf("run %d: the create after a kill differs from a clean create: %v", runs, d)
+		}
+		if got := readFile(t, filepath.Join(b, "config.json")); !bytes.Equal(got, wantSpec) {
+			t.Fatalf("run %d: config.json after a kill and a create differs from a clean create's:\n%s\nwant\n%s", runs, got, wantSpec)
+		}
+	}
+	t.Logf("%d kills within %v of the start; %d left the rootfs partly edited, %d left temp files; every retry matched a clean create", runs, span, partial, temps)
+}
+
+// TestUnwritableBundleLeavesRootfs replays issue 13: a create whose
+// config.json cannot be written (an immutable bundle directory) had
+// already rewritten the image's ld.so.cache and left it so. It must fail
+// with the bundle and the rootfs exactly as they were, and exec nothing.
+func TestUnwritableBundleLeavesRootfs(t *testing.T) {
+	k := newKillRig(t)
+	images := map[string]func(root string){
+		"no ld.so.cache": k.image,
+		"own ld.so.cache": func(root string) {
+			k.image(root)
+			if err := os.WriteFile(filepath.Join(root, "etc/ld.so.cache"), []byte("not a cache nctk can parse"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("libcuda.so.0", filepath.Join(root, "usr/lib/x86_64-linux-gnu/libcuda.so")); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, image := range images {
+		t.Run(name, func(t *testing.T) {
+			bundle := writeBundle(t, k.spec)
+			image(filepath.Join(bundle, "rootfs"))
+			before := snapshot(t, bundle)
+			if out, err := exec.Command("chattr", "+i", bundle).CombinedOutput(); err != nil {
+				t.Skipf("chattr +i: %v: %s", err, out)
+			}
+			t.Cleanup(func() { exec.Command("chattr", "-i", bundle).Run() })
+			var out bytes.Buffer
+			cmd := k.command(bundle)
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Run(); err == nil {
+				t.Fatalf("create succeeded with an immutable bundle: %s", out.String())
+			}
+			if !strings.Contains(out.String(), "config.json") {
+				t.Errorf("error does not name config.json: %s", out.String())
+			}
+			if d := diffSnapshots(snapshot(t, bundle), before); len(d) > 0 {
+				t.Errorf("bundle or rootfs changed by a failed create: %v", d)
+			}
+		})
+	}
+}

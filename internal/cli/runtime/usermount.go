@@ -1,0 +1,83 @@
+package runtime
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nctk/nctk/internal/cdispec"
+	"github.com/nctk/nctk/internal/plan"
+)
+
+// UserMountError is returned (wrapped) when a path the plan creates in the
+// container (a driver file's mount point, a driver symlink) lies below a
+// bind mount the spec already has from a host path, such as a user volume
+// over the image's library directory (`-v /host/dir:/usr/lib/x86_64-linux-gnu`).
+// The low-level runtime would create the mount points in that host
+// directory, and the symlinks made in the image would be hidden; the
+// create is refused instead.
+type UserMountError struct {
+	Path        string // the container path the plan creates
+	Destination string // the user mount's container path
+	Source      string // the user mount's host path
+}
+
+func (e *UserMountError) Error() string {
+	return fmt.Sprintf("%s is below the bind mount of host path %s at %s: GPU driver files are not created in a mounted host directory; mount the volume elsewhere",
+		e.Path, e.Source, e.Destination)
+}
+
+// checkUserMounts returns a *UserMountError when one of the paths p and
+// own create in the container (p's mounts, p's CDI mounts, p's and own's
+// symlinks) is strictly below the destination of one of mounts that binds
+// a host path. mounts are the spec's own mounts, before p is applied.
+func checkUserMounts(mounts []specs.Mount, p *plan.Plan, own cdispec.OwnHooks) error {
+	var binds []specs.Mount
+	for _, m := range mounts {
+		if isHostBind(m) {
+			binds = append(binds, m)
+		}
+	}
+	if len(binds) == 0 {
+		return nil
+	}
+	var paths []string
+	for _, m := range p.Mounts {
+		paths = append(paths, m.Destination)
+	}
+	if p.CDI != nil {
+		for _, m := range p.CDI.Mounts {
+			if m != nil {
+				paths = append(paths, m.ContainerPath)
+			}
+		}
+	}
+	for _, s := range p.Symlinks {
+		paths = append(paths, s.Link)
+	}
+	for _, l := range own.Links {
+		paths = append(paths, l.Path)
+	}
+	for _, cp := range paths {
+		cp = path.Clean("/" + cp)
+		for _, m := range binds {
+			dst := path.Clean("/" + m.Destination)
+			if dst == "/" || strings.HasPrefix(cp, dst+"/") {
+				return &UserMountError{Path: cp, Destination: dst, Source: m.Source}
+			}
+		}
+	}
+	return nil
+}
+
+// isHostBind reports whether m binds a host path (type bind, or a bind or
+// rbind option, with an absolute source).
+func isHostBind(m specs.Mount) bool {
+	if !path.IsAbs(m.Source) {
+		return false
+	}
+	return m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")
+}

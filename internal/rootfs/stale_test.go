@@ -1,0 +1,160 @@
+package rootfs
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+)
+
+// deadPID returns the pid of a process that has exited.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Run(); err != nil {
+		t.Skipf("run /bin/true: %v", err)
+	}
+	return cmd.Process.Pid
+}
+
+// TestRemoveStaleTemps: the temporary files of a dead process, named as
+// WriteFile, Symlink and Rollback name them, go; those of a live process,
+// other names, directories and what lies outside the directory stay.
+func TestRemoveStaleTemps(t *testing.T) {
+	dir := t.TempDir()
+	host := t.TempDir() // a symlinked etc must not lead here
+	dead, live := strconv.Itoa(deadPID(t)), strconv.Itoa(os.Getpid())
+	write := func(p string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := []string{".ld.so.cache.nctk-" + dead + "-0", ".00-nctk.conf.nctk-" + dead + "-3", ".ld.so.cache.nctk-" + dead + "-u1"}
+	kept := []string{".ld.so.cache.nctk-" + live + "-0", "ld.so.cache", ".ld.so.cache.nctk-x-0", "ld.so.cache.nctk-" + dead + "-0",
+		".ld.so.cache.nctk-" + dead + "-0.bak"}
+	for _, n := range append(slices.Clone(gone), kept...) {
+		write(filepath.Join(dir, "etc", n))
+	}
+	if err := os.Symlink("libcuda.so.1", filepath.Join(dir, "etc", ".libcuda.so.nctk-link-"+dead+"-0")); err != nil {
+		t.Fatal(err)
+	}
+	gone = append(gone, ".libcuda.so.nctk-link-"+dead+"-0")
+	// The image's FIFO a killed ForceSymlink had swapped out.
+	if err := syscall.Mkfifo(filepath.Join(dir, "etc", ".fifo.nctk-old-"+dead+"-0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gone = append(gone, ".fifo.nctk-old-"+dead+"-0")
+	if err := os.Mkdir(filepath.Join(dir, "etc", ".d.nctk-"+dead+"-0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kept = append(kept, ".d.nctk-"+dead+"-0")
+	hostFile := filepath.Join(host, ".passwd.nctk-"+dead+"-0")
+	write(hostFile)
+	if err := os.Symlink(host, filepath.Join(dir, "hostetc")); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	removed, err := r.RemoveStaleTemps("/etc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	var want []string
+	for _, n := range gone {
+		want = append(want, "/etc/"+n)
+	}
+	slices.Sort(want)
+	if !slices.Equal(removed, want) {
+		t.Errorf("removed %v, want %v", removed, want)
+	}
+	for _, n := range kept {
+		if _, err := os.Lstat(filepath.Join(dir, "etc", n)); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	// An absolute symlink to a host directory resolves inside the root.
+	if removed, err := r.RemoveStaleTemps("/hostetc"); err != nil || len(removed) != 0 {
+		t.Errorf("RemoveStaleTemps(/hostetc) = %v, %v", removed, err)
+	}
+	if _, err := os.Stat(hostFile); err != nil {
+		t.Errorf("host file: %v", err)
+	}
+	if removed, err := r.RemoveStaleTemps("/no/such/dir"); err != nil || len(removed) != 0 {
+		t.Errorf("RemoveStaleTemps(missing) = %v, %v", removed, err)
+	}
+}
+
+// TestWriteFileRollbackRestores: Rollback puts back what WriteFile
+// replaced, a regular file with its content, mode and owner, and a symlink
+// with its target, and leaves no temporary file.
+func TestWriteFileRollbackRestores(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cache := filepath.Join(dir, "etc/ld.so.cache")
+	if err := os.WriteFile(cache, []byte("the image's cache"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(cache, 12, 34); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "etc/ld.so.conf")
+	if err := os.Symlink("/usr/share/ld.so.conf", link); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, p := range []string{"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/new"} {
+		if err := r.WriteFile(p, []byte("nctk's"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.WriteFile(p, []byte("nctk's again"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(cache)
+	if err != nil || string(data) != "the image's cache" {
+		t.Errorf("ld.so.cache = %q, %v", data, err)
+	}
+	fi, err := os.Lstat(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if fi.Mode().Perm() != 0o640 || st.Uid != 12 || st.Gid != 34 {
+		t.Errorf("ld.so.cache mode %v owner %d:%d, want -rw-r----- 12:34", fi.Mode(), st.Uid, st.Gid)
+	}
+	if target, err := os.Readlink(link); err != nil || target != "/usr/share/ld.so.conf" {
+		t.Errorf("ld.so.conf -> %q, %v", target, err)
+	}
+	names, err := os.ReadDir(filepath.Join(dir, "etc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range names {
+		got = append(got, n.Name())
+	}
+	if want := []string{"ld.so.cache", "ld.so.conf"}; !slices.Equal(got, want) {
+		t.Errorf("etc holds %v, want %v", got, want)
+	}
+}
