@@ -10,7 +10,7 @@ TOOLS   := nvidia-container-cli nvidia-container-runtime nvidia-container-runtim
            nvidia-container-runtime.cdi nvidia-container-runtime.legacy
 GOTEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build install uninstall deb setup test unit fixtures lint bench demo clean
+.PHONY: all build install uninstall deb setup test unit fixtures lint bench demo clean fuzz
 
 all: build
 
@@ -58,6 +58,11 @@ lint:
 	@if command -v staticcheck >/dev/null; then staticcheck ./...; \
 	 elif [ -x "$$($(GO) env GOPATH)/bin/staticcheck" ]; then "$$($(GO) env GOPATH)/bin/staticcheck" ./...; \
 	 else echo "staticcheck not installed (run .ci/setup)"; exit 1; fi
+
+# Every go test -fuzz target for FUZZTIME each (default 10m); crashers land
+# in the packages' testdata/fuzz as seeds. FUZZTIME=30s make fuzz for a quick pass.
+fuzz: fixtures
+	scripts/fuzz.sh
 
 bench: build fixtures
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./...
