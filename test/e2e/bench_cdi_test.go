@@ -78,26 +78,7 @@ func benchCreateCDI(b *testing.B, gpus int) {
 			_ = exec.Command(runc, "--root", state, "delete", "--force", id).Run()
 		}
 	})
-	logPath := filepath.Join(e2e.TempDir(b, "log"), "create.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer logFile.Close()
-	run := func(cmd *exec.Cmd) error {
-		if err := logFile.Truncate(0); err != nil {
-			return err
-		}
-		if _, err := logFile.Seek(0, 0); err != nil {
-			return err
-		}
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		if err := cmd.Run(); err != nil {
-			out, _ := os.ReadFile(logPath)
-			return fmt.Errorf("%s: %w\n%s", cmd.Args, err, out)
-		}
-		return nil
-	}
+	run := fileRunner(b)
 	del := func(id string) {
 		if out, err := exec.Command(runc, "--root", state, "delete", "--force", id).CombinedOutput(); err != nil {
 			b.Fatalf("delete %s: %v\n%s", id, err, out)
@@ -236,6 +217,12 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	if err != nil {
 		return
 	}
+	// The created container keeps its stdio: a file, not a pipe.
+	stdio, err := os.Create(filepath.Join(e2e.TempDir(b, "strace"), "stdio.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stdio.Close()
 	// strace -f follows the container's init, which waits for `start`
 	// until the container is deleted: the summary is written once the
 	// create has returned and the container is deleted.
@@ -256,7 +243,7 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		}
 		cmd := exec.Command(strace, "-f", "-c", "-o", out, bin, "--root", state, "create", "--bundle", bundle, id)
 		cmd.Env = env
-		cmd.Stdout, cmd.Stderr = logFile, logFile
+		cmd.Stdout, cmd.Stderr = stdio, stdio
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}

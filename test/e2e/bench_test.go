@@ -97,29 +97,7 @@ func BenchmarkCreate(b *testing.B) {
 	env := append(os.Environ(), cfgEnv...)
 
 	// The spec the wrapper writes, and its variants.
-	// A created container keeps the stdio it was given until it starts or
-	// dies: the runtimes write to a file, not to a pipe create would never
-	// close.
-	logPath := filepath.Join(e2e.TempDir(b, "log"), "create.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer logFile.Close()
-	run := func(cmd *exec.Cmd) error {
-		if err := logFile.Truncate(0); err != nil {
-			return err
-		}
-		if _, err := logFile.Seek(0, 0); err != nil {
-			return err
-		}
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		if err := cmd.Run(); err != nil {
-			out, _ := os.ReadFile(logPath)
-			return fmt.Errorf("%s: %w\n%s", cmd.Args, err, out)
-		}
-		return nil
-	}
+	run := fileRunner(b)
 	c := exec.Command(wrapper, "--root", state, "create", "--bundle", bundle, "nctk-bench-probe")
 	c.Env = env
 	if err := run(c); err != nil {
@@ -389,3 +367,32 @@ func percentile(ds []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// fileRunner returns a function that runs a command with its stdout and
+// stderr in a log file (emptied before each run) and returns an error
+// holding the log when it fails. A created container keeps the stdio it was
+// given until it starts or dies: the runtimes write to a file, not to a pipe
+// create would never close.
+func fileRunner(b *testing.B) func(*exec.Cmd) error {
+	b.Helper()
+	logPath := filepath.Join(e2e.TempDir(b, "log"), "create.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { logFile.Close() })
+	return func(cmd *exec.Cmd) error {
+		if err := logFile.Truncate(0); err != nil {
+			return err
+		}
+		if _, err := logFile.Seek(0, 0); err != nil {
+			return err
+		}
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		if err := cmd.Run(); err != nil {
+			out, _ := os.ReadFile(logPath)
+			return fmt.Errorf("%s: %w\n%s", cmd.Args, err, out)
+		}
+		return nil
+	}
+}
