@@ -132,6 +132,14 @@ func open(path string, limit int64) (int, int64, error) {
 }
 
 // check fstats fd: a regular file of at most limit bytes (as reported).
+// CheckFD refuses the open file fd (named name in errors) unless it is a
+// regular file of at most limit bytes: the check ReadFD makes before reading,
+// for a caller that reads the file itself.
+func CheckFD(fd int, name string, limit int64) error {
+	_, err := check(fd, name, limit)
+	return err
+}
+
 func check(fd int, name string, limit int64) (int64, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {

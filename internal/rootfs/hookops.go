@@ -25,18 +25,9 @@ func (r *Root) OpenRegular(p string, limit int64) (*os.File, error) {
 	if err != nil {
 		return nil, r.errorf(cp, err)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	if err := hostfile.CheckFD(fd, cp, limit); err != nil {
 		unix.Close(fd)
-		return nil, r.errorf(cp, err)
-	}
-	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		unix.Close(fd)
-		return nil, r.errorf(cp, fmt.Errorf("%w: %s", hostfile.ErrNotRegular, typeName(st.Mode&unix.S_IFMT)))
-	case st.Size > limit:
-		unix.Close(fd)
-		return nil, r.errorf(cp, fmt.Errorf("%w: %d bytes, limit %d", hostfile.ErrTooLarge, st.Size, limit))
+		return nil, r.hostfileErr(cp, err)
 	}
 	return os.NewFile(uintptr(fd), r.path+cp), nil
 }

@@ -316,13 +316,19 @@ func (r *Root) ReadFile(p string, limit int64) ([]byte, error) {
 	defer unix.Close(fd)
 	data, err := hostfile.ReadFD(fd, cp, limit)
 	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err // r.errorf names cp
-		}
-		return nil, r.errorf(cp, err)
+		return nil, r.hostfileErr(cp, err)
 	}
 	return data, nil
+}
+
+// hostfileErr wraps an error of hostfile's fd checks for cp: the
+// fs.PathError hostfile adds is dropped, since r.errorf names cp.
+func (r *Root) hostfileErr(cp string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return r.errorf(cp, err)
 }
 
 // WriteFile writes data to the regular file p inside the root, replacing it
