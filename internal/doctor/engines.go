@@ -58,15 +58,15 @@ type dockerConfig struct {
 	ExecOpts       []string        `json:"exec-opts"`
 }
 
-// readDockerConfig reads daemon.json; ok is false when it is missing or
-// does not parse (checkDocker reports that).
-func (h *hostState) readDockerConfig() (dc dockerConfig, path string, ok bool) {
+// readDockerConfig reads daemon.json; a missing or unreadable file is an
+// empty config, one that does not parse is err (checkDocker reports that).
+func (h *hostState) readDockerConfig() (dc dockerConfig, path string, err error) {
 	path = h.host(engine.DefaultDockerConfig)
-	data, err := hostfile.ReadFile(path, hostfile.MaxConfig)
-	if err != nil {
-		return dc, path, false
+	data, rerr := hostfile.ReadFile(path, hostfile.MaxConfig)
+	if rerr != nil {
+		return dc, path, nil
 	}
-	return dc, path, json.Unmarshal(data, &dc) == nil
+	return dc, path, json.Unmarshal(data, &dc)
 }
 
 // checkDockerCgroup: docker's cgroup driver (exec-opts
@@ -130,21 +130,17 @@ func checkDockerCgroup(h *hostState) []Finding {
 // least the hook `--gpus` uses is on dockerd's PATH) and its executable
 // exists; CDI is enabled; dockerd was restarted after the last edit.
 func checkDocker(h *hostState) []Finding {
-	cfgPath := h.host(engine.DefaultDockerConfig)
 	dockerd := h.findBinary("dockerd")
-	if !h.engineWanted("docker") || (!exists(cfgPath) && dockerd == "") {
+	if !h.engineWanted("docker") || (!exists(h.host(engine.DefaultDockerConfig)) && dockerd == "") {
 		return nil
 	}
-	var dc dockerConfig
-	data, err := os.ReadFile(cfgPath)
-	if err == nil {
-		if err := json.Unmarshal(data, &dc); err != nil {
-			return []Finding{{Severity: Error,
-				Problem: fmt.Sprintf("%s is not valid JSON: %v", cfgPath, err),
-				Breaks:  "dockerd does not start (\"unable to configure the Docker daemon with file\"), so no container runs",
-				Fix:     "correct the file (python3 -m json.tool " + cfgPath + " shows where), then " + configureFix("docker", "docker"),
-				Values:  map[string]string{"file": cfgPath}}}
-		}
+	dc, cfgPath, err := h.readDockerConfig()
+	if err != nil {
+		return []Finding{{Severity: Error,
+			Problem: fmt.Sprintf("%s is not valid JSON: %v", cfgPath, err),
+			Breaks:  "dockerd does not start (\"unable to configure the Docker daemon with file\"), so no container runs",
+			Fix:     "correct the file (python3 -m json.tool " + cfgPath + " shows where), then " + configureFix("docker", "docker"),
+			Values:  map[string]string{"file": cfgPath}}}
 	}
 	var out []Finding
 	hook := h.findBinary("nvidia-container-runtime-hook")
