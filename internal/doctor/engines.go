@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	toml "github.com/pelletier/go-toml/v2"
-
 	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/engine"
@@ -60,15 +58,15 @@ type dockerConfig struct {
 	ExecOpts       []string        `json:"exec-opts"`
 }
 
-// readDockerConfig reads daemon.json; ok is false when it is missing or
-// does not parse (checkDocker reports that).
-func (h *hostState) readDockerConfig() (dc dockerConfig, path string, ok bool) {
+// readDockerConfig reads daemon.json; a missing or unreadable file is an
+// empty config, one that does not parse is err (checkDocker reports that).
+func (h *hostState) readDockerConfig() (dc dockerConfig, path string, err error) {
 	path = h.host(engine.DefaultDockerConfig)
-	data, err := hostfile.ReadFile(path, hostfile.MaxConfig)
-	if err != nil {
-		return dc, path, false
+	data, rerr := hostfile.ReadFile(path, hostfile.MaxConfig)
+	if rerr != nil {
+		return dc, path, nil
 	}
-	return dc, path, json.Unmarshal(data, &dc) == nil
+	return dc, path, json.Unmarshal(data, &dc)
 }
 
 // checkDockerCgroup: docker's cgroup driver (exec-opts
@@ -132,21 +130,17 @@ func checkDockerCgroup(h *hostState) []Finding {
 // least the hook `--gpus` uses is on dockerd's PATH) and its executable
 // exists; CDI is enabled; dockerd was restarted after the last edit.
 func checkDocker(h *hostState) []Finding {
-	cfgPath := h.host(engine.DefaultDockerConfig)
 	dockerd := h.findBinary("dockerd")
-	if !h.engineWanted("docker") || (!exists(cfgPath) && dockerd == "") {
+	if !h.engineWanted("docker") || (!exists(h.host(engine.DefaultDockerConfig)) && dockerd == "") {
 		return nil
 	}
-	var dc dockerConfig
-	data, err := os.ReadFile(cfgPath)
-	if err == nil {
-		if err := json.Unmarshal(data, &dc); err != nil {
-			return []Finding{{Severity: Error,
-				Problem: fmt.Sprintf("%s is not valid JSON: %v", cfgPath, err),
-				Breaks:  "dockerd does not start (\"unable to configure the Docker daemon with file\"), so no container runs",
-				Fix:     "correct the file (python3 -m json.tool " + cfgPath + " shows where), then " + configureFix("docker", "docker"),
-				Values:  map[string]string{"file": cfgPath}}}
-		}
+	dc, cfgPath, err := h.readDockerConfig()
+	if err != nil {
+		return []Finding{{Severity: Error,
+			Problem: fmt.Sprintf("%s is not valid JSON: %v", cfgPath, err),
+			Breaks:  "dockerd does not start (\"unable to configure the Docker daemon with file\"), so no container runs",
+			Fix:     "correct the file (python3 -m json.tool " + cfgPath + " shows where), then " + configureFix("docker", "docker"),
+			Values:  map[string]string{"file": cfgPath}}}
 	}
 	var out []Finding
 	hook := h.findBinary("nvidia-container-runtime-hook")
@@ -211,44 +205,18 @@ func (h *hostState) restartCheck(eng, cfgPath, pidFile, breaks string) []Finding
 			"started": pid.ModTime().UTC().Format("2006-01-02T15:04:05Z")}}}
 }
 
-// tomlTable decodes a TOML file into nested maps.
-func tomlTable(p string) (map[string]any, bool, error) {
+// tomlTable reads an engine's TOML file with the engine package's parser;
+// a missing file is a nil table.
+func tomlTable(p string) (map[string]any, error) {
 	data, err := os.ReadFile(p)
 	if err != nil {
-		return nil, false, nil
+		return nil, nil
 	}
-	t := map[string]any{}
-	if err := toml.Unmarshal(data, &t); err != nil {
-		return nil, true, fmt.Errorf("%s: %w", p, err)
+	t, err := engine.ParseTOML(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
-	return t, true, nil
-}
-
-// tomlGet walks nested tables.
-func tomlGet(t any, keys ...string) (any, bool) {
-	cur := t
-	for _, k := range keys {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = m[k]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
-}
-
-// containerdCRIPath is the CRI runtime plugin's key path in a containerd
-// config of the version given.
-func containerdCRIPath(version int64) []string {
-	switch version {
-	case 1:
-		return []string{"plugins", "cri"}
-	case 2:
-		return []string{"plugins", "io.containerd.grpc.v1.cri"}
-	}
-	return []string{"plugins", "io.containerd.cri.v1.runtime"}
+	return t, nil
 }
 
 // checkContainerd: config.toml parses; the nvidia drop-in, when there is
@@ -260,20 +228,17 @@ func checkContainerd(h *hostState) []Finding {
 	if !h.engineWanted("containerd") || (!exists(mainPath) && h.findBinary("containerd") == "") {
 		return nil
 	}
-	main, _, err := tomlTable(mainPath)
+	main, err := tomlTable(mainPath)
+	var version int
+	if err == nil {
+		if version, err = engine.ContainerdVersion(main); err != nil {
+			err = fmt.Errorf("%s: %w", mainPath, err)
+		}
+	}
 	if err != nil {
 		return []Finding{{Severity: Error, Problem: "containerd's config does not parse: " + err.Error(),
 			Breaks: "containerd does not start (or ignores the file), so no container runs", Fix: "correct the file, then " + configureFix("containerd", "containerd"),
 			Values: map[string]string{"file": mainPath}}}
-	}
-	if main == nil {
-		main = map[string]any{}
-	}
-	version := int64(2)
-	if v, ok := main["version"].(int64); ok {
-		version = v
-	} else if len(main) > 0 {
-		version = 1
 	}
 	files := []string{mainPath}
 	imported := false
@@ -303,7 +268,7 @@ func checkContainerd(h *hostState) []Finding {
 			Fix:     configureFix("containerd", "containerd") + " (adds the imports entry)",
 			Values:  map[string]string{"file": mainPath, "drop_in": dropIn}})
 	}
-	cri := containerdCRIPath(version)
+	cri := engine.CRIPluginPath(version)
 	var rtPath, rtFile string
 	var rtTable any
 	cdi, cdiSet := false, false
@@ -311,7 +276,7 @@ func checkContainerd(h *hostState) []Finding {
 		t := main
 		if f != mainPath {
 			var err error
-			if t, _, err = tomlTable(f); err != nil || t == nil {
+			if t, err = tomlTable(f); err != nil || t == nil {
 				if err != nil {
 					out = append(out, Finding{Severity: Error, Problem: "a containerd drop-in does not parse: " + err.Error(),
 						Breaks: "containerd does not start", Fix: "correct or remove " + f, Values: map[string]string{"file": f}})
@@ -319,10 +284,10 @@ func checkContainerd(h *hostState) []Finding {
 				continue
 			}
 		}
-		if rts, ok := tomlGet(t, append(slices.Clone(cri), "containerd", "runtimes")...); ok {
+		if rts, ok := engine.TOMLValue(t, append(slices.Clone(cri), "containerd", "runtimes")...); ok {
 			if m, ok := rts.(map[string]any); ok {
 				for _, n := range slices.Sorted(maps.Keys(m)) {
-					if bn, ok := tomlGet(m[n], "options", "BinaryName"); ok {
+					if bn, ok := engine.TOMLValue(m[n], "options", "BinaryName"); ok {
 						if s, ok := bn.(string); ok && filepath.Base(s) == runtimeBinary {
 							rtPath, rtFile, rtTable = s, f, m[n]
 						}
@@ -330,7 +295,7 @@ func checkContainerd(h *hostState) []Finding {
 				}
 			}
 		}
-		if v, ok := tomlGet(t, append(slices.Clone(cri), "enable_cdi")...); ok {
+		if v, ok := engine.TOMLValue(t, append(slices.Clone(cri), "enable_cdi")...); ok {
 			cdi, cdiSet = v == true, true
 		}
 	}
@@ -392,7 +357,7 @@ func annotationPasses(patterns []string) bool {
 func annotationFinding(rt any, file string, cdiOn bool) []Finding {
 	var patterns []string
 	for _, where := range [][]string{{"container_annotations"}, {"pod_annotations"}, {"options", "container_annotations"}, {"options", "pod_annotations"}} {
-		if v, ok := tomlGet(rt, where...); ok {
+		if v, ok := engine.TOMLValue(rt, where...); ok {
 			if l, ok := v.([]any); ok {
 				for _, x := range l {
 					if s, ok := x.(string); ok {
@@ -432,13 +397,13 @@ func checkCRIO(h *hostState) []Finding {
 	var rtPath, rtFile string
 	specDirs, specFile := cdispec.DefaultSpecDirs(), ""
 	for _, f := range files {
-		t, _, err := tomlTable(f)
+		t, err := tomlTable(f)
 		if err != nil {
 			out = append(out, Finding{Severity: Error, Problem: "a CRI-O config file does not parse: " + err.Error(),
 				Breaks: "CRI-O does not start", Fix: "correct " + f, Values: map[string]string{"file": f}})
 			continue
 		}
-		if v, ok := tomlGet(t, "crio", "runtime", "cdi_spec_dirs"); ok {
+		if v, ok := engine.TOMLValue(t, "crio", "runtime", "cdi_spec_dirs"); ok {
 			if l, ok := v.([]any); ok {
 				specDirs, specFile = nil, f
 				for _, x := range l {
@@ -448,10 +413,10 @@ func checkCRIO(h *hostState) []Finding {
 				}
 			}
 		}
-		if rts, ok := tomlGet(t, "crio", "runtime", "runtimes"); ok {
+		if rts, ok := engine.TOMLValue(t, "crio", "runtime", "runtimes"); ok {
 			if m, ok := rts.(map[string]any); ok {
 				for _, n := range slices.Sorted(maps.Keys(m)) {
-					if rp, ok := tomlGet(m[n], "runtime_path"); ok {
+					if rp, ok := engine.TOMLValue(m[n], "runtime_path"); ok {
 						if s, ok := rp.(string); ok && filepath.Base(s) == runtimeBinary {
 							rtPath, rtFile = s, f
 						}

@@ -95,9 +95,9 @@ type ContainerdOutput struct {
 	Notes   []string
 }
 
-// criPluginPath returns the key path of the CRI runtime plugin's table in a
+// CRIPluginPath returns the key path of the CRI runtime plugin's table in a
 // config of the given version.
-func criPluginPath(version int) []string {
+func CRIPluginPath(version int) []string {
 	switch version {
 	case 1:
 		return []string{"plugins", "cri"}
@@ -108,9 +108,9 @@ func criPluginPath(version int) []string {
 	}
 }
 
-// containerdVersion returns the config version of t: 2 for an empty file
+// ContainerdVersion returns the config version of t: 2 for an empty file
 // (containerd 1.x's default), 1 when the key is missing, else its value.
-func containerdVersion(t tomlTable) (int, error) {
+func ContainerdVersion(t tomlTable) (int, error) {
 	if len(t) == 0 {
 		return 2, nil
 	}
@@ -132,7 +132,7 @@ func containerdVersion(t tomlTable) (int, error) {
 // NVIDIA's nvidia-ctk 1.20 does.
 //
 // The runtime goes to <cri plugin>.containerd.runtimes.<name> (the plugin
-// path depends on the config version, see criPluginPath). The entry is
+// path depends on the config version, see CRIPluginPath). The entry is
 // rebuilt on every run as a copy of the base runtime's table, whatever its
 // type (see baseRuntime), so that SystemdCgroup, runtime_root,
 // privileged_without_host_devices and the like carry over; runtime_type is
@@ -164,7 +164,7 @@ func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", mainName, err)
 	}
-	version, err := containerdVersion(mainT)
+	version, err := ContainerdVersion(mainT)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", mainName, err)
 	}
@@ -173,14 +173,14 @@ func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
 		if srcT, err = parseTOML(in.Source); err != nil {
 			return nil, fmt.Errorf("configuration source: %w", err)
 		}
-		if srcVersion, err = containerdVersion(srcT); err != nil {
+		if srcVersion, err = ContainerdVersion(srcT); err != nil {
 			return nil, fmt.Errorf("configuration source: %w", err)
 		}
 		if len(mainT) == 0 {
 			version = srcVersion
 		}
 	}
-	srcCRI, err := subTable(srcT, criPluginPath(srcVersion), false)
+	srcCRI, err := subTable(srcT, CRIPluginPath(srcVersion), false)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sourceName(in, mainName), err)
 	}
@@ -194,7 +194,7 @@ func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
 		// The version is written even where it is implied (version 1 has
 		// no key), as NVIDIA's nvidia-ctk does.
 		mainT["version"] = int64(version)
-		if err := registerContainerdRuntime(mainT, criPluginPath(version), version, srcCRI, in.Source == nil, o); err != nil {
+		if err := registerContainerdRuntime(mainT, CRIPluginPath(version), version, srcCRI, in.Source == nil, o); err != nil {
 			return nil, fmt.Errorf("%s: %w", mainName, err)
 		}
 		if out.Main, err = encodeChanged(in.Main, before, mainT); err != nil {
@@ -211,7 +211,7 @@ func EditContainerd(in ContainerdInput, o Options) (*ContainerdOutput, error) {
 		dropVersion = srcVersion
 	}
 	out.Version = dropVersion
-	path := criPluginPath(dropVersion)
+	path := CRIPluginPath(dropVersion)
 	cri := tomlTable{}
 	if srcCRI != nil && srcVersion == dropVersion {
 		cri = deepCopy(srcCRI).(map[string]any)

@@ -102,7 +102,7 @@ func TestEditContainerd(t *testing.T) {
 					t.Fatalf("EditContainerd: %v", err)
 				}
 				origT := mustTOML(t, sample)
-				version, _ := containerdVersion(origT)
+				version, _ := ContainerdVersion(origT)
 				if out.Version != version {
 					t.Errorf("version = %d, want %d", out.Version, version)
 				}
@@ -135,7 +135,7 @@ func TestEditContainerd(t *testing.T) {
 				if version > 1 && lookup(eff, "version") != int64(version) {
 					t.Errorf("effective version = %v, want %d", lookup(eff, "version"), version)
 				}
-				cri := criPluginPath(version)
+				cri := CRIPluginPath(version)
 				rt := append(append([]string{}, cri...), "containerd", "runtimes", "nvidia")
 				if got := lookup(eff, append(rt, "runtime_type")...); got != "io.containerd.runc.v2" {
 					t.Errorf("runtime_type = %v", got)
@@ -264,8 +264,8 @@ func TestEditContainerdCopiesRuncOptions(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := mustTOML(t, out.Main)
-			version, _ := containerdVersion(m)
-			rt := append(criPluginPath(version), "containerd", "runtimes", "nvidia")
+			version, _ := ContainerdVersion(m)
+			rt := append(CRIPluginPath(version), "containerd", "runtimes", "nvidia")
 			opts, _ := lookup(m, append(rt, "options")...).(map[string]any)
 			for k, v := range tt.want {
 				if opts[k] != v {
@@ -279,7 +279,7 @@ func TestEditContainerdCopiesRuncOptions(t *testing.T) {
 			}
 			// The source runtime is untouched.
 			for _, src := range []string{"runc", "crun"} {
-				bn := lookup(m, append(criPluginPath(version), "containerd", "runtimes", src, "options", "BinaryName")...)
+				bn := lookup(m, append(CRIPluginPath(version), "containerd", "runtimes", src, "options", "BinaryName")...)
 				if bn == testRuntimePath {
 					t.Errorf("runtime %s got our BinaryName", src)
 				}

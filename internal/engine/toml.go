@@ -167,3 +167,22 @@ func anySlice(s []string) []any {
 	}
 	return out
 }
+
+// ParseTOML decodes an engine's TOML configuration (empty data is an empty
+// table), for readers outside this package such as the doctor.
+func ParseTOML(data []byte) (map[string]any, error) { return parseTOML(data) }
+
+// TOMLValue returns the value at a key path in a decoded TOML tree.
+func TOMLValue(t any, keys ...string) (any, bool) {
+	cur := t
+	for _, k := range keys {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[k]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
