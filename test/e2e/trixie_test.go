@@ -295,25 +295,7 @@ func TestTrixieContainerdConfigure(t *testing.T) {
 	nvRuntime := tool(t, "nvidia-container-runtime")
 
 	dir := e2e.TempDir(t, "ctrdcfg")
-	cfg := filepath.Join(dir, "config.toml")
-	def := root.MustRun(t, e2e.RunOpts{Quiet: true}, "containerd", "config", "default")
-	moved := def
-	for _, r := range []struct{ old, new string }{
-		{`root = "/var/lib/containerd"`, fmt.Sprintf("root = %q", filepath.Join(dir, "root"))},
-		{`state = "/run/containerd"`, fmt.Sprintf("state = %q", filepath.Join(dir, "state"))},
-		{`address = "/run/containerd/containerd.sock"`, fmt.Sprintf("address = %q", filepath.Join(dir, "containerd.sock"))},
-		{`path = "/opt/containerd"`, fmt.Sprintf("path = %q", filepath.Join(dir, "opt"))},
-		{`conf_dir = "/etc/cni/net.d"`, fmt.Sprintf("conf_dir = %q", filepath.Join(dir, "cni"))},
-		{`restrict_oom_score_adj = false`, `restrict_oom_score_adj = true`},
-	} {
-		if n := strings.Count(moved, r.old); n != 1 {
-			t.Fatalf("containerd 1.7's config default has %d lines %s, want 1:\n%s", n, r.old, def)
-		}
-		moved = strings.Replace(moved, r.old, r.new, 1)
-	}
-	if err := os.WriteFile(cfg, []byte(moved), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := criConfig(t, root, dir)
 	root.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "runtime", "configure", "--runtime=containerd",
 		"--config", cfg, "--drop-in-config=", "--nvidia-runtime-path", nvRuntime)
 	var doc map[string]any
