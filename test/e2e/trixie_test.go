@@ -255,10 +255,7 @@ func TestTrixieContainerd(t *testing.T) {
 	ctrEnv := append([]string{"PATH=" + cliDir + ":" + e2e.SystemPath, "NVC_DEBUG_FILE=" + host.CLILog}, host.Env...)
 	run := func(t *testing.T, id string, args ...string) string {
 		t.Helper()
-		argv := append([]string{"run", "--rm",
-			"--mount", "type=bind,src=" + hostLdconfig + ",dst=" + probeLdconfig + ",options=rbind:ro",
-			"--mount", "type=cgroup,src=cgroup,dst=/sys/fs/cgroup,options=ro:nosuid:noexec:nodev"}, args...)
-		argv = append(argv, ref, id, "/bin/sh", "-c", probeScript(libDir))
+		argv := ctrProbeArgv(ref, id, libDir, args...)
 		res := e2e.Run(t, e2e.RunOpts{Env: ctrEnv}, c.CtrArgv(argv...)...)
 		if !res.OK() {
 			t.Fatalf("ctr run: %s\ncontainerd log:\n%s", res, c.Log())
