@@ -94,20 +94,7 @@ func TestTrixieDocker(t *testing.T) {
 	const img = "nctk-e2e:trixie"
 	d.ImportImage(image, img)
 	libDir := e2e.LayoutDebian.LibDir()
-	run := func(t *testing.T, args ...string) e2e.Result {
-		t.Helper()
-		argv := append([]string{"run", "--rm", "--network=none", "-v", hostLdconfig + ":" + probeLdconfig + ":ro"}, args...)
-		argv = append(argv, img, "/bin/sh", "-c", probeScript(libDir))
-		return d.Docker(argv...)
-	}
-	mustRun := func(t *testing.T, args ...string) string {
-		t.Helper()
-		res := run(t, args...)
-		if !res.OK() {
-			t.Fatalf("docker run: %s", res)
-		}
-		return res.Stdout
-	}
+	run, mustRun := dockerProbe(d, img, libDir)
 
 	for _, tc := range []struct {
 		name string
