@@ -43,12 +43,7 @@ func TestContainerd(t *testing.T) {
 	ctrEnv := append([]string{"PATH=" + cliDir + ":" + e2e.SystemPath, "NVC_DEBUG_FILE=" + host.CLILog}, host.Env...)
 	run := func(t *testing.T, id string, args ...string) string {
 		t.Helper()
-		// ctr's default spec has no /sys/fs/cgroup: mount the container's
-		// own cgroups (runc's cgroup mount type) to read its device rules.
-		argv := append([]string{"run", "--rm",
-			"--mount", "type=bind,src=" + hostLdconfig + ",dst=" + probeLdconfig + ",options=rbind:ro",
-			"--mount", "type=cgroup,src=cgroup,dst=/sys/fs/cgroup,options=ro:nosuid:noexec:nodev"}, args...)
-		argv = append(argv, ref, id, "/bin/sh", "-c", probeScript(libDir))
+		argv := ctrProbeArgv(ref, id, libDir, args...)
 		res := c.CtrOpts(e2e.RunOpts{Env: ctrEnv}, argv...)
 		if !res.OK() {
 			t.Fatalf("ctr run: %s\ncontainerd log:\n%s", res, c.Log())
@@ -65,4 +60,15 @@ func TestContainerd(t *testing.T) {
 		out := run(t, "nctk-runtime", "--runc-binary", tool(t, "nvidia-container-runtime"), "--env", "NVIDIA_VISIBLE_DEVICES=1,3")
 		checkGPU(t, out, want{host: host, GPUs: []int{1, 3}, LibDir: libDir})
 	})
+}
+
+// ctrProbeArgv is the `ctr run` command line that runs the probe script in
+// container id of image ref, with args before the image. ctr's default spec
+// has no /sys/fs/cgroup: the container's own cgroups are mounted (runc's
+// cgroup mount type) to read its device rules.
+func ctrProbeArgv(ref, id, libDir string, args ...string) []string {
+	argv := append([]string{"run", "--rm",
+		"--mount", "type=bind,src=" + hostLdconfig + ",dst=" + probeLdconfig + ",options=rbind:ro",
+		"--mount", "type=cgroup,src=cgroup,dst=/sys/fs/cgroup,options=ro:nosuid:noexec:nodev"}, args...)
+	return append(argv, ref, id, "/bin/sh", "-c", probeScript(libDir))
 }

@@ -219,6 +219,7 @@ func runtimeWrapper(t *testing.T, host *gpuHost, dir, name, top, runtimeTable, e
 //     also gives the MIG management nodes /dev/nvidia-caps/nvidia-cap1
 //     and nvidia-cap2.
 func TestCRINvidiaRuntime(t *testing.T) {
+	skipShort(t)
 	nvRuntime := tool(t, "nvidia-container-runtime")
 	var volumes, operator string
 	n := startCRINode(t, func(cfg string, n *criNode) {

@@ -34,20 +34,7 @@ func TestDocker(t *testing.T) {
 	const img = "nctk-e2e:probe"
 	d.ImportImage(image, img)
 	libDir := e2e.LayoutDebian.LibDir()
-	run := func(t *testing.T, args ...string) e2e.Result {
-		t.Helper()
-		argv := append([]string{"run", "--rm", "--network=none", "-v", hostLdconfig + ":" + probeLdconfig + ":ro"}, args...)
-		argv = append(argv, img, "/bin/sh", "-c", probeScript(libDir))
-		return d.Docker(argv...)
-	}
-	mustRun := func(t *testing.T, args ...string) string {
-		t.Helper()
-		res := run(t, args...)
-		if !res.OK() {
-			t.Fatalf("docker run: %s", res)
-		}
-		return res.Stdout
-	}
+	run, mustRun := dockerProbe(d, img, libDir)
 
 	t.Run("runtime=nvidia/all", func(t *testing.T) {
 		t.Parallel()
@@ -96,4 +83,25 @@ func checkDockerFailure(t *testing.T, res e2e.Result, host *gpuHost) {
 		t.Errorf("the container's program ran:\n%s", res.Stdout)
 	}
 	checkRequirementMessage(t, res.Stderr, host)
+}
+
+// dockerProbe returns functions that run the probe script in image img
+// with docker run and args before the image: run returns the result,
+// mustRun the output of a run that must succeed.
+func dockerProbe(d *e2e.Dockerd, img, libDir string) (run func(t *testing.T, args ...string) e2e.Result, mustRun func(t *testing.T, args ...string) string) {
+	run = func(t *testing.T, args ...string) e2e.Result {
+		t.Helper()
+		argv := append([]string{"run", "--rm", "--network=none", "-v", hostLdconfig + ":" + probeLdconfig + ":ro"}, args...)
+		argv = append(argv, img, "/bin/sh", "-c", probeScript(libDir))
+		return d.Docker(argv...)
+	}
+	mustRun = func(t *testing.T, args ...string) string {
+		t.Helper()
+		res := run(t, args...)
+		if !res.OK() {
+			t.Fatalf("docker run: %s", res)
+		}
+		return res.Stdout
+	}
+	return run, mustRun
 }

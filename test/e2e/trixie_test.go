@@ -94,20 +94,7 @@ func TestTrixieDocker(t *testing.T) {
 	const img = "nctk-e2e:trixie"
 	d.ImportImage(image, img)
 	libDir := e2e.LayoutDebian.LibDir()
-	run := func(t *testing.T, args ...string) e2e.Result {
-		t.Helper()
-		argv := append([]string{"run", "--rm", "--network=none", "-v", hostLdconfig + ":" + probeLdconfig + ":ro"}, args...)
-		argv = append(argv, img, "/bin/sh", "-c", probeScript(libDir))
-		return d.Docker(argv...)
-	}
-	mustRun := func(t *testing.T, args ...string) string {
-		t.Helper()
-		res := run(t, args...)
-		if !res.OK() {
-			t.Fatalf("docker run: %s", res)
-		}
-		return res.Stdout
-	}
+	run, mustRun := dockerProbe(d, img, libDir)
 
 	for _, tc := range []struct {
 		name string
@@ -255,10 +242,7 @@ func TestTrixieContainerd(t *testing.T) {
 	ctrEnv := append([]string{"PATH=" + cliDir + ":" + e2e.SystemPath, "NVC_DEBUG_FILE=" + host.CLILog}, host.Env...)
 	run := func(t *testing.T, id string, args ...string) string {
 		t.Helper()
-		argv := append([]string{"run", "--rm",
-			"--mount", "type=bind,src=" + hostLdconfig + ",dst=" + probeLdconfig + ",options=rbind:ro",
-			"--mount", "type=cgroup,src=cgroup,dst=/sys/fs/cgroup,options=ro:nosuid:noexec:nodev"}, args...)
-		argv = append(argv, ref, id, "/bin/sh", "-c", probeScript(libDir))
+		argv := ctrProbeArgv(ref, id, libDir, args...)
 		res := e2e.Run(t, e2e.RunOpts{Env: ctrEnv}, c.CtrArgv(argv...)...)
 		if !res.OK() {
 			t.Fatalf("ctr run: %s\ncontainerd log:\n%s", res, c.Log())
@@ -295,25 +279,7 @@ func TestTrixieContainerdConfigure(t *testing.T) {
 	nvRuntime := tool(t, "nvidia-container-runtime")
 
 	dir := e2e.TempDir(t, "ctrdcfg")
-	cfg := filepath.Join(dir, "config.toml")
-	def := root.MustRun(t, e2e.RunOpts{Quiet: true}, "containerd", "config", "default")
-	moved := def
-	for _, r := range []struct{ old, new string }{
-		{`root = "/var/lib/containerd"`, fmt.Sprintf("root = %q", filepath.Join(dir, "root"))},
-		{`state = "/run/containerd"`, fmt.Sprintf("state = %q", filepath.Join(dir, "state"))},
-		{`address = "/run/containerd/containerd.sock"`, fmt.Sprintf("address = %q", filepath.Join(dir, "containerd.sock"))},
-		{`path = "/opt/containerd"`, fmt.Sprintf("path = %q", filepath.Join(dir, "opt"))},
-		{`conf_dir = "/etc/cni/net.d"`, fmt.Sprintf("conf_dir = %q", filepath.Join(dir, "cni"))},
-		{`restrict_oom_score_adj = false`, `restrict_oom_score_adj = true`},
-	} {
-		if n := strings.Count(moved, r.old); n != 1 {
-			t.Fatalf("containerd 1.7's config default has %d lines %s, want 1:\n%s", n, r.old, def)
-		}
-		moved = strings.Replace(moved, r.old, r.new, 1)
-	}
-	if err := os.WriteFile(cfg, []byte(moved), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := criConfig(t, root, dir)
 	root.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "runtime", "configure", "--runtime=containerd",
 		"--config", cfg, "--drop-in-config=", "--nvidia-runtime-path", nvRuntime)
 	var doc map[string]any
