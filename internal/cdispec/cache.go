@@ -20,7 +20,7 @@ import (
 	"github.com/nctk/nctk/internal/atomicfile"
 )
 
-// The resolved-spec cache: what Resolve needs of the spec files (each
+// The resolved-spec cache: what ResolveCached needs of the spec files (each
 // fully-qualified device name with its edits and its spec's edits, after
 // the CDI library has loaded, validated and prioritised the files), stored
 // in one file per list of spec directories, keyed on the identity of the
@@ -48,7 +48,7 @@ const specCacheVersion = 1
 // maxSpecCache bounds the cache file read.
 const maxSpecCache = 64 << 20
 
-// specIndex is a cache file: what Resolve needs, in a form decoded lazily
+// specIndex is a cache file: what ResolveCached needs, in a form decoded lazily
 // (the edits stay raw until a device of theirs is asked for).
 type specIndex struct {
 	Version int    `json:"version"`
@@ -69,7 +69,7 @@ type indexedDevice struct {
 }
 
 // buildIndex loads the specs of dirs with the CDI library (its priority
-// and conflict rules) and returns what Resolve needs of them.
+// and conflict rules) and returns what ResolveCached needs of them.
 func buildIndex(dirs []string) (*specIndex, error) {
 	c, err := newCache(dirs)
 	if err != nil {
@@ -102,7 +102,7 @@ func buildIndex(dirs []string) (*specIndex, error) {
 	return idx, nil
 }
 
-// resolve merges the edits of names as Resolve does: each spec's edits
+// resolve merges the edits of names as ResolveCached does: each spec's edits
 // once, at the first of its devices, then each device's own.
 func (idx *specIndex) resolve(names, dirs []string) (*cdispecs.ContainerEdits, error) {
 	edits := &pkgcdi.ContainerEdits{ContainerEdits: &cdispecs.ContainerEdits{}}
@@ -249,39 +249,56 @@ func storeIndex(cacheDir string, dirs []string, idx *specIndex) error {
 	return nil
 }
 
-// ResolveCached is Resolve with the resolved-spec cache in cacheDir (see
-// above): when the cache file for specDirs is trusted and its key matches
-// the spec files as they are now, the edits come from it and no spec file
-// is read; otherwise the specs are loaded as Resolve loads them and the
-// cache file is written for the next call. The result is Resolve's, the
-// same edits and errors (the CDI library's priority and conflict rules
-// decided what the cache holds). A cacheDir that is "" or cannot be used
-// (see checkCacheDir), and any failure to write the cache, only mean no
-// caching.
+// ResolveCached resolves the CDI device names (fully qualified,
+// vendor/class=name) against the spec files in specDirs (nil means
+// DefaultSpecDirs; later directories take precedence) and returns the
+// container edits they make, merged as the CDI library's InjectDevices
+// merges them: the containerEdits of each spec once, at the first of its
+// devices, then each device's own. The edits are the spec files' entries,
+// verbatim (carried through their JSON encoding, as the resolved-spec
+// cache holds them); applying them (ocispec.Apply, with
+// the library's editor) gives what InjectDevices gives. A name that is not
+// fully qualified or that no spec defines is an error naming it and the
+// directories searched; for the latter (an *UnresolvedError) the loaded
+// specs of its kind are then compared with the live system (CheckStale),
+// and the stale ones are named with what differs and the command that
+// rewrites them.
+//
+// The resolved-spec cache in cacheDir (see above) is used when cacheDir
+// is not "": when its file for specDirs is trusted and its key matches the
+// spec files as they are now, the edits come from it and no spec file is
+// read; otherwise the specs are loaded and the cache file is written for
+// the next call, with the same edits and errors either way (the CDI
+// library's priority and conflict rules decided what the cache holds). A
+// cacheDir that cannot be used (see checkCacheDir), and any failure to
+// write the cache, only mean no caching.
 func ResolveCached(names, specDirs []string, cacheDir string) (*cdispecs.ContainerEdits, error) {
-	if cacheDir == "" {
-		return Resolve(names, specDirs)
-	}
 	if len(specDirs) == 0 {
 		specDirs = DefaultSpecDirs()
 	}
 	if err := checkNames(names); err != nil {
 		return nil, err
 	}
-	key, err := specDirsKey(specDirs)
-	if err != nil {
-		return Resolve(names, specDirs)
+	key, cache := "", false
+	if cacheDir != "" {
+		var err error
+		key, err = specDirsKey(specDirs)
+		cache = err == nil
 	}
-	if idx := loadIndex(cacheDir, specDirs, key); idx != nil {
-		return idx.resolve(names, specDirs)
+	if cache {
+		if idx := loadIndex(cacheDir, specDirs, key); idx != nil {
+			return idx.resolve(names, specDirs)
+		}
 	}
 	idx, err := buildIndex(specDirs)
 	if err != nil {
 		return nil, fmt.Errorf("inject CDI devices: %w", err)
 	}
-	if after, err := specDirsKey(specDirs); err == nil && after == key {
-		idx.Key = key
-		_ = storeIndex(cacheDir, specDirs, idx) // a cache that cannot be written is no cache
+	if cache {
+		if after, err := specDirsKey(specDirs); err == nil && after == key {
+			idx.Key = key
+			_ = storeIndex(cacheDir, specDirs, idx) // a cache that cannot be written is no cache
+		}
 	}
 	return idx.resolve(names, specDirs)
 }

@@ -60,7 +60,7 @@ func writeCacheSpecs(t *testing.T) (root string, dirs []string) {
 func sameResolution(t *testing.T, dirs []string, cacheDir string, requests [][]string) {
 	t.Helper()
 	for _, names := range requests {
-		want, werr := Resolve(names, dirs)
+		want, werr := ResolveCached(names, dirs, "")
 		got, gerr := ResolveCached(names, dirs, cacheDir)
 		if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
 			t.Errorf("%q: error %v, want %v", names, gerr, werr)
@@ -91,11 +91,11 @@ func TestResolveCached(t *testing.T) {
 	root, dirs := writeCacheSpecs(t)
 	cacheDir := filepath.Join(t.TempDir(), "cdi")
 
-	if e, err := Resolve([]string{"acme.io/x=a"}, dirs); err != nil || !reflect.DeepEqual(e.Env, []string{"HIGH=1", "A=high"}) {
+	if e, err := ResolveCached([]string{"acme.io/x=a"}, dirs, ""); err != nil || !reflect.DeepEqual(e.Env, []string{"HIGH=1", "A=high"}) {
 		t.Fatalf("the later directory does not win: %+v, %v", e, err)
 	}
 	var ue *UnresolvedError
-	if _, err := Resolve([]string{"acme.io/x=dup"}, dirs); !errors.As(err, &ue) {
+	if _, err := ResolveCached([]string{"acme.io/x=dup"}, dirs, ""); !errors.As(err, &ue) {
 		t.Fatalf("a conflicting device resolves: %v", err)
 	}
 

@@ -2,7 +2,7 @@
 // spec, the file container engines (Podman, Docker 25+, containerd 1.7+,
 // CRI-O, Kubernetes device plugins) read from /etc/cdi and /var/run/cdi to
 // give a container devices by name (nvidia.com/gpu=0), and resolves CDI
-// device names for the runtime's CDI mode: Resolve returns the container
+// device names for the runtime's CDI mode: ResolveCached returns the container
 // edits the spec files give them, PlanFor a plan holding those edits, which
 // ocispec.Apply writes with the CDI library's editor.
 //

@@ -11,7 +11,6 @@ import (
 
 	pkgcdi "tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
-	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // DefaultSpecDirs are the CDI spec directories engines read, lowest
@@ -103,34 +102,6 @@ func specErrors(c *pkgcdi.Cache) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// Resolve resolves the CDI device names (fully qualified,
-// vendor/class=name) against the spec files in specDirs (nil means
-// DefaultSpecDirs; later directories take precedence) and returns the
-// container edits they make, merged as the CDI library's InjectDevices
-// merges them: the containerEdits of each spec once, at the first of its
-// devices, then each device's own. The edits are the spec files' entries,
-// verbatim (carried through their JSON encoding, as the resolved-spec
-// cache holds them; see ResolveCached); applying them (ocispec.Apply, with
-// the library's editor) gives what InjectDevices gives. A name that is not
-// fully qualified or that no spec defines is an error naming it and the
-// directories searched; for the latter (an *UnresolvedError) the loaded
-// specs of its kind are then compared with the live system (CheckStale),
-// and the stale ones are named with what differs and the command that
-// rewrites them.
-func Resolve(names, specDirs []string) (*cdispecs.ContainerEdits, error) {
-	if len(specDirs) == 0 {
-		specDirs = DefaultSpecDirs()
-	}
-	if err := checkNames(names); err != nil {
-		return nil, err
-	}
-	idx, err := buildIndex(specDirs)
-	if err != nil {
-		return nil, fmt.Errorf("inject CDI devices: %w", err)
-	}
-	return idx.resolve(names, specDirs)
 }
 
 // checkNames checks that names are fully-qualified CDI device names.
