@@ -10,7 +10,7 @@ TOOLS   := nvidia-container-cli nvidia-container-runtime nvidia-container-runtim
            nvidia-container-runtime.cdi nvidia-container-runtime.legacy
 GOTEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: all build install uninstall deb setup test unit fixtures lint bench demo clean fuzz
+.PHONY: all build install uninstall deb rpm setup test unit fixtures lint bench demo clean fuzz
 
 all: build
 
@@ -33,6 +33,11 @@ uninstall:
 # and udev rule, docs (packaging/build-deb.sh, docs/packaging.md).
 deb: build
 	GO=$(GO) packaging/build-deb.sh bin bin
+
+# The rpm (bin/nctk-<version>-<release>.<arch>.rpm): the same files, built
+# with rpmbuild (Debian: apt-get install rpm; packaging/build-rpm.sh).
+rpm: build
+	GO=$(GO) packaging/build-rpm.sh bin bin
 
 # What tests and the demo need on a Debian 12 machine: runc, docker.io,
 # containerd, podman, busybox-static, gcc, staticcheck (idempotent; root).

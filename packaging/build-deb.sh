@@ -3,10 +3,9 @@
 # binaries in BINDIR (nctk, nctk-driverprobe: `make build`) with dpkg-deb,
 # into OUTDIR, and print its path. Run from the repository root (`make deb`).
 #
-# The package puts the binaries at NVIDIA's paths (/usr/bin/nctk and its
-# links under NVIDIA's tool names), config.toml as a conffile
-# (/etc/nvidia-container-runtime/config.toml, `nvidia-ctk config default`),
-# the nvidia-cdi-refresh units and udev rule, and the docs; it provides,
+# The package holds what packaging/stage.sh installs (the binaries at
+# NVIDIA's paths, config.toml as a conffile, the nvidia-cdi-refresh units
+# and udev rule, the docs); it provides,
 # conflicts with and replaces NVIDIA's packages. nctk is static;
 # nctk-driverprobe (cgo: it loads the driver's libraries) needs libc6.
 #
@@ -17,7 +16,6 @@ set -eu
 bindir=${1:?usage: build-deb.sh BINDIR OUTDIR}
 outdir=${2:?usage: build-deb.sh BINDIR OUTDIR}
 GO=${GO:-go}
-tools="nvidia-container-cli nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-toolkit nvidia-ctk nvidia-cdi-hook nvidia-docker"
 # The packages nctk stands in for (nvidia-docker2 only ships a file nctk
 # ships too: /usr/bin/nvidia-docker).
 nvidia_pkgs="nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1"
@@ -33,29 +31,10 @@ if [ -z "$arch" ]; then
 	*) echo "build-deb.sh: unknown GOARCH; set DEB_ARCH" >&2; exit 1 ;;
 	esac
 fi
-for f in nctk nctk-driverprobe; do
-	[ -x "$bindir/$f" ] || { echo "build-deb.sh: $bindir/$f missing (run make build)" >&2; exit 1; }
-done
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-umask 022
-chmod 0755 "$stage"
-
-install -d "$stage/usr/bin"
-install -m 0755 "$bindir/nctk" "$bindir/nctk-driverprobe" "$stage/usr/bin/"
-for t in $tools; do ln -s nctk "$stage/usr/bin/$t"; done
-
-install -d "$stage/etc/nvidia-container-runtime"
-"$bindir/nctk" nvidia-ctk config default >"$stage/etc/nvidia-container-runtime/config.toml"
-chmod 0644 "$stage/etc/nvidia-container-runtime/config.toml"
-
-install -d "$stage/usr/lib/systemd/system" "$stage/usr/lib/udev/rules.d"
-install -m 0644 packaging/systemd/nvidia-cdi-refresh.service packaging/systemd/nvidia-cdi-refresh.path "$stage/usr/lib/systemd/system/"
-install -m 0644 packaging/udev/60-nvidia-cdi-refresh.rules "$stage/usr/lib/udev/rules.d/"
-
-install -d "$stage/usr/share/doc/nctk"
-install -m 0644 README.md docs/*.md "$stage/usr/share/doc/nctk/"
+packaging/stage.sh "$bindir" "$stage"
 
 install -d "$stage/DEBIAN"
 install -m 0755 packaging/deb/postinst packaging/deb/prerm packaging/deb/postrm "$stage/DEBIAN/"

@@ -16,8 +16,9 @@ import (
 )
 
 // tools are the names nctk is installed under.
-var tools = []string{"nvidia-container-cli", "nvidia-container-runtime", "nvidia-container-runtime-hook",
-	"nvidia-container-toolkit", "nvidia-ctk", "nvidia-cdi-hook", "nvidia-docker"}
+var tools = []string{"nvidia-container-cli", "nvidia-container-runtime", "nvidia-container-runtime.cdi",
+	"nvidia-container-runtime.legacy", "nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvidia-ctk",
+	"nvidia-cdi-hook", "nvidia-docker"}
 
 // nvidiaPackages are the packages nctk provides, conflicts with and
 // replaces.

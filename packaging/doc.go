@@ -1,5 +1,8 @@
-// Package packaging holds what `make deb` builds the Debian package from
-// (build-deb.sh, the nvidia-cdi-refresh systemd units and udev rule, the
-// maintainer scripts) and its test, which builds the package and installs,
-// upgrades, removes and purges it with dpkg in a temporary root.
+// Package packaging holds what `make deb` and `make rpm` build nctk's
+// packages from (stage.sh, which installs the files both hold; build-deb.sh
+// and the maintainer scripts; build-rpm.sh and rpm/nctk.spec; the
+// nvidia-cdi-refresh systemd units and udev rule) and their tests, which
+// build each package and install, upgrade and remove it in a temporary
+// root: with dpkg (remove, purge) and with rpm (over a stand-in NVIDIA
+// package it obsoletes; erase).
 package packaging

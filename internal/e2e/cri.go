@@ -52,7 +52,7 @@ func DialCRI(t testing.TB, c *Containerd) *CRI {
 // ImportImage imports rootfs as image name into the CRI plugin's namespace
 // (`ctr -n k8s.io image import` of an OCI archive) with cmd as its default
 // command, and returns its full reference; the CRI's ImageStatus must then
-// know it.
+// know it (within 30 s: containerd 2 learns of it asynchronously).
 func (r *CRI) ImportImage(rootfs, name string, cmd ...string) string {
 	t := r.t
 	t.Helper()
@@ -68,11 +68,21 @@ func (r *CRI) ImportImage(rootfs, name string, cmd ...string) string {
 	ref := FullImageName(name)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	st, err := r.Image.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
-	if err != nil || st.Image == nil {
-		t.Fatalf("e2e: cri: ImageStatus %s after import: %v (image %v)", ref, err, st.GetImage())
+	// containerd 2's CRI learns of an image from the import's events, a
+	// moment after ctr returns.
+	for {
+		st, err := r.Image.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+		if err == nil && st.Image != nil {
+			return ref
+		}
+		if err != nil || ctx.Err() != nil {
+			t.Fatalf("e2e: cri: ImageStatus %s after import: %v (image %v)", ref, err, st.GetImage())
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	return ref
 }
 
 // Pod is a pod sandbox the CRI runs.

@@ -43,6 +43,11 @@ type DockerdOptions struct {
 	Env []string
 	// Config keys are merged into the daemon config file (after runtimes).
 	Config map[string]any
+	// ConfigFile, if set, is a daemon config file the test (or a tool it
+	// runs, e.g. `nvidia-ctk runtime configure`) wrote, which dockerd runs
+	// on as it is (Runtimes, DefaultRuntime and Config are then unused):
+	// with Root, its path in that root, e.g. /etc/docker/daemon.json.
+	ConfigFile string
 	// Args are extra dockerd flags.
 	Args []string
 	// StartTimeout defaults to 60s.
@@ -128,19 +133,9 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 		}
 	})
 
-	config := map[string]any{}
-	if len(opts.Runtimes) > 0 {
-		config["runtimes"] = opts.Runtimes
-	}
-	if opts.DefaultRuntime != "" {
-		config["default-runtime"] = opts.DefaultRuntime
-	}
-	maps.Copy(config, opts.Config)
-	data, err := json.MarshalIndent(config, "", "  ")
-	if err != nil {
-		t.Fatalf("e2e: dockerd config: %v", err)
-	}
-	if err := writeFile(d.ConfigFile, data, 0o644); err != nil {
+	if opts.ConfigFile != "" {
+		d.ConfigFile = opts.ConfigFile
+	} else if err := writeDaemonConfig(d.ConfigFile, opts); err != nil {
 		t.Fatalf("e2e: dockerd config: %v", err)
 	}
 
@@ -195,6 +190,24 @@ func StartDockerd(t testing.TB, opts DockerdOptions) *Dockerd {
 	}
 	t.Logf("e2e: dockerd ready in %v at %s (PATH=%s)", time.Since(start).Round(time.Millisecond), d.Host, path)
 	return d
+}
+
+// writeDaemonConfig writes the daemon config file of opts' Runtimes,
+// DefaultRuntime and Config to file.
+func writeDaemonConfig(file string, opts DockerdOptions) error {
+	config := map[string]any{}
+	if len(opts.Runtimes) > 0 {
+		config["runtimes"] = opts.Runtimes
+	}
+	if opts.DefaultRuntime != "" {
+		config["default-runtime"] = opts.DefaultRuntime
+	}
+	maps.Copy(config, opts.Config)
+	data, err := json.MarshalIndent(config, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFile(file, data, 0o644)
 }
 
 // ping asks the API for /_ping.

@@ -284,10 +284,32 @@ func registerContainerdRuntime(root tomlTable, path []string, version int, base 
 	} else if def, _ := ctrd["default_runtime_name"].(string); def == o.RuntimeName {
 		delete(ctrd, "default_runtime_name")
 	}
+	keepDefaultRunc(ctrd, runtimes)
 	if o.EnableCDI {
 		cri["enable_cdi"] = true
 	}
 	return nil
+}
+
+// keepDefaultRunc adds containerd's built-in runc runtime (builtinRunc,
+// the base a new runtime gets without one, so that a second run copies the
+// same) to the runtimes table of the CRI's containerd table
+// ctrd when the default runtime is runc (default_runtime_name = "runc" or
+// unset) and the table does not name it. containerd replaces its built-in
+// runtimes with a runtimes table read from its config, so a file that
+// named no runtime (Debian's packaged config.toml: the CRI plugin's cni
+// table only) and now names the NVIDIA runtime would leave the default
+// runtime undefined, and the CRI plugin refuses to load ("no corresponding
+// runtime configured in `containerd.runtimes` for `containerd`
+// `default_runtime_name`").
+func keepDefaultRunc(ctrd, runtimes tomlTable) {
+	def, _ := ctrd["default_runtime_name"].(string)
+	if def != "" && def != "runc" {
+		return
+	}
+	if _, ok := runtimes["runc"]; !ok {
+		runtimes["runc"] = builtinRunc()
+	}
 }
 
 // isNVIDIARuntime reports whether a default runtime's name is one of
@@ -298,9 +320,8 @@ func isNVIDIARuntime(name string) bool { return strings.HasPrefix(name, "nvidia"
 // baseRuntime returns a copy of the runtime table a new runtime starts
 // from: in the CRI table base, the default runtime (unless it is one of
 // NVIDIA's, see isNVIDIARuntime), runc or crun, whichever has a table
-// first, whatever its runtime_type. Without one it is a runc-shim table
-// with empty runtime_root and runtime_engine and
-// privileged_without_host_devices = false. runtimesPath is the key path of
+// first, whatever its runtime_type. Without one it is builtinRunc.
+// runtimesPath is the key path of
 // the runtimes table inside base.
 //
 // self, when not "", names the runtime being configured in a file edited in
@@ -322,6 +343,13 @@ func baseRuntime(base tomlTable, runtimesPath []string, self string) tomlTable {
 			return deepCopy(t).(map[string]any)
 		}
 	}
+	return builtinRunc()
+}
+
+// builtinRunc is the table of containerd's built-in runc runtime: the runc
+// shim v2 with empty runtime_root and runtime_engine and
+// privileged_without_host_devices = false.
+func builtinRunc() tomlTable {
 	return tomlTable{
 		"runtime_type":                    runcShimV2,
 		"runtime_root":                    "",

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,25 +14,49 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nctk/nctk/internal/e2e"
+	"github.com/nctk/nctk/internal/engine"
 	"github.com/nctk/nctk/internal/fixture"
 )
 
 // The tests in this file drive the Kubernetes path as kubelet does: a CRI
-// client (k8s.io/cri-api runtime v1, e2e.DialCRI) talks to the CRI plugin
-// of Debian 13's containerd 1.7, run in the Debian 13 root
-// (e2e.StartTrixie) on its own `containerd config default` with
-// machine-wide paths moved into the test's directory. Each test case runs
-// a pod sandbox on the host network (its pause image is the test image,
-// imported with `ctr -n k8s.io image import`, with `sleep` as its command)
-// and in it a container running the probe script, whose CRI log is read
-// back and checked (checkGPU) for exactly the GPUs handed out, in each way
-// NVIDIA's device plugin hands them out.
+// client (k8s.io/cri-api runtime v1, e2e.DialCRI) talks to containerd's
+// CRI plugin, on containerd's own `config default` with machine-wide paths
+// moved into the test's directory, for each containerd of criEngines:
+// Debian 13's 1.7 in the Debian 13 root (e2e.StartTrixie), Debian 12's 1.6
+// on the host, and Debian unstable's 2.x (config version 3) installed into
+// an overlay of the Debian 13 root (e2e.SidContainerdDeb). Each test case
+// runs a pod sandbox on the host network (its pause image is the test
+// image, imported with `ctr -n k8s.io image import`, with `sleep` as its
+// command) and in it a container running the probe script, whose CRI log
+// is read back and checked (checkGPU) for exactly the GPUs handed out, in
+// each way NVIDIA's device plugin hands them out.
 
-// criPlugin is the CRI plugin's table in containerd's version 2 config.
-const criPlugin = "io.containerd.grpc.v1.cri"
+// criEngine is one containerd the CRI tests run.
+type criEngine struct {
+	// name names the subtests.
+	name string
+	// version is the start of `containerd --version`.
+	version string
+	// where: "trixie" (Debian 13's, in the Debian 13 root), "host"
+	// (Debian 12's) or "sid" (Debian unstable's, installed into the
+	// Debian 13 root).
+	where string
+	// cdi: the engine's CRI has CDI (enable_cdi; containerd 1.7 and later).
+	cdi bool
+}
+
+// criEngines are the containerd versions the CRI tests run on.
+func criEngines() []criEngine {
+	return []criEngine{
+		{name: "containerd-1.7", version: "containerd github.com/containerd/containerd 1.7.", where: "trixie", cdi: true},
+		{name: "containerd-1.6", version: "containerd github.com/containerd/containerd 1.6.", where: "host"},
+		{name: "containerd-2", version: "containerd github.com/containerd/containerd/v2 2.", where: "sid", cdi: true},
+	}
+}
 
 // criNode is a Kubernetes node's container side: containerd with its CRI
-// plugin in the Debian 13 root, a fixture driver and a CRI client.
+// plugin (in an engine root, or on the host when root is nil), a fixture
+// driver and a CRI client.
 type criNode struct {
 	root   *e2e.EngineRoot
 	host   *gpuHost
@@ -39,35 +64,87 @@ type criNode struct {
 	cri    *e2e.CRI
 	image  string
 	libDir string
+	// specDir is where nvidia-ctk's CDI spec is: the root's /etc/cdi, or
+	// on the host a directory of the test that the host's config.toml
+	// names in spec-dirs.
+	specDir string
 }
 
-// criConfig writes containerd 1.7's `config default` to <dir>/config.toml
-// with its machine-wide paths moved into dir and restrict_oom_score_adj =
-// true (the test hosts are containers without CAP_SYS_RESOURCE, where
-// runc cannot give the pause container its oom_score_adj of -998 and
-// every RunPodSandbox fails), and returns the file's path.
+// criConfig writes containerd's `config default` (of the containerd in
+// root, or the host's for a nil root) to <dir>/config.toml with its
+// machine-wide paths moved into dir and restrict_oom_score_adj = true (the
+// test hosts are containers without CAP_SYS_RESOURCE, where runc cannot
+// give the pause container its oom_score_adj of -998 and every
+// RunPodSandbox fails), and returns the file's path. Config versions 2
+// (containerd 1.x) and 3 (2.x) are handled.
 func criConfig(t *testing.T, root *e2e.EngineRoot, dir string) string {
 	t.Helper()
 	cfg := filepath.Join(dir, "config.toml")
 	def := root.MustRun(t, e2e.RunOpts{Quiet: true}, "containerd", "config", "default")
-	moved := def
-	for _, r := range []struct{ old, new string }{
-		{`root = "/var/lib/containerd"`, fmt.Sprintf("root = %q", filepath.Join(dir, "root"))},
-		{`state = "/run/containerd"`, fmt.Sprintf("state = %q", filepath.Join(dir, "state"))},
-		{`address = "/run/containerd/containerd.sock"`, fmt.Sprintf("address = %q", filepath.Join(dir, "containerd.sock"))},
-		{`path = "/opt/containerd"`, fmt.Sprintf("path = %q", filepath.Join(dir, "opt"))},
-		{`conf_dir = "/etc/cni/net.d"`, fmt.Sprintf("conf_dir = %q", filepath.Join(dir, "cni"))},
-		{`restrict_oom_score_adj = false`, `restrict_oom_score_adj = true`},
-	} {
-		if n := strings.Count(moved, r.old); n != 1 {
-			t.Fatalf("containerd 1.7's config default has %d lines %s, want 1:\n%s", n, r.old, def)
-		}
-		moved = strings.Replace(moved, r.old, r.new, 1)
+	var doc map[string]any
+	if err := toml.Unmarshal([]byte(def), &doc); err != nil {
+		t.Fatalf("containerd config default does not parse: %v\n%s", err, def)
 	}
-	if err := os.WriteFile(cfg, []byte(moved), 0o644); err != nil {
+	cri := criPluginPath(t, doc)
+	for _, r := range []struct {
+		keys  []string
+		value any
+	}{
+		{[]string{"root"}, filepath.Join(dir, "root")},
+		{[]string{"state"}, filepath.Join(dir, "state")},
+		{[]string{"grpc", "address"}, filepath.Join(dir, "containerd.sock")},
+		{[]string{"plugins", "io.containerd.internal.v1.opt", "path"}, filepath.Join(dir, "opt")},
+		{append(slices.Clone(cri), "cni", "conf_dir"), filepath.Join(dir, "cni")},
+		{append(slices.Clone(cri), "restrict_oom_score_adj"), true},
+	} {
+		table, ok := engLookup(doc, r.keys[:len(r.keys)-1]...).(map[string]any)
+		key := r.keys[len(r.keys)-1]
+		if _, has := table[key]; !ok || !has {
+			t.Fatalf("containerd's config default has no %s:\n%s", strings.Join(r.keys, "."), def)
+		}
+		table[key] = r.value
+	}
+	// containerd 2's NRI plugin, enabled by default, has a socket of its own.
+	if nri, ok := engLookup(doc, "plugins", "io.containerd.nri.v1.nri").(map[string]any); ok {
+		nri["socket_path"] = filepath.Join(dir, "nri.sock")
+	}
+	out, err := toml.Marshal(doc)
+	if err != nil {
+		t.Fatalf("containerd config: %v", err)
+	}
+	if err := os.WriteFile(cfg, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// criPluginPath is the key path of the table holding the CRI plugin's
+// runtimes, enable_cdi and restrict_oom_score_adj in the containerd config
+// doc: plugins."io.containerd.grpc.v1.cri" in version 2,
+// plugins."io.containerd.cri.v1.runtime" in version 3.
+func criPluginPath(t *testing.T, doc map[string]any) []string {
+	t.Helper()
+	v, _ := doc["version"].(int64)
+	if v != 2 && v != 3 {
+		t.Fatalf("containerd config version %v, want 2 or 3", doc["version"])
+	}
+	return engine.CRIPluginPath(int(v))
+}
+
+// setSandboxImage sets the CRI's pause image in the containerd config doc:
+// sandbox_image of the CRI plugin (version 2) or pinned_images.sandbox of
+// the CRI images plugin (version 3).
+func setSandboxImage(t *testing.T, doc map[string]any, image string) {
+	t.Helper()
+	if v, _ := doc["version"].(int64); v == 3 {
+		pinned, ok := engLookup(doc, "plugins", "io.containerd.cri.v1.images", "pinned_images").(map[string]any)
+		if !ok {
+			t.Fatal("containerd config version 3 has no plugins.\"io.containerd.cri.v1.images\".pinned_images")
+		}
+		pinned["sandbox"] = image
+		return
+	}
+	criTable(t, doc)["sandbox_image"] = image
 }
 
 // criEdit parses the containerd config file cfg, lets edit change the
@@ -89,29 +166,42 @@ func criEdit(t *testing.T, cfg string, edit func(doc map[string]any)) {
 	}
 }
 
-// criTable returns the CRI plugin's table in doc, or the table below it at
-// keys.
+// criTable returns the CRI plugin's table in doc (criPluginPath), or the
+// table below it at keys.
 func criTable(t *testing.T, doc map[string]any, keys ...string) map[string]any {
 	t.Helper()
-	m, ok := engLookup(doc, append([]string{"plugins", criPlugin}, keys...)...).(map[string]any)
+	path := append(criPluginPath(t, doc), keys...)
+	m, ok := engLookup(doc, path...).(map[string]any)
 	if !ok {
-		t.Fatalf("containerd config has no table plugins.%q.%s", criPlugin, strings.Join(keys, "."))
+		t.Fatalf("containerd config has no table %s", strings.Join(path, "."))
 	}
 	return m
 }
 
-// startCRINode starts containerd (CRI enabled) in the Debian 13 root over
-// a 4-GPU fixture driver, with nvidia-ctk's CDI spec in the root's
-// /etc/cdi and the config made by criConfig, then changed by configure
-// (`nvidia-ctk runtime configure`, say) and by edit (criEdit), with the
-// sandbox image set to the test image.
-func startCRINode(t *testing.T, configure func(cfg string, n *criNode), edit func(doc map[string]any)) *criNode {
+// startCRINode starts containerd eng (CRI enabled) over a 4-GPU fixture
+// driver, with nvidia-ctk's CDI spec in specDir and the config made by
+// criConfig, then changed by configure (`nvidia-ctk runtime configure`,
+// say) and by edit (criEdit), with the sandbox image set to the test
+// image.
+func startCRINode(t *testing.T, eng criEngine, configure func(cfg string, n *criNode), edit func(doc map[string]any)) *criNode {
 	t.Helper()
 	skipShort(t)
 	e2e.RequireRoot(t)
-	n := &criNode{root: e2e.StartTrixie(t), libDir: e2e.LayoutDebian.LibDir()}
+	n := &criNode{libDir: e2e.LayoutDebian.LibDir()}
+	if eng.where != "host" {
+		n.root = e2e.StartTrixie(t)
+		if eng.where == "sid" {
+			n.root.InstallDebs(t, e2e.SidContainerdDeb(t))
+		}
+	}
 	n.host = trixieHost(t, n.root, fixture.Spec{Layout: "multiarch", GPUs: 4})
-	trixieCDISpec(t, n.root, n.host)
+	if n.root != nil {
+		trixieCDISpec(t, n.root, n.host)
+		n.specDir = "/etc/cdi"
+	} else {
+		n.specDir = engCDISpec(t, n.host)
+	}
+	checkVersion(t, "containerd", n.root.MustRun(t, e2e.RunOpts{}, "containerd", "--version"), eng.version)
 	rootfs := e2e.BuildRootfs(t, e2e.RootfsOptions{})
 	n.image = e2e.FullImageName("nctk-e2e:cri")
 	dir := e2e.TempDir(t, "ctrdcri")
@@ -120,13 +210,12 @@ func startCRINode(t *testing.T, configure func(cfg string, n *criNode), edit fun
 		configure(cfg, n)
 	}
 	criEdit(t, cfg, func(doc map[string]any) {
-		criTable(t, doc)["sandbox_image"] = n.image
+		setSandboxImage(t, doc, n.image)
 		if edit != nil {
 			edit(doc)
 		}
 	})
 	n.c = e2e.StartContainerdWith(t, e2e.ContainerdOptions{Root: n.root, ConfigFile: cfg, Env: n.host.Env})
-	checkVersion(t, "containerd", n.root.MustRun(t, e2e.RunOpts{}, "containerd", "--version"), "containerd github.com/containerd/containerd 1.7.")
 	n.cri = e2e.DialCRI(t, n.c)
 	if got := n.cri.ImportImage(rootfs, "nctk-e2e:cri", "sleep", "3600"); got != n.image {
 		t.Fatalf("imported %s, want %s", got, n.image)
@@ -176,18 +265,24 @@ func (n *criNode) uuids(t *testing.T, idx ...int) []string {
 
 // runtimeWrapper writes an executable script to dir/name that runs
 // nvidia-container-runtime on a config.toml of its own: host's with the
-// top-level settings top put first and the lines extra added to the
-// [nvidia-container-runtime] table and after the file. A containerd
-// runtime handler whose BinaryName is the script is one more node
-// configuration on the same containerd.
-func runtimeWrapper(t *testing.T, host *gpuHost, dir, name, top, runtimeTable, extra string) string {
+// top-level settings top put first and the lines runtimeTable and cdiTable
+// added to the [nvidia-container-runtime] and
+// [nvidia-container-runtime.modes.cdi] tables (the latter made when
+// host's has none). A containerd runtime handler whose BinaryName is the
+// script is one more node configuration on the same containerd.
+func runtimeWrapper(t *testing.T, host *gpuHost, dir, name, top, runtimeTable, cdiTable string) string {
 	t.Helper()
 	cfg := string(readFile(t, host.Config))
-	const table = "[nvidia-container-runtime]\n"
+	const table, cdi = "[nvidia-container-runtime]\n", "[nvidia-container-runtime.modes.cdi]\n"
 	if !strings.Contains(cfg, table) {
 		t.Fatalf("%s has no %s", host.Config, table)
 	}
-	cfg = top + "\n" + strings.Replace(cfg, table, table+runtimeTable+"\n", 1) + "\n" + extra + "\n"
+	cfg = top + "\n" + strings.Replace(cfg, table, table+runtimeTable+"\n", 1)
+	if strings.Contains(cfg, cdi) {
+		cfg = strings.Replace(cfg, cdi, cdi+cdiTable+"\n", 1)
+	} else {
+		cfg += "\n" + cdi + cdiTable + "\n"
+	}
 	cfgPath := filepath.Join(dir, name+".toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -200,12 +295,14 @@ func runtimeWrapper(t *testing.T, host *gpuHost, dir, name, top, runtimeTable, e
 	return p
 }
 
-// TestCRINvidiaRuntime sets a node up as `nvidia-ctk runtime configure
-// --runtime=containerd` does (the nvidia runtime handler, with
-// container_annotations = ["cdi.k8s.io/*"] added as NVIDIA's device plugin
-// documents for CDI annotations; enable_cdi stays off, so the runtime, not
-// containerd, resolves them) and runs pods the ways the device plugin
-// hands GPUs out with the nvidia handler:
+// TestCRINvidiaRuntime sets a node up, on each containerd of criEngines,
+// as `nvidia-ctk runtime configure --runtime=containerd` does (the nvidia
+// runtime handler, with container_annotations = ["cdi.k8s.io/*"] added as
+// NVIDIA's device plugin documents for CDI annotations; enable_cdi stays as
+// containerd's default has it: off in 1.7, so the runtime, not containerd,
+// resolves them; absent in 1.6; on in 2.x, where containerd applies the
+// annotated devices before the runtime sees them too) and runs pods the
+// ways the device plugin hands GPUs out with the nvidia handler:
 //   - envvar: NVIDIA_VISIBLE_DEVICES=<UUIDs>;
 //   - cdi-annotations: a cdi.k8s.io/… annotation naming nvidia.com/gpu=N;
 //   - volume-mounts: /dev/null at /var/run/nvidia-container-devices/<UUID>,
@@ -220,22 +317,28 @@ func runtimeWrapper(t *testing.T, host *gpuHost, dir, name, top, runtimeTable, e
 //     and nvidia-cap2.
 func TestCRINvidiaRuntime(t *testing.T) {
 	skipShort(t)
+	for _, eng := range criEngines() {
+		t.Run(eng.name, func(t *testing.T) { criNvidiaRuntime(t, eng) })
+	}
+}
+
+func criNvidiaRuntime(t *testing.T, eng criEngine) {
 	nvRuntime := tool(t, "nvidia-container-runtime")
 	var volumes, operator string
-	n := startCRINode(t, func(cfg string, n *criNode) {
+	n := startCRINode(t, eng, func(cfg string, n *criNode) {
 		n.root.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "runtime", "configure", "--runtime=containerd",
 			"--config", cfg, "--drop-in-config=", "--nvidia-runtime-path", nvRuntime)
 		dir := filepath.Dir(cfg)
 		volumes = runtimeWrapper(t, n.host, dir, "nvidia-volumes",
 			"accept-nvidia-visible-devices-as-volume-mounts = true\naccept-nvidia-visible-devices-envvar-when-unprivileged = false", "", "")
 		operator = runtimeWrapper(t, n.host, dir, "nvidia-operator", "", `mode = "cdi"`,
-			"[nvidia-container-runtime.modes.cdi]\ndefault-kind = \"management.nvidia.com/gpu\"")
+			`default-kind = "management.nvidia.com/gpu"`)
 		n.root.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "cdi", "generate", "--mode", "management",
-			"--driver-root", n.host.Root.Path, "--output", "/etc/cdi/nvidia-management.yaml",
+			"--driver-root", n.host.Root.Path, "--output", filepath.Join(n.specDir, "nvidia-management.yaml"),
 			"--nvidia-cdi-hook-path", tool(t, "nvidia-cdi-hook"))
 	}, func(doc map[string]any) {
-		if v := criTable(t, doc)["enable_cdi"]; v != false {
-			t.Fatalf("containerd 1.7's enable_cdi = %v, want false by default", v)
+		if v, want := criTable(t, doc)["enable_cdi"], map[string]any{"containerd-1.7": false, "containerd-1.6": nil, "containerd-2": true}[eng.name]; v != want {
+			t.Fatalf("%s's enable_cdi = %v, want %v by default", eng.name, v, want)
 		}
 		runtimes := criTable(t, doc, "containerd", "runtimes")
 		nv, ok := runtimes["nvidia"].(map[string]any)
@@ -290,16 +393,30 @@ func TestCRINvidiaRuntime(t *testing.T) {
 	})
 }
 
-// TestCRICDIDevices runs pods with containerd's own CDI support (enable_cdi
-// = true, cdi_spec_dirs the root's /etc/cdi holding nvidia-ctk's spec) and
+// TestCRICDIDevices runs pods, on each containerd of criEngines that has
+// CDI, with containerd's own CDI support (enable_cdi = true,
+// cdi_spec_dirs the directory holding nvidia-ctk's spec) and
 // no NVIDIA runtime at all: the default runc handler, the GPUs asked for
 // in the CRI's CDIDevices field as the device plugin's cdi-cri strategy
 // does.
 func TestCRICDIDevices(t *testing.T) {
-	n := startCRINode(t, nil, func(doc map[string]any) {
+	skipShort(t)
+	for _, eng := range criEngines() {
+		t.Run(eng.name, func(t *testing.T) {
+			if !eng.cdi {
+				t.Skipf("%s has no CDI in its CRI (enable_cdi came with containerd 1.7)", eng.name)
+			}
+			criCDIDevices(t, eng)
+		})
+	}
+}
+
+func criCDIDevices(t *testing.T, eng criEngine) {
+	var specDir string
+	n := startCRINode(t, eng, func(_ string, n *criNode) { specDir = n.specDir }, func(doc map[string]any) {
 		cri := criTable(t, doc)
 		cri["enable_cdi"] = true
-		cri["cdi_spec_dirs"] = []any{"/etc/cdi"}
+		cri["cdi_spec_dirs"] = []any{specDir}
 		runtimes := criTable(t, doc, "containerd", "runtimes")
 		if _, ok := runtimes["nvidia"]; ok {
 			t.Fatalf("containerd's default config has an nvidia runtime: %v", runtimes)
