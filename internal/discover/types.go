@@ -231,6 +231,10 @@ type Driver struct {
 	LibDirs []string
 	// Warnings lists things that were looked for and not found.
 	Warnings []string
+
+	// ident is what Verify compares: the identity of the driver discovery
+	// read (nil for a Driver not made by Discover).
+	ident *identity
 }
 
 // LibrariesFor returns the libraries a capability set selects, 64-bit first,
