@@ -18,20 +18,22 @@ import (
 // renamed away and back, or replaced, while containers are created (a
 // driver upgrade, the GPU Operator's driver container restarting): read by
 // name, one discovery could see part of the tree and then nothing, and
-// leave files out of the plan without an error. Read through the
-// descriptor (/proc/self/fd/N/…), the whole discovery sees the one
-// directory it opened first; Driver.Verify then checks that the name still
-// leads to it before the plan's paths are handed on.
+// leave files out of the plan without an error. Read relative to the
+// descriptor (readlinkat, fstatat, openat: loc), the whole discovery sees
+// the one directory it opened first; Driver.Verify then checks that the
+// name still leads to it before the plan's paths are handed on.
 type pinned struct {
 	// path is the host path, used in results and messages.
 	path string
-	// sys is the prefix system calls use: /proc/self/fd/N, or path when
-	// the directory is not pinned (the host's "/", which cannot be renamed,
-	// or a directory that could not be opened: its reads then fail by
-	// name).
+	// sys is the prefix of the few reads that take a path, not a
+	// descriptor (mig-minors, feature globs): /proc/self/fd/N, or path
+	// when the directory is not pinned or there is no procfs.
 	sys string
-	fd  int // -1 when not pinned
-	id  fileID
+	// fd is the descriptor, -1 when the directory is not pinned (the
+	// host's "/", which cannot be renamed, or a directory that could not
+	// be opened: its reads then fail by name).
+	fd int
+	id fileID
 }
 
 // fileID identifies a file: device and inode.
@@ -54,14 +56,14 @@ func pin(dir string) *pinned {
 		unix.Close(fd)
 		return p
 	}
+	p.fd, p.id = fd, fileID{dev: st.Dev, ino: st.Ino}
+	// The path-taking reads go through /proc/self/fd, which needs a
+	// procfs; without one they read by name.
 	sys := "/proc/self/fd/" + strconv.Itoa(fd)
-	// Reads through /proc/self/fd need a procfs; without one, read by name.
 	var via unix.Stat_t
-	if err := unix.Stat(sys, &via); err != nil || via.Dev != st.Dev || via.Ino != st.Ino {
-		unix.Close(fd)
-		return p
+	if err := unix.Stat(sys, &via); err == nil && via.Dev == st.Dev && via.Ino == st.Ino {
+		p.sys = sys
 	}
-	p.sys, p.fd, p.id = sys, fd, fileID{dev: st.Dev, ino: st.Ino}
 	return p
 }
 
@@ -140,8 +142,8 @@ func (p *pinned) close() {
 	}
 }
 
-// at returns the path system calls use for the absolute path q below the
-// directory.
+// at returns the path of the absolute path q below the directory for the
+// reads that take a path (loc for the others).
 func (p *pinned) at(q string) string { return join(p.sys, q) }
 
 // host returns the host path of q below the directory, for results and

@@ -308,3 +308,23 @@ func unjoin(err error) []error {
 	}
 	return []error{err}
 }
+
+// TestUnpin: descriptor paths in messages become host paths; another
+// descriptor's are left alone.
+func TestUnpin(t *testing.T) {
+	p := &pinned{path: "/run/nvidia/driver", sys: "/proc/self/fd/5", fd: 5}
+	for in, want := range map[string]string{
+		"open /proc/self/fd/5/proc/driver/nvidia/version: no such file": "open /run/nvidia/driver/proc/driver/nvidia/version: no such file",
+		"a: /proc/self/fd/5/x, b: /proc/self/fd/5/y":                    "a: /run/nvidia/driver/x, b: /run/nvidia/driver/y",
+		"stat /proc/self/fd/5":                                          "stat /run/nvidia/driver",
+		"open /proc/self/fd/50/x and /proc/self/fd/15":                  "open /proc/self/fd/50/x and /proc/self/fd/15",
+	} {
+		if got := p.unpin(in); got != want {
+			t.Errorf("unpin(%q) = %q, want %q", in, got, want)
+		}
+	}
+	root := &pinned{path: "/", sys: "/", fd: -1}
+	if got := root.unpin("open /proc/self/fd/5/x"); got != "open /proc/self/fd/5/x" {
+		t.Errorf("an unpinned root rewrote %q", got)
+	}
+}
