@@ -77,12 +77,19 @@ type MissingLibraryError struct {
 	Root    string
 	Version string
 	LdCache string
+	// Other is a file of the library for another driver version that the
+	// cache lists (host path), "" if none.
+	Other string
 }
 
 func (e *MissingLibraryError) Error() string {
+	found := ""
+	if e.Other != "" {
+		found = fmt.Sprintf(" (it lists %s, of driver %s)", e.Other, libraryVersion(e.Other))
+	}
 	return fmt.Sprintf("the driver's %s (needed for the %s capability) was not found: no %s.* of driver %s in the "+
-		"dynamic linker cache %s resolves to a file under %s (is the driver's user space installed there and "+
-		"ldconfig run? a driver upgrade in progress?)", e.Name, e.Capability, e.Name, e.Version, e.LdCache, e.Root)
+		"dynamic linker cache %s resolves to a file under %s%s; is the driver's user space installed there and "+
+		"ldconfig run, or a driver upgrade in progress?", e.Name, e.Capability, e.Name, e.Version, e.LdCache, e.Root, found)
 }
 
 // CheckLibraries reports, as *MissingLibraryError values joined together,
@@ -97,7 +104,7 @@ func (d *Driver) CheckLibraries(s caps.Set) error {
 			continue
 		}
 		m := &MissingLibraryError{Name: e.name, Capability: e.capability, Root: d.Root, Version: d.Version,
-			LdCache: join(d.Root, DefaultLdCache)}
+			LdCache: join(d.Root, DefaultLdCache), Other: d.otherVersion[e.name]}
 		if d.ident != nil && d.ident.ldcache != "" {
 			m.LdCache = d.ident.ldcache
 		}

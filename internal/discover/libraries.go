@@ -161,6 +161,14 @@ func (x *discoverer) libraries() error {
 	if err := x.checkLibraryVersion(byClass[ldcache.Class64], c); err != nil {
 		return err
 	}
+	for name, s := range byClass[ldcache.Class64] {
+		if s.real == "" && s.other != "" && (name == "libcuda.so" || name == "libnvidia-ml.so") {
+			if x.d.otherVersion == nil {
+				x.d.otherVersion = map[string]string{}
+			}
+			x.d.otherVersion[name] = x.root.host(s.other)
+		}
+	}
 
 	for _, s := range slots {
 		if s.real == "" {

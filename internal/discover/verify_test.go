@@ -272,10 +272,15 @@ func TestCheckLibraries(t *testing.T) {
 		{"nothing, utility and compute", nil, caps.Default(), []string{"libnvidia-ml.so", "libcuda.so"}},
 		{"only 32-bit ones", []File{lib("libnvidia-ml.so", true), lib("libcuda.so", true)}, caps.Default(), []string{"libnvidia-ml.so", "libcuda.so"}},
 		{"video and graphics need none of them", nil, caps.Set{caps.Video: true, caps.Graphics: true}, nil},
+		{"libcuda only of another driver", full[:1], caps.Default(), []string{"libcuda.so"}},
 	}
+	other := "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &Driver{Root: "/run/nvidia/driver", Version: "535.261.03", Libraries: tc.libs}
+			if strings.Contains(tc.name, "another driver") {
+				d.otherVersion = map[string]string{"libcuda.so": other}
+			}
 			err := d.CheckLibraries(tc.caps)
 			var got []string
 			for _, e := range unjoin(err) {
@@ -292,6 +297,9 @@ func TestCheckLibraries(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, tc.missing) {
 				t.Errorf("missing %q, want %q", got, tc.missing)
+			}
+			if d.otherVersion != nil && (err == nil || !strings.Contains(err.Error(), other+", of driver 550.54.15")) {
+				t.Errorf("error %v does not name the other driver's %s", err, other)
 			}
 		})
 	}
