@@ -144,7 +144,7 @@ func (f *flipper) halt(t *testing.T) {
 // OCI state on stdin), a racer flips the directory the hook writes
 // through — the library directory, the link's parent, /etc,
 // /etc/ld.so.conf.d, /etc/nvidia, /dev/dri, the compat directory,
-// /proc/driver/nvidia — between a real directory and a symlink to a
+// /proc/driver/nvidia, /proc/driver (nctk's mount-proc-driver) — between a real directory and a symlink to a
 // sentinel host directory (absolute, or climbing with ".."), while the
 // hook runs again and again. After every run the sentinel host directory
 // (its files, contents, modes, links) is unchanged, and no mount was made
@@ -253,6 +253,11 @@ func TestHookRaces(t *testing.T) {
 			flip: "/proc/driver/nvidia", target: abs, sub: "/proc/driver/nvidia",
 			args:    []string{"disable-device-node-modification", "--host-dir", "{{hostproc}}"},
 			mountNS: true},
+		{name: "mount-proc-driver, /proc/driver",
+			image: func(t *testing.T, root, host string) { must(t, os.MkdirAll(root+"/proc/driver/nvidia", 0o755)) },
+			flip:  "/proc/driver", target: climb, sub: "/proc/driver",
+			args:    []string{"mount-proc-driver", "--host-dir", "{{hostproc}}", "--gpu", "00000000:02:00.0"},
+			mountNS: true},
 	}
 	budget, maxRuns := 3*time.Second, 150
 	if testing.Short() {
@@ -263,8 +268,7 @@ func TestHookRaces(t *testing.T) {
 			host := sentinelHost(t)
 			must(t, os.MkdirAll(host+"/proc/driver/nvidia", 0o755))
 			must(t, os.WriteFile(host+"/proc/driver/nvidia/params", []byte("ModifyDeviceFiles: 1\n"), 0o644))
-			hostProcDir := t.TempDir()
-			must(t, os.WriteFile(hostProcDir+"/params", []byte("ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n"), 0o444))
+			hostProcDir := hostProc(t)
 			b, root := bundle(t)
 			tc.image(t, root, host)
 			args := make([]string, len(tc.args))
