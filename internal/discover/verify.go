@@ -54,7 +54,7 @@ type DriverChangedError struct {
 }
 
 func (e *DriverChangedError) Error() string {
-	return fmt.Sprintf("the NVIDIA driver under %s changed while the container was prepared: %s %s "+
+	return fmt.Sprintf("the NVIDIA driver under %s changed while the injection plan was built: %s %s "+
 		"(a driver upgrade or a driver container restart?); retry once the driver is in place",
 		e.Root, e.Path, e.Reason)
 }

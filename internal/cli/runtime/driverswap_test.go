@@ -95,7 +95,9 @@ func TestDriverRootSwappedDuringCreates(t *testing.T) {
 			if !strings.Contains(msg, fxRoot) || strings.Count(msg, "\n") > 0 {
 				t.Errorf("create %d: the error is not one line naming the driver root %s: %q", ok+failed, fxRoot, msg)
 			}
-			reasons[swapReason(msg)]++
+			if reasons[swapReason(msg)]++; reasons[swapReason(msg)] == 1 {
+				t.Logf("e.g. %s", msg)
+			}
 			continue
 		}
 		ok++
@@ -121,7 +123,7 @@ func TestDriverRootSwappedDuringCreates(t *testing.T) {
 // swapReason is the part of a create's error that says what happened,
 // for the test's summary.
 func swapReason(msg string) string {
-	for _, r := range []string{"no NVIDIA driver found", "changed during", "vanished", "dynamic linker cache", "update ld.so.cache"} {
+	for _, r := range []string{"no NVIDIA driver found", "changed while", "vanished", "dynamic linker cache", "update ld.so.cache"} {
 		if strings.Contains(msg, r) {
 			return r
 		}
