@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/ldcache"
 )
@@ -86,4 +87,29 @@ func BenchmarkDiscover(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkVerify measures the check planner.Run makes after building a
+// plan (Driver.Verify): the pinned root, the kernel module's version and
+// the host files of a utility,compute container with 8 GPUs. See
+// docs/benchmarks.md, section "Discovery".
+func BenchmarkVerify(b *testing.B) {
+	r, _ := benchRoot(b, 8, 1000)
+	d, err := Discover(Options{Root: r.Path, Caps: caps.Default()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	paths := hostPaths(d)
+	if len(paths) < 20 {
+		b.Fatalf("only %d paths", len(paths))
+	}
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		if err := d.Verify(paths); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(len(paths)), "paths")
 }

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/devnum"
 	"github.com/nctk/nctk/internal/hostfile"
@@ -37,8 +38,9 @@ func DefaultSearchPath() []string {
 type discoverer struct {
 	opts    Options
 	root    *inRoot // the driver root
-	devRoot string  // host path of the dev root
-	proc    string  // host path of the proc root
+	dev     *pinned // the dev root
+	proc    *pinned // the proc root
+	pins    []*pinned
 	log     *slog.Logger
 	d       *Driver
 	devs    procfs.Devices // /proc/devices
@@ -77,14 +79,49 @@ func Discover(opts Options) (*Driver, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	x := &discoverer{
-		opts:    opts,
-		root:    newInRoot(root),
-		devRoot: devRoot,
-		proc:    procRoot,
-		log:     log,
-		d:       &Driver{Root: root},
+	// Every read goes through descriptors of the three roots, opened once
+	// (see pinned): a root renamed away and back during discovery is read
+	// whole or not at all.
+	x := &discoverer{opts: opts, log: log, d: &Driver{Root: root}}
+	rootPin := x.pin(root)
+	x.root = newInRoot(root, rootPin)
+	x.dev, x.proc = x.pin(devRoot), x.pin(procRoot)
+	defer func() {
+		for _, p := range x.pins {
+			p.close()
+		}
+	}()
+	d, err := x.run()
+	if err != nil {
+		return nil, &pinnedError{err: err, pins: x.pins}
 	}
+	return d, nil
+}
+
+// pin pins dir once per discovery (the dev and proc roots are usually the
+// driver root).
+func (x *discoverer) pin(dir string) *pinned {
+	for _, p := range x.pins {
+		if p.path == dir {
+			return p
+		}
+	}
+	p := pin(dir)
+	x.pins = append(x.pins, p)
+	return p
+}
+
+// clean returns err with its message naming host paths instead of the
+// pinned descriptors' (for the errors typed errors wrap).
+func (x *discoverer) clean(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &pinnedError{err: err, pins: x.pins}
+}
+
+// run runs the discovery steps.
+func (x *discoverer) run() (*Driver, error) {
 	steps := []func() error{
 		x.version,
 		x.devices,
@@ -103,7 +140,8 @@ func Discover(opts Options) (*Driver, error) {
 			return nil, err
 		}
 	}
-	if opts.Probe {
+	x.d.ident = x.identity()
+	if x.opts.Probe {
 		x.probe(context.Background())
 	}
 	return x.d, nil
@@ -130,10 +168,18 @@ func join(base, p string) string {
 	return base + p
 }
 
-func (x *discoverer) procPath(p string) string { return join(x.proc, p) }
+// procPath returns the host path of a proc root file, for results and
+// messages; procLoc where system calls find it, procAt the path to read
+// it by for those that take no directory descriptor.
+func (x *discoverer) procPath(p string) string { return x.proc.host(p) }
+func (x *discoverer) procLoc(p string) loc     { return x.proc.loc(p) }
+func (x *discoverer) procAt(p string) string   { return x.proc.at(p) }
 
 func (x *discoverer) warn(msg string, args ...any) {
 	m := fmt.Sprintf(msg, args...)
+	for _, p := range x.pins {
+		m = p.unpin(m)
+	}
 	x.d.Warnings = append(x.d.Warnings, m)
 	x.log.Warn(m)
 }
@@ -141,9 +187,9 @@ func (x *discoverer) warn(msg string, args ...any) {
 // version reads the kernel module version.
 func (x *discoverer) version() error {
 	p := x.procPath(procfs.VersionPath)
-	v, err := procfs.ReadVersion(p)
+	v, err := readProc(x.procLoc(procfs.VersionPath), procfs.ParseVersion)
 	if err != nil {
-		return &NoDriverError{Root: x.root.root, Path: p, Err: err}
+		return &NoDriverError{Root: x.root.root, Path: p, Err: x.clean(err)}
 	}
 	x.d.Version = v.NVRM
 	x.log.Info("kernel module", "version", v.NVRM, "open", v.Open, "path", p)
@@ -155,12 +201,12 @@ func (x *discoverer) version() error {
 // oversized file in its place is an error naming it.
 func (x *discoverer) devices() error {
 	p := x.procPath(procfs.DevicesPath)
-	devs, err := procfs.ReadDevices(p)
+	devs, err := readProc(x.procLoc(procfs.DevicesPath), procfs.ParseDevices)
 	if errors.Is(err, hostfile.ErrNotRegular) || errors.Is(err, hostfile.ErrTooLarge) {
 		return fmt.Errorf("read device majors: %w", err)
 	}
 	if err != nil {
-		x.log.Warn("cannot read device majors", "path", p, "err", err)
+		x.log.Warn("cannot read device majors", "path", p, "err", x.clean(err))
 		return nil
 	}
 	x.devs = devs
@@ -175,23 +221,20 @@ func (x *discoverer) major(name string) (uint32, bool) { return x.devs.CharMajor
 // number. It returns ok=false if the node does not exist, and a
 // *DeviceNodeError if it exists but is not the expected character device.
 func (x *discoverer) node(p string, wantMajor, wantMinor int64) (DeviceNode, bool, error) {
-	host := join(x.devRoot, p)
-	fi, err := os.Stat(host)
-	if err != nil {
+	host := x.dev.host(p)
+	var st unix.Stat_t
+	if err := x.dev.loc(p).stat(&st); err != nil {
 		if isNotExist(err) {
 			return DeviceNode{}, false, nil
 		}
-		return DeviceNode{}, false, fmt.Errorf("stat device node %s: %w", host, err)
+		return DeviceNode{}, false, fmt.Errorf("stat device node %s: %w", host, errors.Unwrap(err))
 	}
-	st, ok := statT(fi)
-	if !ok {
-		return DeviceNode{}, false, fmt.Errorf("stat device node %s: no stat data", host)
-	}
+	mode := fileMode(st.Mode)
 	maj, min := devMajor(st.Rdev), devMinor(st.Rdev)
 	e := &DeviceNodeError{Path: p, HostPath: host, Major: uint32(max(wantMajor, 0)), Minor: uint32(max(wantMinor, 0)),
 		GotMajor: maj, GotMinor: min}
-	if fi.Mode()&fs.ModeCharDevice == 0 || fi.Mode()&fs.ModeDevice == 0 {
-		e.Reason = "found " + fileKind(fi.Mode())
+	if mode&fs.ModeCharDevice == 0 || mode&fs.ModeDevice == 0 {
+		e.Reason = "found " + fileKind(mode)
 		return DeviceNode{}, false, e
 	}
 	if (wantMajor >= 0 && int64(maj) != wantMajor) || (wantMinor >= 0 && int64(min) != wantMinor) {
@@ -203,7 +246,7 @@ func (x *discoverer) node(p string, wantMajor, wantMinor int64) (DeviceNode, boo
 		}
 		return DeviceNode{}, false, e
 	}
-	return DeviceNode{Path: p, HostPath: host, Major: maj, Minor: min, Mode: uint32(fi.Mode().Perm()),
+	return DeviceNode{Path: p, HostPath: host, Major: maj, Minor: min, Mode: uint32(mode.Perm()),
 		UID: st.Uid, GID: st.Gid}, true, nil
 }
 
@@ -256,9 +299,9 @@ func (x *discoverer) controlNodes() error {
 // that directory copies.
 func (x *discoverer) procFiles() error {
 	for _, f := range []string{procfs.ParamsPath, procfs.VersionPath, procfs.RegistryPath} {
-		p := x.procPath(f)
-		if _, err := os.Stat(p); err == nil {
-			x.d.ProcFiles = append(x.d.ProcFiles, p)
+		var st unix.Stat_t
+		if err := x.procLoc(f).stat(&st); err == nil {
+			x.d.ProcFiles = append(x.d.ProcFiles, x.procPath(f))
 		}
 	}
 	return nil

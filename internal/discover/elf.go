@@ -8,47 +8,49 @@ import (
 	"math"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nctk/nctk/internal/ldcache"
 )
 
-// readSONAME returns the DT_SONAME of the ELF shared object at path ("" if
+// readSONAME returns the DT_SONAME of the ELF shared object at l ("" if
 // it has none), reading through the caller-owned head buffer buf (nil: a
 // new one), so that discovery reads every library through one buffer.
-func readSONAME(path string, buf *[4096]byte) (string, error) {
+func readSONAME(l loc, buf *[4096]byte) (string, error) {
 	var soname string
-	err := withELF(path, buf, func(r io.ReaderAt, size int64) error {
+	err := withELF(l, buf, func(r io.ReaderAt, size int64) error {
 		lib, err := ldcache.Inspect(r, size)
 		soname = lib.SONAME
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("read ELF SONAME of %s: %w", path, err)
+		return "", fmt.Errorf("read ELF SONAME of %s: %w", l.host, err)
 	}
 	return soname, nil
 }
 
-// readABITag returns the GNU ABI note of the shared object at path (see
+// readABITag returns the GNU ABI note of the shared object at l (see
 // ldcache.ABITag), reading through buf as readSONAME does.
-func readABITag(path string, buf *[4096]byte) (uint32, error) {
+func readABITag(l loc, buf *[4096]byte) (uint32, error) {
 	var v uint32
-	err := withELF(path, buf, func(r io.ReaderAt, size int64) (err error) {
+	err := withELF(l, buf, func(r io.ReaderAt, size int64) (err error) {
 		v, err = ldcache.ABITag(r, size)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("read ELF ABI note of %s: %w", path, err)
+		return 0, fmt.Errorf("read ELF ABI note of %s: %w", l.host, err)
 	}
 	return v, nil
 }
 
-// withELF opens path and calls read with a headReader over it (buf nil: a
+// withELF opens l and calls read with a headReader over it (buf nil: a
 // new head buffer) and the file's size as far as the head read tells it:
 // exact for a file shorter than the head, else an upper bound (an fstat
 // per library would cost more than the rest of the read).
-func withELF(path string, buf *[4096]byte, read func(r io.ReaderAt, size int64) error) error {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+func withELF(l loc, buf *[4096]byte, read func(r io.ReaderAt, size int64) error) error {
+	fd, err := unix.Openat(l.dirfd, l.name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return &fs.PathError{Op: "open", Path: path, Err: err}
+		return &fs.PathError{Op: "open", Path: l.host, Err: err}
 	}
 	defer syscall.Close(fd)
 	if buf == nil {
@@ -56,7 +58,7 @@ func withELF(path string, buf *[4096]byte, read func(r io.ReaderAt, size int64) 
 	}
 	n, err := syscall.Pread(fd, buf[:], 0)
 	if err != nil {
-		return &fs.PathError{Op: "read", Path: path, Err: err}
+		return &fs.PathError{Op: "read", Path: l.host, Err: err}
 	}
 	r := &headReader{fd: fd, head: buf[:n], short: n < len(buf)}
 	size := int64(math.MaxInt64)

@@ -59,7 +59,7 @@ func TestReadSONAMEMatchesDebugELF(t *testing.T) {
 		if !ok {
 			continue
 		}
-		got, err := readSONAME(f, nil)
+		got, err := readSONAME(hostLoc(f), nil)
 		if err != nil {
 			t.Errorf("%s: %v (debug/elf says %q)", f, err, want)
 			continue
@@ -78,7 +78,7 @@ func TestReadSONAMETestdata(t *testing.T) {
 		"testdata/libsoname32.so": "libnctktest.so.1",
 		"testdata/libnosoname.so": "",
 	} {
-		got, err := readSONAME(file, nil)
+		got, err := readSONAME(hostLoc(file), nil)
 		if err != nil || got != want {
 			t.Errorf("readSONAME(%s) = %q, %v; want %q", file, got, err, want)
 		}
@@ -86,7 +86,7 @@ func TestReadSONAMETestdata(t *testing.T) {
 			t.Errorf("debug/elf disagrees on %s: %q", file, ref)
 		}
 	}
-	if _, err := readSONAME("testdata/missing.so", nil); err == nil {
+	if _, err := readSONAME(hostLoc("testdata/missing.so"), nil); err == nil {
 		t.Error("no error for a missing file")
 	}
 }
@@ -113,14 +113,14 @@ func TestReadABITag(t *testing.T) {
 		if typ != elf.ET_DYN {
 			continue
 		}
-		got, err := readABITag(f, nil)
+		got, err := readABITag(hostLoc(f), nil)
 		if err != nil || got != want {
 			t.Errorf("%s: ABI tag %#x, %v; debug/elf says %#x", f, got, err, want)
 		}
 		checked++
 	}
 	t.Logf("compared %d shared objects", checked)
-	if v, err := readABITag("testdata/libsoname64.so", nil); err != nil || v != 0 {
+	if v, err := readABITag(hostLoc("testdata/libsoname64.so"), nil); err != nil || v != 0 {
 		t.Errorf("object without a note: %#x, %v", v, err)
 	}
 }

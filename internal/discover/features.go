@@ -79,7 +79,7 @@ func (x *discoverer) features() error {
 		}
 		fd := FeatureDevices{Feature: s.feature}
 		for _, pat := range s.nodes {
-			matches, err := filepath.Glob(join(x.devRoot, pat))
+			matches, err := filepath.Glob(x.dev.at(pat))
 			if err != nil {
 				return fmt.Errorf("%s device nodes %s: %w", s.feature, pat, err)
 			}
@@ -115,8 +115,8 @@ func (x *discoverer) features() error {
 // featureFile adds p (a directory when dir) of the driver root to fd's
 // files when it exists as that kind of file.
 func (x *discoverer) featureFile(fd *FeatureDevices, p string, dir bool) {
-	real, fi, err := x.root.statFollow(p)
-	if err != nil || fi.IsDir() != dir || (!dir && !fi.Mode().IsRegular()) {
+	real, mode, err := x.root.statFollow(p)
+	if err != nil || mode.IsDir() != dir || (!dir && !mode.IsRegular()) {
 		return
 	}
 	fd.Files = append(fd.Files, File{Name: path.Base(p), Path: p, HostPath: x.root.host(real), Dir: dir})

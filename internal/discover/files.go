@@ -2,7 +2,6 @@ package discover
 
 import (
 	"io/fs"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -45,11 +44,11 @@ func (x *discoverer) binaries() error {
 			var script string
 			found := ""
 			for _, d := range resolved {
-				real, fi, err := x.root.statFollow(path.Join(d, name))
-				if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+				real, mode, err := x.root.statFollow(path.Join(d, name))
+				if err != nil || !mode.IsRegular() || mode.Perm()&0o111 == 0 {
 					continue
 				}
-				if isScript(x.root.host(real)) {
+				if isScript(x.root.loc(real)) {
 					if script == "" {
 						script = real
 					}
@@ -75,8 +74,8 @@ func (x *discoverer) binaries() error {
 // isScript reports whether a file starts with "#!". Like the ELF reads it
 // bypasses os.File, whose poller registration is a wasted system call for
 // a regular file.
-func isScript(p string) bool {
-	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+func isScript(l loc) bool {
+	fd, err := unix.Openat(l.dirfd, l.name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return false
 	}
@@ -100,11 +99,11 @@ func (x *discoverer) ipcs() error {
 		}
 		var (
 			p, real string
-			fi      fs.FileInfo
+			mode    fs.FileMode
 			err     error
 		)
 		for _, p = range candidates {
-			if real, fi, err = x.root.statFollow(p); err == nil {
+			if real, mode, err = x.root.statFollow(p); err == nil {
 				break
 			}
 		}
@@ -112,8 +111,8 @@ func (x *discoverer) ipcs() error {
 			x.log.Debug("missing ipc path " + p)
 			continue
 		}
-		if ipc.Dir != fi.IsDir() || (!ipc.Dir && fi.Mode()&fs.ModeSocket == 0) {
-			x.warn("ipc path %s is %s, not a %s; ignoring it", p, fileKind(fi.Mode()), map[bool]string{true: "directory", false: "socket"}[ipc.Dir])
+		if ipc.Dir != mode.IsDir() || (!ipc.Dir && mode&fs.ModeSocket == 0) {
+			x.warn("ipc path %s is %s, not a %s; ignoring it", p, fileKind(mode), map[bool]string{true: "directory", false: "socket"}[ipc.Dir])
 			continue
 		}
 		x.d.IPCs = append(x.d.IPCs, File{Name: ipc.Name, Capability: ipc.Capability, Path: real, HostPath: x.root.host(real), Dir: ipc.Dir})
@@ -131,7 +130,7 @@ func (x *discoverer) ipcs() error {
 // one that loads the firmware.
 func (x *discoverer) firmwareDirs() []string {
 	var dirs []string
-	if b, err := hostfile.ReadFile(x.root.host("/sys/module/firmware_class/parameters/path"), hostfile.MaxProc); err == nil {
+	if b, err := x.root.loc("/sys/module/firmware_class/parameters/path").readFile(hostfile.MaxProc); err == nil {
 		if p := strings.TrimSpace(string(b)); strings.HasPrefix(p, "/") {
 			dirs = append(dirs, path.Clean(p))
 		}
@@ -166,7 +165,7 @@ func (x *discoverer) firmware() error {
 		if err != nil {
 			continue
 		}
-		ents, err := os.ReadDir(x.root.host(realDir))
+		ents, err := x.root.loc(realDir).readDir()
 		if err != nil {
 			continue
 		}
@@ -175,8 +174,8 @@ func (x *discoverer) firmware() error {
 			if !strings.HasPrefix(name, "gsp") || !strings.HasSuffix(name, ".bin") || seen[name] {
 				continue
 			}
-			real, fi, err := x.root.statFollow(path.Join(dir, name))
-			if err != nil || !fi.Mode().IsRegular() {
+			real, mode, err := x.root.statFollow(path.Join(dir, name))
+			if err != nil || !mode.IsRegular() {
 				continue
 			}
 			seen[name] = true

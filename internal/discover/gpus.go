@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -21,7 +20,7 @@ import (
 // node and MIG state.
 func (x *discoverer) gpus() error {
 	dir := x.procPath(procfs.GPUsDir)
-	ents, err := os.ReadDir(dir)
+	ents, err := x.procLoc(procfs.GPUsDir).readDir()
 	if err != nil {
 		if isNotExist(err) {
 			x.warn("no GPUs: %s does not exist", dir)
@@ -32,7 +31,7 @@ func (x *discoverer) gpus() error {
 	var gpus []GPU
 	for _, e := range ents {
 		info := path.Join(dir, e.Name(), procfs.InformationFile)
-		gi, err := procfs.ReadGPUInformation(info)
+		gi, err := readProc(x.procLoc(path.Join(procfs.GPUsDir, e.Name(), procfs.InformationFile)), procfs.ParseGPUInformation)
 		if err != nil {
 			if isNotExist(err) {
 				x.warn("GPU %s: no information file %s", e.Name(), info)
@@ -80,7 +79,7 @@ func (x *discoverer) gpus() error {
 func (x *discoverer) mig() error {
 	capsMajor, haveCapsMajor := x.major(procfs.DevNVIDIACaps)
 	byMinor := map[uint32]DeviceNode{}
-	ents, err := os.ReadDir(join(x.devRoot, "/dev/nvidia-caps"))
+	ents, err := x.dev.loc("/dev/nvidia-caps").readDir()
 	if err != nil && !isNotExist(err) {
 		return fmt.Errorf("list nvidia-caps nodes: %w", err)
 	}
@@ -109,8 +108,7 @@ func (x *discoverer) mig() error {
 	// 4,322-line table on real hosts, scanned without building it).
 	var minors map[string]uint32
 	if len(byMinor) > 0 {
-		p := x.procPath(procfs.MIGMinorsPath)
-		minors, err = readMIGMinorsOf(p, func(m uint32) bool { _, ok := byMinor[m]; return ok }, len(byMinor))
+		minors, err = readMIGMinorsOf(x.procAt(procfs.MIGMinorsPath), func(m uint32) bool { _, ok := byMinor[m]; return ok }, len(byMinor))
 		if err != nil && !isNotExist(err) {
 			x.warn("cannot read MIG capability minors: %v", err)
 		}
@@ -157,7 +155,7 @@ func (x *discoverer) mig() error {
 // is enabled.
 func (x *discoverer) migDevices(g *GPU, minors map[string]uint32, byMinor map[uint32]DeviceNode, devStyle bool) error {
 	migDir := g.MIGCapsDir + "/mig"
-	ents, err := os.ReadDir(x.procPath(migDir))
+	ents, err := x.procLoc(migDir).readDir()
 	if err != nil {
 		if isNotExist(err) {
 			return nil
@@ -171,7 +169,7 @@ func (x *discoverer) migDevices(g *GPU, minors map[string]uint32, byMinor map[ui
 			continue
 		}
 		giDir := path.Join(migDir, gi.Name())
-		cis, err := os.ReadDir(x.procPath(giDir))
+		cis, err := x.procLoc(giDir).readDir()
 		if err != nil {
 			return fmt.Errorf("GPU %d: list MIG GPU instance %d: %w", g.Index, giID, err)
 		}
@@ -212,7 +210,7 @@ func (x *discoverer) capNode(procFile string, minors map[string]uint32, key stri
 	if !devStyle {
 		return DeviceNode{}
 	}
-	m, err := procfs.ReadCapAccess(x.procPath(procFile))
+	m, err := readProc(x.procLoc(procFile), procfs.ParseCapAccess)
 	if err != nil {
 		var ok bool
 		if m, ok = minors[key]; !ok {
@@ -240,7 +238,7 @@ func numSuffix(name, prefix string) (int, bool) {
 // imexChannels lists /dev/nvidia-caps-imex-channels/channel<N>.
 func (x *discoverer) imexChannels() error {
 	dir := "/dev/nvidia-caps-imex-channels"
-	ents, err := os.ReadDir(join(x.devRoot, dir))
+	ents, err := x.dev.loc(dir).readDir()
 	if err != nil {
 		if isNotExist(err) {
 			return nil

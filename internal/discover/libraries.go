@@ -2,12 +2,17 @@ package discover
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/hostfile"
 	"github.com/nctk/nctk/internal/ldcache"
 )
 
@@ -58,11 +63,11 @@ func (x *discoverer) libraries() error {
 	x.ldcache = x.root.host(cachePath)
 	realCache, err := x.root.resolve(cachePath)
 	if err != nil {
-		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: unwrapPathErr(err)}
+		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: x.clean(unwrapPathErr(err))}
 	}
-	c, err := ldcache.Load(x.root.host(realCache))
+	c, err := x.loadCache(realCache)
 	if err != nil {
-		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: unwrapPathErr(err)}
+		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: x.clean(unwrapPathErr(err))}
 	}
 
 	// Slots in NVIDIA's order: 64-bit groups, then 32-bit groups. Entries
@@ -138,7 +143,7 @@ func (x *discoverer) libraries() error {
 			// (OSVersion is 0), so read it from the file.
 			v := e.OSVersion
 			if v == 0 {
-				v, _ = readABITag(x.root.host(real), &x.elfBuf)
+				v, _ = readABITag(x.root.loc(real), &x.elfBuf)
 			}
 			if v < tlsMinOSVersion {
 				x.log.Debug("skipping library without the new TLS ABI note", "path", real)
@@ -156,6 +161,14 @@ func (x *discoverer) libraries() error {
 	if err := x.checkLibraryVersion(byClass[ldcache.Class64], c); err != nil {
 		return err
 	}
+	for name, s := range byClass[ldcache.Class64] {
+		if s.real == "" && s.other != "" && (name == "libcuda.so" || name == "libnvidia-ml.so") {
+			if x.d.otherVersion == nil {
+				x.d.otherVersion = map[string]string{}
+			}
+			x.d.otherVersion[name] = x.root.host(s.other)
+		}
+	}
 
 	for _, s := range slots {
 		if s.real == "" {
@@ -167,7 +180,7 @@ func (x *discoverer) libraries() error {
 			continue
 		}
 		host := x.root.host(s.real)
-		soname, err := readSONAME(host, &x.elfBuf)
+		soname, err := readSONAME(x.root.loc(s.real), &x.elfBuf)
 		if err != nil {
 			x.warn("%v", err)
 		}
@@ -186,6 +199,27 @@ func (x *discoverer) libraries() error {
 		}
 	}
 	return nil
+}
+
+// loadCache reads and parses the ld.so.cache at the in-root path real, as
+// ldcache.Load does for a path.
+func (x *discoverer) loadCache(real string) (*ldcache.Cache, error) {
+	l := x.root.loc(real)
+	fd, err := unix.Openat(l.dirfd, l.name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("ld.so.cache: %w", &fs.PathError{Op: "open", Path: l.host, Err: err})
+	}
+	if err := hostfile.CheckFD(fd, l.host, ldcache.MaxSize); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("ld.so.cache: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), l.host)
+	defer f.Close()
+	c, err := ldcache.Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("ld.so.cache %s: %w", l.host, err)
+	}
+	return c, nil
 }
 
 // devLink returns the name of the library real's development link (libX.so

@@ -198,7 +198,7 @@ func TestResolveLoops(t *testing.T) {
 	m.symlink("/b", "/a")
 	m.symlink("/dir/self", ".")
 	m.file("/dir/f", "x", 0o644)
-	r := newInRoot(m.dir)
+	r := newInRoot(m.dir, nil)
 	if _, err := r.resolve("/a"); !errors.Is(err, syscall.ELOOP) {
 		t.Errorf("loop: %v, want ELOOP", err)
 	}
@@ -621,7 +621,7 @@ func FuzzResolve(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		r := newInRoot(m.dir)
+		r := newInRoot(m.dir, nil)
 		got, err := r.resolve(p)
 		if err != nil {
 			return

@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // maxSymlinks bounds symlink expansion during one resolution, like the
@@ -19,7 +20,8 @@ const maxSymlinks = 40
 // root. It memoises lstat and readlink results, so resolving many files in
 // the same directories costs one system call per distinct component.
 type inRoot struct {
-	root  string // host path of the root, cleaned; "/" for the host
+	root  string  // host path of the root, cleaned; "/" for the host
+	pin   *pinned // the root's descriptor, nil to read by name
 	lstat map[string]lstatResult
 }
 
@@ -29,19 +31,32 @@ type lstatResult struct {
 	err    error
 }
 
-func newInRoot(root string) *inRoot {
-	return &inRoot{root: path.Clean(root), lstat: map[string]lstatResult{}}
+// newInRoot returns a resolver for the root at host path root whose
+// system calls go through pin, the root's descriptor (nil: by name).
+func newInRoot(root string, pin *pinned) *inRoot {
+	root = path.Clean(root)
+	if pin == nil {
+		pin = &pinned{path: root, sys: root, fd: -1}
+	}
+	return &inRoot{root: root, pin: pin, lstat: map[string]lstatResult{}}
 }
 
-// host returns the host path of an in-root path.
-func (r *inRoot) host(p string) string {
-	if r.root == "/" {
+// host returns the host path of an in-root path: what results and
+// messages name.
+func (r *inRoot) host(p string) string { return rootJoin(r.root, p) }
+
+// loc returns where system calls find an in-root path.
+func (r *inRoot) loc(p string) loc { return r.pin.loc(p) }
+
+// rootJoin joins an absolute in-root path to a root.
+func rootJoin(root, p string) string {
+	if root == "/" {
 		return p
 	}
 	if p == "/" {
-		return r.root
+		return root
 	}
-	return r.root + p
+	return root + p
 }
 
 // stat returns what resolution needs to know about one path: whether it
@@ -54,15 +69,14 @@ func (r *inRoot) stat(p string) lstatResult {
 		return res
 	}
 	var res lstatResult
-	host := r.host(p)
-	target, err := readlink(host)
+	target, err := readlink(r.loc(p))
 	switch {
 	case err == nil:
 		res.mode, res.target = fs.ModeSymlink, target
 	case errors.Is(err, syscall.EINVAL):
 		res.mode = 0 // exists, not a symlink; its type is not needed
 	default:
-		res.err = &fs.PathError{Op: "lstat", Path: host, Err: err}
+		res.err = &fs.PathError{Op: "lstat", Path: r.host(p), Err: err}
 	}
 	r.lstat[p] = res
 	return res
@@ -70,14 +84,14 @@ func (r *inRoot) stat(p string) lstatResult {
 
 // readlink is os.Readlink without its retries and allocations for the
 // common short target.
-func readlink(p string) (string, error) {
+func readlink(l loc) (string, error) {
 	var buf [256]byte
 	for size := len(buf); ; size *= 2 {
 		b := buf[:]
 		if size > len(buf) {
 			b = make([]byte, size)
 		}
-		n, err := syscall.Readlink(p, b)
+		n, err := unix.Readlinkat(l.dirfd, l.name, b)
 		if err != nil {
 			return "", err
 		}
@@ -145,17 +159,49 @@ func (r *inRoot) resolve(p string) (string, error) {
 	return resolved, nil
 }
 
-// statFollow resolves p inside the root and stats the result.
-func (r *inRoot) statFollow(p string) (string, fs.FileInfo, error) {
+// statFollow resolves p inside the root and returns the result and its
+// type and permission bits.
+func (r *inRoot) statFollow(p string) (string, fs.FileMode, error) {
 	real, err := r.resolve(p)
 	if err != nil {
-		return "", nil, err
+		return "", 0, err
 	}
-	fi, err := os.Stat(r.host(real))
-	if err != nil {
-		return "", nil, err
+	l := r.loc(real)
+	var st unix.Stat_t
+	if err := unix.Fstatat(l.dirfd, l.name, &st, 0); err != nil {
+		return "", 0, &fs.PathError{Op: "stat", Path: l.host, Err: err}
 	}
-	return real, fi, nil
+	return real, fileMode(st.Mode), nil
+}
+
+// fileMode converts a stat mode to an fs.FileMode: type and permission
+// bits (setuid, setgid and sticky included).
+func fileMode(m uint32) fs.FileMode {
+	mode := fs.FileMode(m & 0o777)
+	switch m & unix.S_IFMT {
+	case unix.S_IFDIR:
+		mode |= fs.ModeDir
+	case unix.S_IFLNK:
+		mode |= fs.ModeSymlink
+	case unix.S_IFIFO:
+		mode |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		mode |= fs.ModeSocket
+	case unix.S_IFCHR:
+		mode |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		mode |= fs.ModeDevice
+	}
+	if m&unix.S_ISUID != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if m&unix.S_ISGID != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if m&unix.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	return mode
 }
 
 func isNotExist(err error) bool {

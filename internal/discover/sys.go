@@ -1,16 +1,6 @@
 package discover
 
-import (
-	"io/fs"
-	"syscall"
-
-	"golang.org/x/sys/unix"
-)
-
-func statT(fi fs.FileInfo) (*syscall.Stat_t, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return st, ok
-}
+import "golang.org/x/sys/unix"
 
 func devMajor(rdev uint64) uint32         { return unix.Major(rdev) }
 func devMinor(rdev uint64) uint32         { return unix.Minor(rdev) }

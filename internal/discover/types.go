@@ -231,6 +231,14 @@ type Driver struct {
 	LibDirs []string
 	// Warnings lists things that were looked for and not found.
 	Warnings []string
+
+	// ident is what Verify compares: the identity of the driver discovery
+	// read (nil for a Driver not made by Discover).
+	ident *identity
+	// otherVersion maps a core library (libcuda.so, libnvidia-ml.so) that
+	// was found only for another driver version to that file's host path,
+	// for CheckLibraries' error.
+	otherVersion map[string]string
 }
 
 // LibrariesFor returns the libraries a capability set selects, 64-bit first,

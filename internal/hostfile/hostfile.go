@@ -56,6 +56,18 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 	return readFD(fd, path, size, limit)
 }
 
+// ReadFileAt reads the regular file name relative to the directory
+// descriptor dirfd (unix.AT_FDCWD: the working directory) as ReadFile
+// reads a path; display is the file's name in errors.
+func ReadFileAt(dirfd int, name, display string, limit int64) ([]byte, error) {
+	fd, size, err := openAt(dirfd, name, display, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return readFD(fd, display, size, limit)
+}
+
 // ReadFD reads the open file descriptor fd (opened by the caller, for
 // example relative to a root, with O_NONBLOCK) as ReadFile reads a path;
 // name is the file's name in errors. fd is not closed.
@@ -104,10 +116,15 @@ func ReadAll(r io.Reader, name string, limit int64) ([]byte, error) {
 // open opens path without blocking and checks it; it returns the fd and
 // the size fstat reported.
 func open(path string, limit int64) (int, int64, error) {
+	return openAt(unix.AT_FDCWD, path, path, limit)
+}
+
+// openAt is open for name relative to dirfd, named display in errors.
+func openAt(dirfd int, name, display string, limit int64) (int, int64, error) {
 	var fd int
 	var err error
 	for {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+		fd, err = unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 		if err != unix.EINTR {
 			break
 		}
@@ -116,14 +133,14 @@ func open(path string, limit int64) (int, int64, error) {
 		// A socket (or a device without its driver) cannot be opened:
 		// say what it is rather than "no such device or address".
 		var st unix.Stat_t
-		if unix.Stat(path, &st) == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
-			return -1, 0, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w: %s", ErrNotRegular, kind(st.Mode))}
+		if unix.Fstatat(dirfd, name, &st, 0) == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return -1, 0, &fs.PathError{Op: "read", Path: display, Err: fmt.Errorf("%w: %s", ErrNotRegular, kind(st.Mode))}
 		}
 	}
 	if err != nil {
-		return -1, 0, &fs.PathError{Op: "open", Path: path, Err: err}
+		return -1, 0, &fs.PathError{Op: "open", Path: display, Err: err}
 	}
-	size, err := check(fd, path, limit)
+	size, err := check(fd, display, limit)
 	if err != nil {
 		unix.Close(fd)
 		return -1, 0, err

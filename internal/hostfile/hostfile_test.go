@@ -177,3 +177,46 @@ func TestReadFD(t *testing.T) {
 		t.Errorf("ReadFD(fifo): %v", err)
 	}
 }
+
+// TestReadFileAt: a file relative to a directory descriptor is read and
+// refused as ReadFile reads and refuses a path, errors naming display; the
+// descriptor keeps reading the directory after it was renamed.
+func TestReadFileAt(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(filepath.Join(root, "proc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "proc/version"), []byte("NVRM version: 535\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(root, "proc/fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := os.Rename(root, root+".away"); err != nil {
+		t.Fatal(err)
+	}
+	fd := int(d.Fd())
+	b, err := ReadFileAt(fd, "proc/version", "/shown/proc/version", MaxProc)
+	if err != nil || string(b) != "NVRM version: 535\n" {
+		t.Errorf("ReadFileAt = %q, %v", b, err)
+	}
+	within(t, 2*time.Second, func() {
+		_, err = ReadFileAt(fd, "proc/fifo", "/shown/proc/fifo", MaxProc)
+	})
+	if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), "/shown/proc/fifo") {
+		t.Errorf("FIFO: %v, want ErrNotRegular naming /shown/proc/fifo", err)
+	}
+	if _, err := ReadFileAt(fd, "proc/version", "/shown/proc/version", 4); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("over the limit: %v, want ErrTooLarge", err)
+	}
+	if _, err := ReadFileAt(fd, "proc/missing", "/shown/proc/missing", MaxProc); !errors.Is(err, fs.ErrNotExist) ||
+		!strings.Contains(err.Error(), "/shown/proc/missing") {
+		t.Errorf("missing: %v, want ErrNotExist naming /shown/proc/missing", err)
+	}
+}

@@ -88,6 +88,15 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 	for _, w := range drv.Warnings {
 		log.Debug("discovery", "warning", w)
 	}
+	// A container that asks for compute or utility does not start without
+	// libcuda or libnvidia-ml: a driver whose files are missing (being
+	// upgraded, half installed) is an error, not a container without its
+	// driver.
+	if req.Caps != nil {
+		if err := drv.CheckLibraries(req.Caps); err != nil {
+			return nil, &phase.Error{Phase: phase.Initialization, Err: err}
+		}
+	}
 	// Whether the devices' facts are needed depends on the driver's alone
 	// (see needsDeviceFacts), so the probe is decided, and run, before the
 	// devices are selected: the probe fills the driver's GPUs in place and
@@ -126,9 +135,31 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 		}
 		return nil, &phase.Error{Phase: ph, Err: err}
 	}
+	// The plan names the driver's files by path; make sure the driver is
+	// still the one discovery read (its root not renamed away or replaced
+	// meanwhile, the same kernel module, every planned file there) before
+	// anyone uses those paths.
+	if err := drv.Verify(planPaths(p)); err != nil {
+		return nil, &phase.Error{Phase: phase.Initialization, Err: err}
+	}
 	log.Debug("injection plan", "devices", len(p.Devices), "mounts", len(p.Mounts),
 		"symlinks", len(p.Symlinks), "gpus", len(sel.GPUs))
 	return &Result{Plan: p, Driver: drv, Selection: sel}, nil
+}
+
+// planPaths returns the host paths a plan names: its mounts' sources and its
+// device nodes' host paths (what Driver.Verify checks).
+func planPaths(p *plan.Plan) []string {
+	out := make([]string, 0, len(p.Mounts)+len(p.Devices))
+	for _, m := range p.Mounts {
+		out = append(out, m.Source)
+	}
+	for _, d := range p.Devices {
+		if d.HostPath != "" {
+			out = append(out, d.HostPath)
+		}
+	}
+	return out
 }
 
 // DiscoveryPhase is the phase of a discover.Discover error, in NVIDIA's

@@ -3,6 +3,7 @@ package planner
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"reflect"
 	"slices"
@@ -196,4 +197,84 @@ func parsed(t *testing.T, reqs ...string) []requirements.Expr {
 		out = append(out, e)
 	}
 	return out
+}
+
+// removingHandler is a slog handler that removes a file at the first
+// record whose message is at: a driver file vanishing during a discovery,
+// after it was selected.
+type removingHandler struct {
+	t    *testing.T
+	at   string
+	path string
+	done bool
+}
+
+func (h *removingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *removingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *removingHandler) WithGroup(string) slog.Handler            { return h }
+func (h *removingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.at && !h.done {
+		if err := os.Remove(h.path); err != nil {
+			h.t.Fatal(err)
+		}
+		h.done = true
+	}
+	return nil
+}
+
+// TestRunDriverFilesMustBeThere: a container is never planned without its
+// driver. A host whose libcuda is listed in ld.so.cache but gone (a
+// driver upgrade half done) fails a compute request, naming libcuda; a
+// driver file that vanishes after discovery selected it fails the plan,
+// naming the file, instead of handing on a path that is not there.
+func TestRunDriverFilesMustBeThere(t *testing.T) {
+	find := func(t *testing.T, root, name string) string {
+		t.Helper()
+		d, err := discover.Discover(discover.Options{Root: root})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range d.Libraries {
+			if f.Name == name && !f.Compat32 {
+				return f.HostPath
+			}
+		}
+		t.Fatalf("fixture has no %s", name)
+		return ""
+	}
+	run := func(root string, c caps.Set, log *slog.Logger) error {
+		_, err := Run(context.Background(), Job{Driver: discover.Options{Root: root, Logger: log},
+			Request: request.Request{Devices: []string{"all"}, Caps: c}, Target: debianTarget()})
+		return err
+	}
+
+	t.Run("libcuda gone", func(t *testing.T) {
+		fx := fixture.Build(t, fixture.Spec{GPUs: 1})
+		if err := os.Remove(find(t, fx.Path, "libcuda.so")); err != nil {
+			t.Fatal(err)
+		}
+		err := run(fx.Path, caps.Default(), nil)
+		var pe *phase.Error
+		var ml *discover.MissingLibraryError
+		if !errors.As(err, &pe) || pe.Phase != phase.Initialization || !errors.As(err, &ml) || ml.Name != "libcuda.so" {
+			t.Fatalf("Run = %v, want an initialization error wrapping a MissingLibraryError for libcuda.so", err)
+		}
+		if err := run(fx.Path, caps.Set{caps.Utility: true}, nil); err != nil {
+			t.Errorf("a utility-only request needs no libcuda: %v", err)
+		}
+	})
+
+	t.Run("a selected library vanishes", func(t *testing.T) {
+		fx := fixture.Build(t, fixture.Spec{GPUs: 1})
+		lib := find(t, fx.Path, "libnvidia-ptxjitcompiler.so")
+		h := &removingHandler{t: t, at: "selecting binary", path: lib}
+		err := run(fx.Path, caps.Default(), slog.New(h))
+		if !h.done {
+			t.Fatal("the library was never removed")
+		}
+		var dc *discover.DriverChangedError
+		if !errors.As(err, &dc) || dc.Path != lib || !strings.Contains(err.Error(), "vanished") {
+			t.Fatalf("Run = %v, want a DriverChangedError naming %s", err, lib)
+		}
+	})
 }

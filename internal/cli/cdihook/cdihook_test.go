@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 		return
 	}
 	if os.Getenv("NCTK_CDIHOOK_TEST_MAIN") == "1" {
+		if root := os.Getenv(mountCheckEnv); root != "" {
+			os.Exit(mainCheckingMounts(root, func() int { return Main(app.FromOS()) }))
+		}
 		os.Exit(Main(app.FromOS()))
 	}
 	os.Exit(m.Run())

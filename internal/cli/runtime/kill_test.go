@@ -27,6 +27,7 @@ type killRig struct {
 	image  func(dir string)
 	spec   string
 	runDir string
+	root   string // the fixture driver root
 }
 
 func newKillRig(t *testing.T) *killRig {
@@ -37,7 +38,7 @@ func newKillRig(t *testing.T) *killRig {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	k := &killRig{t: t, bin: bin, cfg: filepath.Join(dir, "config.toml"), proc: t.TempDir(), runDir: t.TempDir(),
+	k := &killRig{t: t, bin: bin, cfg: filepath.Join(dir, "config.toml"), proc: t.TempDir(), runDir: t.TempDir(), root: fx.Path,
 		spec: envSpec(t, "NVIDIA_VISIBLE_DEVICES=all")}
 	toml := fmt.Sprintf("[nvidia-container-cli]\nroot = %q\n[nvidia-container-runtime]\nruntimes = [\"/bin/true\"]\n", fx.Path)
 	if err := os.WriteFile(k.cfg, []byte(toml), 0o644); err != nil {
