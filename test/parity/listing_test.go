@@ -3,6 +3,7 @@ package parity
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -136,4 +137,10 @@ func lineDiff(want, got string) string {
 		return "(same lines, other order)\n--- want\n" + want + "--- got\n" + got
 	}
 	return b.String()
+}
+
+// jsonString is s as a JSON string.
+func jsonString(s string) (string, error) {
+	b, err := json.Marshal(s)
+	return string(b), err
 }
