@@ -513,7 +513,20 @@ func newFlagSet(name string, def hookDef) (*flag.FlagSet, func() (Hook, error)) 
 // name is an *UnknownHookError; -h or --help an error that wraps
 // flag.ErrHelp; positional arguments and invalid values are errors. noop
 // ignores positional arguments but refuses unknown flags, as NVIDIA's.
-func Parse(args []string) (Hook, error) {
+func Parse(args []string) (Hook, error) { return parse(args, false) }
+
+// ParseCTK is Parse for `nvidia-ctk hook`, which also takes nvidia-ctk's
+// global --config FILE and -v after the hook name and ignores them, as
+// NVIDIA's nvidia-ctk does (its global flags are persistent).
+func ParseCTK(args []string) (Hook, error) { return parse(args, true) }
+
+// ctkGlobals defines on fs the nvidia-ctk global flags ParseCTK ignores.
+func ctkGlobals(fs *flag.FlagSet) {
+	fs.String("config", "", "nvidia-ctk's global --config (ignored by the hooks)")
+	fs.Bool("v", false, "accepted and ignored, as NVIDIA's nvidia-ctk")
+}
+
+func parse(args []string, ctk bool) (Hook, error) {
 	if len(args) == 0 {
 		return nil, errors.New("no hook name")
 	}
@@ -530,12 +543,18 @@ func Parse(args []string) (Hook, error) {
 		fs.Bool(flagDebug, false, "")
 		fs.Bool("d", false, "")
 		fs.Bool(flagQuiet, false, "")
+		if ctk {
+			ctkGlobals(fs)
+		}
 		if err := fs.Parse(args[1:]); err != nil {
 			return nil, err
 		}
 		return Noop{}, nil
 	}
 	fs, build := newFlagSet(name, def)
+	if ctk {
+		ctkGlobals(fs)
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
 	}
