@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nctk/nctk/internal/hookargs"
 )
@@ -213,10 +214,37 @@ awk -v p="$ROOT/proc/driver/nvidia/params" '$5 == p { print "mount options:", $6
 		{name: "noop", build: debian, steps: [][]string{{"noop"}}},
 		{name: "noop-arguments", build: debian, steps: [][]string{{"noop", "goes", "here"}}},
 		{name: "noop-unknown-flag", build: debian, steps: [][]string{{"noop", "--anything"}}},
+		{name: "nvidia-h100-spec", build: func(t *testing.T, root string) {
+			compat("590.44.01", fwdCompat)(t, root)
+			lib(t, root, driverDir+"/libnvidia-allocator.so."+hostDriver, "libnvidia-allocator.so.1", "")
+			mknod(t, root, "/dev/nvidia0", 195, 0)
+			mknod(t, root, "/dev/nvidiactl", 195, 255)
+		}, steps: h100SpecHooks()},
 		{name: "spec-order", build: compat("590.44.01", ""), steps: [][]string{
 			{"create-symlinks", "--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"},
 			enableCompat, ldcache, {"update-application-profile"}}},
 	}
+}
+
+// h100SpecHooks are the hook command lines of the CDI spec NVIDIA's
+// nvidia-ctk 1.20 wrote on an H100 host (internal/cli/cdihook/testdata), in
+// the spec's order.
+func h100SpecHooks() [][]string {
+	data, err := os.ReadFile("../../internal/cli/cdihook/testdata/nvidia-1.20-hooks.yaml")
+	if err != nil {
+		panic(err)
+	}
+	var spec struct {
+		Hooks []struct{ Args []string } `json:"hooks"`
+	}
+	if err := yaml.Unmarshal(data, &spec); err != nil {
+		panic(err)
+	}
+	var steps [][]string
+	for _, h := range spec.Hooks {
+		steps = append(steps, h.Args[1:])
+	}
+	return steps
 }
 
 // TestHooks runs each case's hook calls with nvidia-cdi-hook on a fresh
