@@ -386,3 +386,24 @@ func TestHelpCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionFlags: each tool's version flags print a version line and
+// exit 0, as NVIDIA's do (with -update: checked on NVIDIA's).
+func TestVersionFlags(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "/low-level-runtime", "#!/bin/sh\necho 'runc version 1.1'\n", 0o755)
+	write(t, dir, "/xdg/nvidia-container-runtime/config.toml", fmt.Sprintf("[nvidia-container-runtime]\nruntimes = [%q]\n", filepath.Join(dir, "low-level-runtime")), 0o644)
+	for _, c := range []struct{ tool, flag string }{
+		{"nvidia-ctk", "--version"}, {"nvidia-ctk", "-v"},
+		{"nvidia-cdi-hook", "--version"}, {"nvidia-cdi-hook", "-v"},
+		{"nvidia-container-runtime-hook", "-version"}, {"nvidia-container-runtime-hook", "--version"},
+		{"nvidia-container-runtime", "--version"}, {"nvidia-container-runtime", "-version"},
+	} {
+		cmd := exec.Command(tool(t, c.tool), c.flag)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "XDG_CONFIG_HOME=" + filepath.Join(dir, "xdg")}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "version") {
+			t.Errorf("%s %s: %v\n%s", c.tool, c.flag, err, out)
+		}
+	}
+}

@@ -250,28 +250,65 @@ func h100SpecHooks() [][]string {
 // TestHooks runs each case's hook calls with nvidia-cdi-hook on a fresh
 // image and compares the resulting root with what NVIDIA's hook left.
 func TestHooks(t *testing.T) {
+	needHookRun(t)
+	hook := tool(t, "nvidia-cdi-hook")
+	for _, tc := range hookCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			golden(t, "hooks/"+tc.name+".txt", runHookCase(t, tc, hook), knownHookDifferences, tc.nctk)
+		})
+	}
+}
+
+// TestCTKHooks runs the same cases through `nvidia-ctk hook`, which must
+// leave the same roots (with -update: NVIDIA's nvidia-ctk hook must leave
+// what its nvidia-cdi-hook left).
+func TestCTKHooks(t *testing.T) {
+	needHookRun(t)
+	ctk := tool(t, "nvidia-ctk")
+	for _, tc := range hookCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			got := runHookCase(t, tc, ctk, "hook")
+			if *update {
+				if want := mustRead("hooks/"+tc.name+".txt", knownHookDifferences); knownHookDifferences(got) != want {
+					t.Errorf("NVIDIA's nvidia-ctk hook differs from its nvidia-cdi-hook:\n%s", lineDiff(want, knownHookDifferences(got)))
+				}
+				return
+			}
+			golden(t, "hooks/"+tc.name+".txt", got, knownHookDifferences, tc.nctk)
+		})
+	}
+}
+
+// needHookRun skips where the hooks cannot run as an engine runs them.
+func needHookRun(t *testing.T) {
+	t.Helper()
 	needRoot(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare (util-linux) not installed: the hooks run in a mount namespace as an engine runs them")
 	}
-	hook := tool(t, "nvidia-cdi-hook")
-	for _, tc := range hookCases() {
-		t.Run(tc.name, func(t *testing.T) {
-			bundle := t.TempDir()
-			root := filepath.Join(bundle, "rootfs")
-			// What every image has and an engine mounts over.
-			for _, d := range []string{"/proc", "/dev", "/sys", "/run", "/tmp"} {
-				mkdir(t, root, d)
-			}
-			write(t, bundle, "/config.json", `{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"cwd":"/","args":["sh"]}}`, 0o644)
-			tc.build(t, root)
-			var b strings.Builder
-			state := fmt.Sprintf(`{"ociVersion":"1.0.2","id":"parity","status":"creating","pid":%d,"bundle":%q}`, os.Getpid(), bundle)
-			for _, step := range tc.steps {
-				// As an engine runs a createContainer hook: in the
-				// container's mount namespace, where the root is a mount.
-				observed := filepath.Join(bundle, "observed")
-				script := `mount --bind "$ROOT" "$ROOT" || exit 125
+}
+
+// runHookCase builds the case's image in a new bundle, runs its hook calls
+// with the command prog (then its arguments, then the hook's), each as an
+// engine runs a createContainer hook, and returns the record: each call
+// with its exit status, what observe saw, and the root's listing.
+func runHookCase(t *testing.T, tc hookCase, prog ...string) string {
+	t.Helper()
+	bundle := t.TempDir()
+	root := filepath.Join(bundle, "rootfs")
+	// What every image has and an engine mounts over.
+	for _, d := range []string{"/proc", "/dev", "/sys", "/run", "/tmp"} {
+		mkdir(t, root, d)
+	}
+	write(t, bundle, "/config.json", `{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"cwd":"/","args":["sh"]}}`, 0o644)
+	tc.build(t, root)
+	var b strings.Builder
+	state := fmt.Sprintf(`{"ociVersion":"1.0.2","id":"parity","status":"creating","pid":%d,"bundle":%q}`, os.Getpid(), bundle)
+	for _, step := range tc.steps {
+		// As an engine runs a createContainer hook: in the container's
+		// mount namespace, where the root is a mount.
+		observed := filepath.Join(bundle, "observed")
+		script := `mount --bind "$ROOT" "$ROOT" || exit 125
 ` + tc.inNS + `
 "$@"
 rc=$?
@@ -280,38 +317,37 @@ rc=$?
 ` + tc.observe + `
 } >"$OUT"
 exit $rc`
-				cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", hook}, step...)...)
-				cmd.Env = append(hookargs.Env(), "ROOT="+root, "OUT="+observed)
-				cmd.Stdin = strings.NewReader(state)
-				out, err := cmd.CombinedOutput()
-				rc := 0
-				if err != nil {
-					ee, ok := err.(*exec.ExitError)
-					if !ok {
-						t.Fatalf("%v: %v", step, err)
-					}
-					rc = ee.ExitCode()
-				}
-				t.Logf("nvidia-cdi-hook %s: exit %d\n%s", strings.Join(step, " "), rc, out)
-				if rc == 125 {
-					t.Fatalf("setting up the mount namespace: %s", out)
-				}
-				fmt.Fprintf(&b, "$ nvidia-cdi-hook %s\nexit %s\n", strings.Join(step, " "), exitClass(rc))
-				if tc.observe != "" {
-					data, err := os.ReadFile(observed)
-					if err != nil {
-						t.Fatal(err)
-					}
-					fmt.Fprintf(&b, "observed in the container's mount namespace:\n%s", data)
-				}
-				if err := os.Remove(observed); err != nil {
-					t.Fatal(err)
-				}
+		args := append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh"}, prog...)
+		cmd := exec.Command("unshare", append(args, step...)...)
+		cmd.Env = append(hookargs.Env(), "ROOT="+root, "OUT="+observed)
+		cmd.Stdin = strings.NewReader(state)
+		out, err := cmd.CombinedOutput()
+		rc := 0
+		if err != nil {
+			ee, ok := err.(*exec.ExitError)
+			if !ok {
+				t.Fatalf("%v: %v", step, err)
 			}
-			b.WriteString(listing(t, root))
-			golden(t, "hooks/"+tc.name+".txt", b.String(), knownHookDifferences, tc.nctk)
-		})
+			rc = ee.ExitCode()
+		}
+		t.Logf("%s %s: exit %d\n%s", strings.Join(prog, " "), strings.Join(step, " "), rc, out)
+		if rc == 125 {
+			t.Fatalf("setting up the mount namespace: %s", out)
+		}
+		fmt.Fprintf(&b, "$ nvidia-cdi-hook %s\nexit %s\n", strings.Join(step, " "), exitClass(rc))
+		if tc.observe != "" {
+			data, err := os.ReadFile(observed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&b, "observed in the container's mount namespace:\n%s", data)
+		}
+		if err := os.Remove(observed); err != nil {
+			t.Fatal(err)
+		}
 	}
+	b.WriteString(listing(t, root))
+	return b.String()
 }
 
 // exitClass is how an exit status is compared: success or failure (the
