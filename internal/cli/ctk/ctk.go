@@ -109,20 +109,21 @@ func (g *globalFlags) define(fs *flagSet, env bool) {
 		fs.Bool(&g.debug, []string{"debug", "d"}, twins("NVIDIA_CTK_DEBUG"), "enable debug-level logging")
 	}
 	if !fs.Defined("quiet") {
-		fs.Bool(&g.quiet, []string{"quiet", "q"}, twins("NVIDIA_CTK_QUIET"), "log errors and warnings only")
+		fs.Bool(&g.quiet, []string{"quiet", "q"}, twins("NVIDIA_CTK_QUIET"), "log errors only; overrides --debug")
 	}
 	if !fs.Defined("config") {
 		fs.String(&g.config, []string{"config"}, twins("NVIDIA_CTK_CONFIG"), "FILE", "the NVIDIA Container Toolkit config.toml to use")
 	}
 }
 
-// logger is the logger the global flags ask for, writing to w.
+// logger is the logger the global flags ask for, writing to w: as NVIDIA's,
+// --quiet logs errors only and overrides --debug.
 func (g *globalFlags) logger(w io.Writer) *slog.Logger {
 	level := slog.LevelInfo
-	if g.quiet {
-		level = slog.LevelWarn
-	}
-	if g.debug {
+	switch {
+	case g.quiet:
+		level = slog.LevelError
+	case g.debug:
 		level = slog.LevelDebug
 	}
 	return newLogger(w, level)
@@ -146,7 +147,7 @@ func (e *env) persistent(fs *flagSet) (apply func()) {
 	return func() {
 		if g != e.globals {
 			e.globals = g
-			e.quiet = g.quiet && !g.debug
+			e.quiet = g.quiet
 			e.config = g.config
 			e.log = g.logger(e.Stderr)
 		}
@@ -177,7 +178,7 @@ func Main(e *app.Env) int {
 		fmt.Fprintf(e.Stdout, "%s version %s\n", prog, version.String())
 		return 0
 	}
-	ce := &env{Env: e, log: g.logger(e.Stderr), config: g.config, quiet: g.quiet && !g.debug, path: prog, globals: g}
+	ce := &env{Env: e, log: g.logger(e.Stderr), config: g.config, quiet: g.quiet, path: prog, globals: g}
 	if len(rest) == 0 {
 		writeHelp(e.Stdout, prog, root, fs)
 		return 0

@@ -403,3 +403,21 @@ func TestHelpAndInfo(t *testing.T) {
 		})
 	}
 }
+
+// TestQuietOverridesDebug: as NVIDIA's, --quiet logs errors only and wins
+// over --debug, before or after the command.
+func TestQuietOverridesDebug(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--quiet", "--debug", "cdi", "list", "--spec-dir", dir},
+		{"cdi", "list", "--spec-dir", dir, "-d", "--quiet"},
+		{"--debug", "cdi", "--quiet", "list", "--spec-dir", dir},
+	} {
+		if _, stderr, code := run(t, nil, args...); code != 0 || stderr != "" {
+			t.Errorf("%q: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	if _, stderr, _ := run(t, nil, "--debug", "cdi", "list", "--spec-dir", dir); !strings.Contains(stderr, "level=DEBUG") {
+		t.Errorf("--debug: no debug log: %q", stderr)
+	}
+}
