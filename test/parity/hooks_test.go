@@ -44,7 +44,7 @@ const (
 // libcuda carries: the host driver branches it runs on.
 const fwdCompat = `{"Format":1,"CUDA Version":"13.0","Driver":[535,550,570,580],"Device":[]}`
 
-func hookCases() []hookCase {
+func hookCases(t *testing.T) []hookCase {
 	debian := func(t *testing.T, root string) {
 		write(t, root, "/etc/debian_version", "12.8\n", 0o644)
 		write(t, root, "/etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n", 0o644)
@@ -219,7 +219,7 @@ awk -v p="$ROOT/proc/driver/nvidia/params" '$5 == p { print "mount options:", $6
 			lib(t, root, driverDir+"/libnvidia-allocator.so."+hostDriver, "libnvidia-allocator.so.1", "")
 			mknod(t, root, "/dev/nvidia0", 195, 0)
 			mknod(t, root, "/dev/nvidiactl", 195, 255)
-		}, steps: h100SpecHooks()},
+		}, steps: h100SpecHooks(t)},
 		{name: "spec-order", build: compat("590.44.01", ""), steps: [][]string{
 			{"create-symlinks", "--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"},
 			enableCompat, ldcache, {"update-application-profile"}}},
@@ -229,19 +229,24 @@ awk -v p="$ROOT/proc/driver/nvidia/params" '$5 == p { print "mount options:", $6
 // h100SpecHooks are the hook command lines of the CDI spec NVIDIA's
 // nvidia-ctk 1.20 wrote on an H100 host (internal/cli/cdihook/testdata), in
 // the spec's order.
-func h100SpecHooks() [][]string {
-	data, err := os.ReadFile("../../internal/cli/cdihook/testdata/nvidia-1.20-hooks.yaml")
+func h100SpecHooks(t *testing.T) [][]string {
+	t.Helper()
+	const file = "../../internal/cli/cdihook/testdata/nvidia-1.20-hooks.yaml"
+	data, err := os.ReadFile(file)
 	if err != nil {
-		panic(err)
+		t.Fatal(err)
 	}
 	var spec struct {
 		Hooks []struct{ Args []string } `json:"hooks"`
 	}
 	if err := yaml.Unmarshal(data, &spec); err != nil {
-		panic(err)
+		t.Fatalf("%s: %v", file, err)
 	}
 	var steps [][]string
 	for _, h := range spec.Hooks {
+		if len(h.Args) < 2 {
+			t.Fatalf("%s: a hook without a hook name: %q", file, h.Args)
+		}
 		steps = append(steps, h.Args[1:])
 	}
 	return steps
@@ -252,7 +257,7 @@ func h100SpecHooks() [][]string {
 func TestHooks(t *testing.T) {
 	needHookRun(t)
 	hook := tool(t, "nvidia-cdi-hook")
-	for _, tc := range hookCases() {
+	for _, tc := range hookCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			golden(t, "hooks/"+tc.name+".txt", runHookCase(t, tc, hook), knownHookDifferences, tc.nctk)
 		})
@@ -265,7 +270,7 @@ func TestHooks(t *testing.T) {
 func TestCTKHooks(t *testing.T) {
 	needHookRun(t)
 	ctk := tool(t, "nvidia-ctk")
-	for _, tc := range hookCases() {
+	for _, tc := range hookCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			got := runHookCase(t, tc, ctk, "hook")
 			if *update {
