@@ -149,7 +149,7 @@ func prepareConf(cfg childConfig) error {
 	if err := os.MkdirAll("/etc", 0o755); err != nil {
 		return fmt.Errorf("create /etc: %w", err)
 	}
-	if !cfg.DropIn || len(cfg.Dirs) == 0 {
+	if !cfg.DropIn {
 		return nil
 	}
 	if _, err := os.Lstat(ldSoConf); errors.Is(err, os.ErrNotExist) {
@@ -160,8 +160,10 @@ func prepareConf(cfg childConfig) error {
 	if err := os.MkdirAll("/etc/ld.so.conf.d", 0o755); err != nil {
 		return fmt.Errorf("create /etc/ld.so.conf.d: %w", err)
 	}
-	if err := replaceFile(ldSoConfDropIn, confDropIn(cfg.Dirs)); err != nil {
-		return err
+	if len(cfg.Dirs) > 0 {
+		if err := replaceFile(ldSoConfDropIn, confDropIn(cfg.Dirs)); err != nil {
+			return err
+		}
 	}
 	// The host's ldconfig searches its own system directories, not the
 	// image's (a Debian host's misses a RHEL image's /usr/lib64): list the
@@ -169,6 +171,9 @@ func prepareConf(cfg childConfig) error {
 	_, err := os.Stat("/etc/debian_version")
 	if err := replaceFile(ldSoConfSystemDropIn, systemDirsDropIn(imageSystemDirs(err == nil, runtime.GOARCH))); err != nil {
 		return err
+	}
+	if len(cfg.Dirs) == 0 {
+		return nil
 	}
 	return writeMuslPath(cfg.Dirs)
 }

@@ -132,6 +132,18 @@ func hookCases(t *testing.T) []hookCase {
 			lib(t, root, "/usr/local/nvidia/lib/libcuda.so."+hostDriver, "libcuda.so.1", "")
 			lib(t, root, "/opt/extra/libextra.so.1.0", "libextra.so.1", "")
 		}, steps: [][]string{{"update-ldcache", "--folder", driverDir + ",/opt/extra", "--folder", "/usr/local/nvidia/lib"}}},
+		{name: "update-ldcache-ldconfig-path", build: func(t *testing.T, root string) {
+			debian(t, root)
+			driver(t, root)
+		}, steps: [][]string{{"update-ldcache", "--ldconfig-path", "/sbin/ldconfig", "--folder", driverDir}}},
+		{name: "update-ldcache-ldconfig-missing", build: func(t *testing.T, root string) {
+			debian(t, root)
+			driver(t, root)
+		}, steps: [][]string{{"update-ldcache", "--ldconfig-path=/nonexistent/ldconfig", "--folder", driverDir}}},
+		{name: "update-ldcache-no-folder", build: func(t *testing.T, root string) {
+			debian(t, root)
+			driver(t, root)
+		}, steps: [][]string{{"update-ldcache"}}},
 		{name: "update-ldcache-rhel", build: func(t *testing.T, root string) {
 			write(t, root, "/etc/redhat-release", "Rocky Linux release 9.4\n", 0o644)
 			write(t, root, "/etc/ld.so.conf", "include ld.so.conf.d/*.conf\n", 0o644)
