@@ -183,6 +183,18 @@ func hookCases(t *testing.T) []hookCase {
 		}, steps: [][]string{{"chmod", "--mode", "755",
 			"--path", "/dev/dri/card1", "--path", "/dev/dri/renderD128,/dev/dri/by-path",
 			"--path", "/dev/dri/already", "--path", "/dev/dri/missing", "--path", "/dev/dri/link"}}},
+		{name: "chmod-modes", build: func(t *testing.T, root string) {
+			write(t, root, "/dev/dri/card1", "", 0o600)
+			write(t, root, "/dev/dri/card2", "", 0o600)
+			write(t, root, "/dev/dri/card3", "", 0o600)
+		}, steps: [][]string{
+			{"chmod", "--mode", "0640", "--path", "/dev/dri/card1"},
+			{"chmod", "--mode=4755", "--path=/dev/dri/card2"},
+			{"chmod", "--mode", "9", "--path", "/dev/dri/card3"},
+			{"chmod", "--mode", "rwx", "--path", "/dev/dri/card3"},
+			{"chmod", "--path", "/dev/dri/card3"},
+			{"chmod", "--mode", "644"},
+		}},
 		{name: "chmod-absolute-link", build: func(t *testing.T, root string) {
 			write(t, root, "/etc/target", "", 0o600)
 			symlink(t, root, "/etc/target", "/dev/dri/link")
