@@ -345,7 +345,8 @@ func (h Chmod) Args() []string {
 	return append(out, h.Common.args()...)
 }
 
-// Noop does nothing; it takes any arguments and ignores them.
+// Noop does nothing; it ignores positional arguments and takes only the
+// logging flags, as NVIDIA's.
 type Noop struct{}
 
 // Name implements Hook.
@@ -511,8 +512,21 @@ func newFlagSet(name string, def hookDef) (*flag.FlagSet, func() (Hook, error)) 
 // flags (as "--flag value", "--flag=value" or with one dash). An unknown
 // name is an *UnknownHookError; -h or --help an error that wraps
 // flag.ErrHelp; positional arguments and invalid values are errors. noop
-// takes any arguments and ignores them.
-func Parse(args []string) (Hook, error) {
+// ignores positional arguments but refuses unknown flags, as NVIDIA's.
+func Parse(args []string) (Hook, error) { return parse(args, false) }
+
+// ParseCTK is Parse for `nvidia-ctk hook`, which also takes nvidia-ctk's
+// global --config FILE and -v after the hook name and ignores them, as
+// NVIDIA's nvidia-ctk does (its global flags are persistent).
+func ParseCTK(args []string) (Hook, error) { return parse(args, true) }
+
+// ctkGlobals defines on fs the nvidia-ctk global flags ParseCTK ignores.
+func ctkGlobals(fs *flag.FlagSet) {
+	fs.String("config", "", "nvidia-ctk's global --config (ignored by the hooks)")
+	fs.Bool("v", false, "accepted and ignored, as NVIDIA's nvidia-ctk")
+}
+
+func parse(args []string, ctk bool) (Hook, error) {
 	if len(args) == 0 {
 		return nil, errors.New("no hook name")
 	}
@@ -522,9 +536,25 @@ func Parse(args []string) (Hook, error) {
 		return nil, &UnknownHookError{Name: name}
 	}
 	if def.define == nil {
+		// As NVIDIA's noop: positional arguments are ignored, flags other
+		// than the logging ones (and -h) are an error.
+		fs := flag.NewFlagSet(name, flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.Bool(flagDebug, false, "")
+		fs.Bool("d", false, "")
+		fs.Bool(flagQuiet, false, "")
+		if ctk {
+			ctkGlobals(fs)
+		}
+		if err := fs.Parse(args[1:]); err != nil {
+			return nil, err
+		}
 		return Noop{}, nil
 	}
 	fs, build := newFlagSet(name, def)
+	if ctk {
+		ctkGlobals(fs)
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
 	}

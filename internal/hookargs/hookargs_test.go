@@ -226,8 +226,11 @@ func TestParseUnknownAndHelp(t *testing.T) {
 			t.Errorf("%s -h: %v, want flag.ErrHelp", name, err)
 		}
 	}
-	if h, err := Parse([]string{"noop", "--anything", "x"}); err != nil || h != (Noop{}) {
+	if h, err := Parse([]string{"noop", "-d", "--quiet", "x", "--y"}); err != nil || h != (Noop{}) {
 		t.Errorf("noop with arguments: %#v, %v", h, err)
+	}
+	if _, err := Parse([]string{"noop", "--anything"}); err == nil {
+		t.Error("noop --anything: accepted, want an error as NVIDIA's")
 	}
 }
 

@@ -2,6 +2,7 @@ package request
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -141,6 +142,24 @@ func FuzzDecodeState(f *testing.F) {
 		}
 		if perr == nil && !reflect.DeepEqual(d, p) {
 			t.Fatalf("DecodeState = %+v, ParseState = %+v", d, p)
+		}
+	})
+}
+
+// FuzzCUDAMajorMinor: any CUDA_VERSION value is read without a panic, and
+// an accepted one starts with the major.minor it gives.
+func FuzzCUDAMajorMinor(f *testing.F) {
+	for _, s := range []string{"12.4.1", "v11.2", "11", "11.2.1-rc.1+b3", "011.2", "11.2-rc1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		major, minor, ok := cudaMajorMinor(v)
+		if !ok {
+			return
+		}
+		prefix := fmt.Sprintf("%d", major)
+		if rest := strings.TrimPrefix(strings.TrimPrefix(v, "v"), prefix); !strings.HasPrefix(rest, "."+fmt.Sprint(minor)) && !(minor == 0 && (rest == "" || strings.HasPrefix(rest, ".0"))) {
+			t.Errorf("cudaMajorMinor(%q) = %d.%d", v, major, minor)
 		}
 	})
 }

@@ -397,7 +397,8 @@ func orVar(source string) string {
 }
 
 // classify sorts the device tokens: void anywhere → Void; otherwise the
-// first of all/none decides; other tokens are devices or CDI names.
+// first of all/none decides; other tokens are devices or CDI names, each
+// once.
 func (r *Request) classify(tokens []string) error {
 	if len(tokens) == 0 && len(r.CDIDevices) == 0 {
 		r.Void = true
@@ -422,10 +423,16 @@ func (r *Request) classify(tokens []string) error {
 			if _, _, _, err := parser.ParseQualifiedName(t); err != nil {
 				return &Error{Var: r.sourceVar(), Value: strings.Join(tokens, ","), Err: fmt.Errorf("invalid CDI device name %s: %w", echo.Quote(t), err)}
 			}
-			r.CDIDevices = append(r.CDIDevices, t)
+			if !slices.Contains(r.CDIDevices, t) {
+				r.CDIDevices = append(r.CDIDevices, t)
+			}
 			continue
 		}
-		r.Devices = append(r.Devices, t)
+		// A device listed twice is one request (NVIDIA's lists drop the
+		// repeats too).
+		if !slices.Contains(r.Devices, t) {
+			r.Devices = append(r.Devices, t)
+		}
 	}
 	return nil
 }
@@ -617,24 +624,89 @@ func (r *Request) requirements(e env, cfg *config.Config) error {
 	return nil
 }
 
-// legacyRequirement turns CUDA_VERSION (12.2.0, 11.8, 10) into
-// cuda>=MAJOR.MINOR.
+// legacyRequirement turns CUDA_VERSION into cuda>=MAJOR.MINOR. The value
+// is read as NVIDIA's hook reads it: a semantic version, "v" optional
+// (12.2.0, 11.8, 10, v11.2, 12.4.1-rc1+b2; not 11.2.1.4, 011.2, " 11.2"
+// or 11.2-rc1), whose major and minor fit in 32 bits.
 func legacyRequirement(v string) (requirements.Expr, error) {
-	errVersion := errors.New("not a CUDA version (want MAJOR.MINOR[.PATCH])")
-	parts := strings.Split(strings.TrimSpace(v), ".")
-	major, err := strconv.ParseUint(parts[0], 10, 32)
-	if err != nil {
-		return requirements.Expr{}, errVersion
-	}
-	var minor uint64
-	if len(parts) > 1 {
-		if minor, err = strconv.ParseUint(parts[1], 10, 32); err != nil {
-			return requirements.Expr{}, errVersion
-		}
+	major, minor, ok := cudaMajorMinor(v)
+	if !ok {
+		return requirements.Expr{}, errors.New("not a CUDA version (want MAJOR[.MINOR[.PATCH[-PRERELEASE][+BUILD]]], e.g. 12.4.1)")
 	}
 	ver := fmt.Sprintf("%d.%d", major, minor)
 	c := requirements.Condition{Key: requirements.KeyCUDA, Op: requirements.OpGreaterEqual, Value: ver}
 	return requirements.Expr{Source: c.String(), Alternatives: []requirements.Alternative{{c}}}, nil
+}
+
+// cudaMajorMinor reads a CUDA_VERSION value: an optional "v", then a
+// semantic version whose minor and patch may be left out (then 0) and
+// which may carry a pre-release and build suffix only after a patch;
+// numbers have no leading zeros.
+func cudaMajorMinor(v string) (major, minor uint64, ok bool) {
+	v = strings.TrimPrefix(v, "v")
+	v, build, hasBuild := strings.Cut(v, "+")
+	if hasBuild && !semverIdents(build, false) {
+		return 0, 0, false
+	}
+	v, pre, hasPre := strings.Cut(v, "-")
+	if hasPre && !semverIdents(pre, true) {
+		return 0, 0, false
+	}
+	parts := strings.Split(v, ".")
+	if len(parts) > 3 || (hasPre || hasBuild) && len(parts) != 3 {
+		return 0, 0, false
+	}
+	nums := make([]uint64, 2)
+	for i, p := range parts {
+		if !semverNumber(p) {
+			return 0, 0, false
+		}
+		if i < 2 {
+			n, err := strconv.ParseUint(p, 10, 32)
+			if err != nil {
+				return 0, 0, false
+			}
+			nums[i] = n
+		}
+	}
+	return nums[0], nums[1], true
+}
+
+// semverNumber: digits, no leading zero but "0" itself.
+func semverNumber(s string) bool {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// semverIdents: dot-separated identifiers of [0-9A-Za-z-]; in a
+// pre-release a numeric identifier has no leading zero.
+func semverIdents(s string, pre bool) bool {
+	for _, id := range strings.Split(s, ".") {
+		if id == "" {
+			return false
+		}
+		numeric := true
+		for _, c := range id {
+			switch {
+			case c >= '0' && c <= '9':
+			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '-':
+				numeric = false
+			default:
+				return false
+			}
+		}
+		if pre && numeric && !semverNumber(id) {
+			return false
+		}
+	}
+	return true
 }
 
 // mig reads the MIG config/monitor requests, which only privileged

@@ -464,3 +464,55 @@ func BenchmarkFromSpec(b *testing.B) {
 		}
 	}
 }
+
+// TestCUDAMajorMinor: CUDA_VERSION values read as NVIDIA 1.20's hook reads
+// them (test/parity/testdata/request/hook-env.golden has its answers).
+func TestCUDAMajorMinor(t *testing.T) {
+	tests := []struct {
+		in           string
+		major, minor uint64
+		ok           bool
+	}{
+		{"12.4.1", 12, 4, true},
+		{"11.2", 11, 2, true},
+		{"11", 11, 0, true},
+		{"v11.2", 11, 2, true},
+		{"0.9", 0, 9, true},
+		{"11.2.1-rc1", 11, 2, true},
+		{"11.2.1-rc.1+b3.x-y", 11, 2, true},
+		{"11.2.1+b3", 11, 2, true},
+		{"11.2-rc1", 0, 0, false},
+		{"11+b3", 0, 0, false},
+		{"11.2.1.4", 0, 0, false},
+		{"011.2", 0, 0, false},
+		{"11.02", 0, 0, false},
+		{" 11.2", 0, 0, false},
+		{"11.x", 0, 0, false},
+		{"vv11.2", 0, 0, false},
+		{"V11.2", 0, 0, false},
+		{"11.2.1-01", 0, 0, false},
+		{"11.2.1-", 0, 0, false},
+		{"11.2.1+", 0, 0, false},
+		{"11.2.1+a..b", 0, 0, false},
+		{"4294967296.0", 0, 0, false},
+		{"", 0, 0, false},
+	}
+	for _, tc := range tests {
+		major, minor, ok := cudaMajorMinor(tc.in)
+		if ok != tc.ok || major != tc.major || minor != tc.minor {
+			t.Errorf("cudaMajorMinor(%q) = %d, %d, %v; want %d, %d, %v", tc.in, major, minor, ok, tc.major, tc.minor, tc.ok)
+		}
+	}
+}
+
+// TestDuplicateDevices: a device or CDI name listed twice is requested
+// once.
+func TestDuplicateDevices(t *testing.T) {
+	r, err := FromSpec(spec(false, "NVIDIA_VISIBLE_DEVICES=0,1,0,nvidia.com/gpu=2,nvidia.com/gpu=2"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(r.Devices, []string{"0", "1"}) || !reflect.DeepEqual(r.CDIDevices, []string{"nvidia.com/gpu=2"}) {
+		t.Errorf("devices %q, CDI devices %q", r.Devices, r.CDIDevices)
+	}
+}

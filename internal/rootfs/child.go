@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -148,7 +149,7 @@ func prepareConf(cfg childConfig) error {
 	if err := os.MkdirAll("/etc", 0o755); err != nil {
 		return fmt.Errorf("create /etc: %w", err)
 	}
-	if !cfg.DropIn || len(cfg.Dirs) == 0 {
+	if !cfg.DropIn {
 		return nil
 	}
 	if _, err := os.Lstat(ldSoConf); errors.Is(err, os.ErrNotExist) {
@@ -159,16 +160,36 @@ func prepareConf(cfg childConfig) error {
 	if err := os.MkdirAll("/etc/ld.so.conf.d", 0o755); err != nil {
 		return fmt.Errorf("create /etc/ld.so.conf.d: %w", err)
 	}
-	content := confDropIn(cfg.Dirs)
-	tmp := "/etc/ld.so.conf.d/.00-nctk.conf.tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return fmt.Errorf("write ld.so.conf drop-in: %w", err)
+	if len(cfg.Dirs) > 0 {
+		if err := replaceFile(ldSoConfDropIn, confDropIn(cfg.Dirs)); err != nil {
+			return err
+		}
 	}
-	if err := os.Rename(tmp, ldSoConfDropIn); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write ld.so.conf drop-in: %w", err)
+	// The host's ldconfig searches its own system directories, not the
+	// image's (a Debian host's misses a RHEL image's /usr/lib64): list the
+	// image's in a drop-in read last, as NVIDIA's hook does.
+	_, err := os.Stat("/etc/debian_version")
+	if err := replaceFile(ldSoConfSystemDropIn, systemDirsDropIn(imageSystemDirs(err == nil, runtime.GOARCH))); err != nil {
+		return err
+	}
+	if len(cfg.Dirs) == 0 {
+		return nil
 	}
 	return writeMuslPath(cfg.Dirs)
+}
+
+// replaceFile replaces the file p (in /etc/ld.so.conf.d) with content,
+// through a temporary file renamed over it.
+func replaceFile(p, content string) error {
+	tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("write ld.so.conf drop-in %s: %w", p, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write ld.so.conf drop-in %s: %w", p, err)
+	}
+	return nil
 }
 
 // writeMuslPath lists dirs in /etc/ld-musl-<arch>.path in a musl image, as

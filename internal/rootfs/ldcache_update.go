@@ -19,6 +19,9 @@ const (
 	ldSoCache      = "/etc/ld.so.cache"
 	ldSoConf       = "/etc/ld.so.conf"
 	ldSoConfDropIn = "/etc/ld.so.conf.d/00-nctk.conf"
+	// ldSoConfSystemDropIn lists the image's system library directories,
+	// named to be read after every other drop-in.
+	ldSoConfSystemDropIn = "/etc/ld.so.conf.d/zz-nctk-system.conf"
 	// ldSoConfInclude is the /etc/ld.so.conf written for an image that
 	// has none, so that the drop-in counts.
 	ldSoConfInclude = "include /etc/ld.so.conf.d/*.conf\n"
@@ -358,6 +361,36 @@ func checkLibDirs(dirs []string) error {
 // (checked by checkLibDirs).
 func confDropIn(dirs []string) string {
 	return "# Written by nctk (nvidia-cdi-hook update-ldcache): NVIDIA driver library directories.\n" + strings.Join(dirs, "\n") + "\n"
+}
+
+// systemDirsDropIn is the content of /etc/ld.so.conf.d/zz-nctk-system.conf
+// listing dirs.
+func systemDirsDropIn(dirs []string) string {
+	return strings.Join(dirs, "\n") + "\n"
+}
+
+// imageSystemDirs are the directories the image's own glibc ldconfig and
+// loader search without configuration, for the Go architecture goarch:
+// Debian's multiarch patch makes them the multiarch directories and then
+// /lib and /usr/lib; upstream glibc searches /lib and /usr/lib, and on
+// 64-bit x86, Arm and POWER also lib64 (x86-64 also libx32) beside each.
+func imageSystemDirs(debianLike bool, goarch string) []string {
+	triplets := map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu", "ppc64le": "powerpc64le-linux-gnu"}
+	var dirs []string
+	if debianLike {
+		if t, ok := triplets[goarch]; ok {
+			dirs = append(dirs, "/lib/"+t, "/usr/lib/"+t)
+		}
+		return append(dirs, "/lib", "/usr/lib")
+	}
+	dirs = append(dirs, "/lib", "/usr/lib")
+	switch goarch {
+	case "amd64":
+		dirs = append(dirs, "/lib64", "/usr/lib64", "/libx32", "/usr/libx32")
+	case "arm64", "ppc64le":
+		dirs = append(dirs, "/lib64", "/usr/lib64")
+	}
+	return dirs
 }
 
 // writeConfDropIn writes /etc/ld.so.conf.d/00-nctk.conf listing dirs, and

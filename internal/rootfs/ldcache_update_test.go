@@ -419,3 +419,25 @@ func TestPendingLibraryEntries(t *testing.T) {
 		t.Errorf("libcuda entries = %+v", l)
 	}
 }
+
+// TestImageSystemDirs: the directories an image's glibc searches without
+// configuration, which the drop-in for the host's ldconfig lists.
+func TestImageSystemDirs(t *testing.T) {
+	tests := []struct {
+		debian bool
+		arch   string
+		want   []string
+	}{
+		{true, "amd64", []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib"}},
+		{true, "arm64", []string{"/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib", "/usr/lib"}},
+		{true, "riscv64", []string{"/lib", "/usr/lib"}},
+		{false, "amd64", []string{"/lib", "/usr/lib", "/lib64", "/usr/lib64", "/libx32", "/usr/libx32"}},
+		{false, "arm64", []string{"/lib", "/usr/lib", "/lib64", "/usr/lib64"}},
+		{false, "386", []string{"/lib", "/usr/lib"}},
+	}
+	for _, tc := range tests {
+		if got := imageSystemDirs(tc.debian, tc.arch); !slices.Equal(got, tc.want) {
+			t.Errorf("imageSystemDirs(%v, %s) = %v, want %v", tc.debian, tc.arch, got, tc.want)
+		}
+	}
+}

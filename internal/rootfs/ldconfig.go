@@ -92,8 +92,11 @@ type LdconfigOptions struct {
 	// ConfDropIn writes /etc/ld.so.conf.d/00-nctk.conf listing the
 	// directories (and creates /etc/ld.so.conf including ld.so.conf.d when
 	// the image has none), so that a later ldconfig run by the container
-	// keeps them. Used for CDI specs, whose library directories are host
-	// paths the image's loader may not search.
+	// keeps them, and /etc/ld.so.conf.d/zz-nctk-system.conf listing the
+	// image's own system directories (imageSystemDirs), which the host's
+	// ldconfig would not search otherwise (as NVIDIA's update-ldcache
+	// does). Used for CDI specs, whose library directories are host paths
+	// the image's loader may not search.
 	ConfDropIn bool
 	// Timeout bounds the run (default 30s).
 	Timeout time.Duration

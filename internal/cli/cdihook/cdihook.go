@@ -87,8 +87,17 @@ func Main(e *app.Env) int {
 	fs.BoolVar(&debug, "d", debug, "enable debug-level logging")
 	fs.BoolVar(&quiet, "quiet", quiet, "log errors only; overrides --debug ($NVIDIA_CTK_QUIET)")
 	var showVersion bool
-	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
-	fs.BoolVar(&showVersion, "v", false, "print the version and exit")
+	// As `nvidia-ctk hook`, the global flags are nvidia-ctk's: --config,
+	// and -v and --version, which NVIDIA's accepts there and ignores.
+	ctk := strings.HasPrefix(prog, "nvidia-ctk ")
+	if ctk {
+		fs.String("config", "", "nvidia-ctk's global --config (ignored by the hooks)")
+		fs.Bool("v", false, "accepted and ignored, as NVIDIA's nvidia-ctk")
+		fs.Bool("version", false, "accepted and ignored, as NVIDIA's nvidia-ctk")
+	} else {
+		fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+		fs.BoolVar(&showVersion, "v", false, "print the version and exit")
+	}
 	fs.Usage = func() { usage(e.Stderr, prog, fs) }
 	var args []string
 	if len(e.Args) > 1 {
@@ -120,7 +129,12 @@ func Main(e *app.Env) int {
 		fmt.Fprintf(e.Stderr, "%s: warning: no CDI hook specified\n", prog)
 		return 0
 	}
-	if rest[0] == "help" {
+	if rest[0] == "help" || rest[0] == "h" {
+		// As NVIDIA's: help (or h) alone, or for one hook.
+		if len(rest) > 1 && slices.Contains(hookargs.Names(), rest[1]) {
+			hookargs.HookUsage(e.Stdout, prog, rest[1])
+			return 0
+		}
 		usage(e.Stdout, prog, fs)
 		return 0
 	}
@@ -139,7 +153,7 @@ func Main(e *app.Env) int {
 		e = &shared
 		for _, seg := range chain {
 			e.Stdin = bytes.NewReader(data)
-			if rc := runHook(e, prog, log, seg); rc != 0 {
+			if rc := runHook(e, prog, log, seg, ctk); rc != 0 {
 				return rc
 			}
 		}
@@ -149,7 +163,7 @@ func Main(e *app.Env) int {
 		fmt.Fprintf(e.Stderr, "%s: warning: no CDI hook specified\n", prog)
 		return 0
 	}
-	return runHook(e, prog, log, chain[0])
+	return runHook(e, prog, log, chain[0], ctk)
 }
 
 // logFlags are the logging flags given: --debug (-d) and --quiet.
@@ -178,10 +192,15 @@ func firstArg(args []string) string {
 	return ""
 }
 
-// runHook runs one hook invocation: its name and its flags.
-func runHook(e *app.Env, prog string, lf logFlags, args []string) int {
+// runHook runs one hook invocation: its name and its flags (with
+// nvidia-ctk's global flags too when ctk: run as `nvidia-ctk hook`).
+func runHook(e *app.Env, prog string, lf logFlags, args []string, ctk bool) int {
 	name := args[0]
-	hook, err := hookargs.Parse(args)
+	parse := hookargs.Parse
+	if ctk {
+		parse = hookargs.ParseCTK
+	}
+	hook, err := parse(args)
 	var unknown *hookargs.UnknownHookError
 	switch {
 	case errors.As(err, &unknown):

@@ -456,3 +456,29 @@ func TestEveryHookRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestCTKGlobalFlags: as `nvidia-ctk hook`, nvidia-ctk's global flags
+// --config, -v and --version are accepted (and ignored) before and after
+// the hook name, as NVIDIA's nvidia-ctk does; nvidia-cdi-hook itself has
+// no --config, and its -v prints the version.
+func TestCTKGlobalFlags(t *testing.T) {
+	runAs := func(prog string, args ...string) result {
+		var out, errb bytes.Buffer
+		e := &app.Env{Args: append([]string{prog}, args...), Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb}
+		return result{Main(e), out.String(), errb.String()}
+	}
+	if r := runAs("nvidia-ctk hook", "--config", "/x", "-v", "--version", "noop", "--config=/y", "-v"); r.code != 0 || r.stderr != "" || r.stdout != "" {
+		t.Errorf("nvidia-ctk hook with global flags: %+v", r)
+	}
+	if r := runAs("nvidia-cdi-hook", "noop", "--config=/y"); r.code == 0 {
+		t.Errorf("nvidia-cdi-hook noop --config: accepted: %+v", r)
+	}
+	if r := runAs("/usr/bin/nvidia-cdi-hook", "-v"); r.code != 0 || !strings.Contains(r.stdout, "version") {
+		t.Errorf("nvidia-cdi-hook -v by path: %+v", r)
+	}
+	for _, h := range []string{"help", "h"} {
+		if r := runAs("nvidia-cdi-hook", h, "chmod"); r.code != 0 || !strings.Contains(r.stdout, "--mode") {
+			t.Errorf("nvidia-cdi-hook %s chmod: %+v", h, r)
+		}
+	}
+}

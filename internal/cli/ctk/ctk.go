@@ -44,6 +44,9 @@ type env struct {
 	quiet  bool
 	// path is the command's name path ("nvidia-ctk runtime configure").
 	path string
+	// globals are the global flags as given so far (before the command
+	// and after any command name on the way to this one).
+	globals globalFlags
 }
 
 // command is one node of the command tree. A node has sub-commands, a run
@@ -86,14 +89,77 @@ func infoCommand(e *env, args []string) error {
 	return parseLeaf(e, newFlagSet("info"), args, "", "Does nothing, as NVIDIA's nvidia-ctk info; see nvidia-ctk doctor for what the host provides.")
 }
 
+// globalFlags are nvidia-ctk's global flags: debug, quiet and config
+// (their flag names and environment twins).
+type globalFlags struct {
+	debug, quiet bool
+	config       string
+}
+
+// define defines the global flags on fs, with their environment twins
+// when env is set (at the top; below it the values start from the top's).
+func (g *globalFlags) define(fs *flagSet, env bool) {
+	twins := func(names ...string) []string {
+		if env {
+			return names
+		}
+		return nil
+	}
+	if !fs.Defined("debug") {
+		fs.Bool(&g.debug, []string{"debug", "d"}, twins("NVIDIA_CTK_DEBUG"), "enable debug-level logging")
+	}
+	if !fs.Defined("quiet") {
+		fs.Bool(&g.quiet, []string{"quiet", "q"}, twins("NVIDIA_CTK_QUIET"), "log errors only; overrides --debug")
+	}
+	if !fs.Defined("config") {
+		fs.String(&g.config, []string{"config"}, twins("NVIDIA_CTK_CONFIG"), "FILE", "the NVIDIA Container Toolkit config.toml to use")
+	}
+}
+
+// logger is the logger the global flags ask for, writing to w: as NVIDIA's,
+// --quiet logs errors only and overrides --debug.
+func (g *globalFlags) logger(w io.Writer) *slog.Logger {
+	level := slog.LevelInfo
+	switch {
+	case g.quiet:
+		level = slog.LevelError
+	case g.debug:
+		level = slog.LevelDebug
+	}
+	return newLogger(w, level)
+}
+
+// persistent defines on a command's flag set the global flags it does not
+// define itself, hidden, as NVIDIA's nvidia-ctk accepts them after any
+// command (urfave/cli's persistent flags), with -v, which NVIDIA's accepts
+// there and ignores; apply, called after parsing, makes them count.
+func (e *env) persistent(fs *flagSet) (apply func()) {
+	g := e.globals
+	before := len(fs.specs)
+	g.define(fs, false)
+	if !fs.Defined("v") {
+		var ignored bool
+		fs.Bool(&ignored, []string{"v"}, nil, "accepted and ignored, as NVIDIA's")
+	}
+	for _, s := range fs.specs[before:] {
+		s.hidden = true
+	}
+	return func() {
+		if g != e.globals {
+			e.globals = g
+			e.quiet = g.quiet
+			e.config = g.config
+			e.log = g.logger(e.Stderr)
+		}
+	}
+}
+
 // Main is the nvidia-ctk entry point.
 func Main(e *app.Env) int {
-	var debug, quiet, showVersion bool
-	var config string
+	var g globalFlags
+	var showVersion bool
 	fs := newFlagSet(prog)
-	fs.Bool(&debug, []string{"debug", "d"}, []string{"NVIDIA_CTK_DEBUG"}, "enable debug-level logging")
-	fs.Bool(&quiet, []string{"quiet", "q"}, []string{"NVIDIA_CTK_QUIET"}, "log errors and warnings only")
-	fs.String(&config, []string{"config"}, []string{"NVIDIA_CTK_CONFIG"}, "FILE", "the NVIDIA Container Toolkit config.toml to use")
+	g.define(fs, true)
 	fs.Bool(&showVersion, []string{"version", "v"}, nil, "print the version and exit")
 
 	args := e.Args
@@ -112,14 +178,7 @@ func Main(e *app.Env) int {
 		fmt.Fprintf(e.Stdout, "%s version %s\n", prog, version.String())
 		return 0
 	}
-	level := slog.LevelInfo
-	if quiet {
-		level = slog.LevelWarn
-	}
-	if debug {
-		level = slog.LevelDebug
-	}
-	ce := &env{Env: e, log: newLogger(e.Stderr, level), config: config, quiet: quiet && !debug, path: prog}
+	ce := &env{Env: e, log: g.logger(e.Stderr), config: g.config, quiet: g.quiet, path: prog, globals: g}
 	if len(rest) == 0 {
 		writeHelp(e.Stdout, prog, root, fs)
 		return 0
@@ -136,11 +195,24 @@ func dispatch(e *env, cmd command, args []string) int {
 	if args[0] == "help" || args[0] == "h" || args[0] == "-h" || args[0] == "--help" {
 		return help(e, cmd, args[1:])
 	}
+	if strings.HasPrefix(args[0], "-") && e.path != prog {
+		// The global flags after a command name ("nvidia-ctk cdi
+		// --debug generate").
+		fs := newFlagSet(e.path)
+		apply := e.persistent(fs)
+		rest, err := fs.Parse(e.Env, args)
+		if errors.Is(err, flag.ErrHelp) {
+			writeHelp(e.Stdout, e.path, cmd, nil)
+			return 0
+		}
+		if err != nil {
+			return fail(e.Env, fmt.Errorf("%s: %w", e.path, err))
+		}
+		apply()
+		return dispatch(e, cmd, rest)
+	}
 	sub, ok := findCommand(cmd.subs, args[0])
 	if !ok {
-		if strings.HasPrefix(args[0], "-") {
-			return fail(e.Env, fmt.Errorf("%s: unknown flag %s (global flags go before the command)", e.path, args[0]))
-		}
 		return fail(e.Env, fmt.Errorf("%s: unknown command %q (commands: %s)", e.path, args[0], strings.Join(names(cmd.subs), ", ")))
 	}
 	e.path += " " + sub.name
@@ -228,10 +300,15 @@ func commandHelp(e *env, synopsis, description string, fs *flagSet) {
 	fs.Usage(e.Stdout)
 }
 
-// parseLeaf parses a leaf command's flags, printing help for --help and
-// rejecting positional arguments.
+// parseLeaf parses a leaf command's flags (and the global ones it does not
+// define, which NVIDIA's accepts after any command), printing help for
+// --help and rejecting positional arguments.
 func parseLeaf(e *env, fs *flagSet, args []string, synopsis, description string) error {
+	apply := e.persistent(fs)
 	rest, err := fs.Parse(e.Env, args)
+	if err == nil {
+		apply()
+	}
 	if errors.Is(err, flag.ErrHelp) {
 		commandHelp(e, synopsis, description, fs)
 		return err

@@ -55,7 +55,9 @@ func TestGlobal(t *testing.T) {
 		{name: "group without sub", args: []string{"runtime"}, code: 1, err: "configure"},
 		{name: "group help", args: []string{"system", "--help"}, out: "create-dev-char-symlinks"},
 		{name: "unknown sub", args: []string{"runtime", "frob"}, code: 1, err: `unknown command "frob"`},
-		{name: "global flag after command", args: []string{"runtime", "--debug"}, code: 1, err: "global flags go before the command"},
+		{name: "global flags after a group", args: []string{"runtime", "--debug", "-v", "--config=/nonexistent", "configure", "--help"}, out: "--nvidia-runtime-path"},
+		{name: "global flags after a leaf", args: []string{"cdi", "list", "--quiet", "-d", "--help"}, out: "--spec-dir"},
+		{name: "unknown flag after a group", args: []string{"runtime", "--frob"}, code: 1, err: "nvidia-ctk runtime: flag provided but not defined: -frob"},
 		{name: "cdi group", args: []string{"cdi", "--help"}, out: "generate"},
 		{name: "hook delegates to nvidia-cdi-hook", args: []string{"hook", "update-ldcache"}, code: 1, err: "nvidia-ctk hook update-ldcache: OCI state: empty input"},
 		{name: "leaf help", args: []string{"runtime", "configure", "--help"}, out: "--nvidia-runtime-path, --runtime-path"},
@@ -399,5 +401,23 @@ func TestHelpAndInfo(t *testing.T) {
 				t.Errorf("stderr %q, want %q", stderr, tc.stderr)
 			}
 		})
+	}
+}
+
+// TestQuietOverridesDebug: as NVIDIA's, --quiet logs errors only and wins
+// over --debug, before or after the command.
+func TestQuietOverridesDebug(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"--quiet", "--debug", "cdi", "list", "--spec-dir", dir},
+		{"cdi", "list", "--spec-dir", dir, "-d", "--quiet"},
+		{"--debug", "cdi", "--quiet", "list", "--spec-dir", dir},
+	} {
+		if _, stderr, code := run(t, nil, args...); code != 0 || stderr != "" {
+			t.Errorf("%q: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	if _, stderr, _ := run(t, nil, "--debug", "cdi", "list", "--spec-dir", dir); !strings.Contains(stderr, "level=DEBUG") {
+		t.Errorf("--debug: no debug log: %q", stderr)
 	}
 }

@@ -26,6 +26,9 @@ type flagSpec struct {
 	def   string
 	usage string
 	set   bool // given on the command line or by an environment twin
+	// hidden leaves the flag out of Usage (the global flags a command
+	// also accepts after its name).
+	hidden bool
 }
 
 func newFlagSet(name string) *flagSet {
@@ -73,6 +76,9 @@ func (f *flagSet) Func(names []string, arg, usage string, fn func(string) error)
 	f.add(funcValue(fn), &flagSpec{names: names, arg: arg, usage: usage})
 }
 
+// Defined reports whether a flag named name is defined.
+func (f *flagSet) Defined(name string) bool { return f.fs.Lookup(name) != nil }
+
 // IsSet reports whether the flag named name was given.
 func (f *flagSet) IsSet(name string) bool {
 	for _, s := range f.specs {
@@ -114,6 +120,9 @@ func (f *flagSet) Usage(w io.Writer) {
 	specs := append([]*flagSpec{}, f.specs...)
 	sort.SliceStable(specs, func(i, j int) bool { return specs[i].names[0] < specs[j].names[0] })
 	for _, s := range specs {
+		if s.hidden {
+			continue
+		}
 		names := make([]string, len(s.names))
 		for i, n := range s.names {
 			if len(n) == 1 {

@@ -59,9 +59,10 @@ func passEnv() []string {
 	return []string{"CUDA_MPS_PIPE_DIRECTORY", "NCTK_PROBE_CACHE", "NCTK_PROBE_CACHE_DIR"}
 }
 
-// capOrder is the order NVIDIA's hook emits capability flags in.
+// capOrder is the order NVIDIA's hook emits capability flags in: sorted by
+// name, whatever order NVIDIA_DRIVER_CAPABILITIES lists them in.
 func capOrder() []caps.Capability {
-	return []caps.Capability{caps.Compute, caps.Compat32, caps.Graphics, caps.Utility, caps.Video, caps.Display, caps.NGX}
+	return []caps.Capability{caps.Compat32, caps.Compute, caps.Display, caps.Graphics, caps.NGX, caps.Utility, caps.Video}
 }
 
 // execFunc replaces the process (syscall.Exec in production).

@@ -120,7 +120,7 @@ func TestPrestartArgv(t *testing.T) {
 			[]string{"NVIDIA_VISIBLE_DEVICES=1,3", "NVIDIA_DRIVER_CAPABILITIES=video,compute,graphics,display,utility,compat32,ngx",
 				"NVIDIA_REQUIRE_CUDA=cuda>=12.0 brand=tesla,driver>=470", "NVIDIA_REQUIRE_ARCH=arch>=7.0"}, nil, nil,
 			[]string{"--load-kmods", "configure", "--cuda-compat-mode=ldconfig", "--ldconfig=@/sbin/ldconfig", "--device=1,3",
-				"--compute", "--compat32", "--graphics", "--utility", "--video", "--display", "--ngx",
+				"--compat32", "--compute", "--display", "--graphics", "--ngx", "--utility", "--video",
 				"--require=cuda>=12.0 brand=tesla,driver>=470", "--require=arch>=7.0"}},
 		{"disable require", base, []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_REQUIRE_CUDA=cuda>=99", "NVIDIA_DISABLE_REQUIRE=true"}, nil, nil,
 			[]string{"--load-kmods", "configure", "--cuda-compat-mode=ldconfig", "--ldconfig=@/sbin/ldconfig", "--device=0", "--compute", "--utility"}},
@@ -154,7 +154,7 @@ cuda-compat-mode = "mount"
 			[]string{"--load-kmods", "--debug=/dev/stderr", "configure", "--cuda-compat-mode=ldconfig", "--ldconfig=@/sbin/ldconfig", "--device=all", "--compute", "--utility"}},
 		{"legacy CUDA image", base, []string{"CUDA_VERSION=12.2.0"}, nil, nil,
 			[]string{"--load-kmods", "configure", "--cuda-compat-mode=ldconfig", "--ldconfig=@/sbin/ldconfig", "--device=all",
-				"--compute", "--compat32", "--graphics", "--utility", "--video", "--display", "--ngx", "--require=cuda>=12.2"}},
+				"--compat32", "--compute", "--display", "--graphics", "--ngx", "--utility", "--video", "--require=cuda>=12.2"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
