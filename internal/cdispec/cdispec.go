@@ -148,7 +148,8 @@ type Options struct {
 
 // HookNames returns the hooks nctk's specs can carry, by name.
 func HookNames() []string {
-	return []string{hookargs.NameCreateSymlinks, hookargs.NameUpdateLdcache, hookargs.NameDisableDeviceNodeModification}
+	return []string{hookargs.NameCreateSymlinks, hookargs.NameUpdateLdcache, hookargs.NameDisableDeviceNodeModification,
+		hookargs.NameUpdateApplicationProfile}
 }
 
 // AllHooks in Options.DisabledHooks leaves out every hook.
@@ -280,6 +281,7 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 		return a.MIG.Index - b.MIG.Index
 	})
 
+	disabled := o.DisabledHooks
 	var devices []device
 	for _, g := range gpus {
 		if !g.MIGEnabled {
@@ -292,7 +294,7 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 			idx := strconv.Itoa(g.Index)
 			devices = append(devices, device{
 				names: deviceNames(strategies, idx, "gpu"+idx, g.UUID),
-				edits: deviceEdits(p, common),
+				edits: withDevHooks(deviceEdits(p, common), p, hc, disabled),
 			})
 		}
 		for _, m := range migs {
@@ -309,7 +311,7 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 			idx := fmt.Sprintf("%d:%d", g.Index, m.MIG.Index)
 			devices = append(devices, device{
 				names: deviceNames(strategies, idx, "mig"+idx, m.MIG.UUID),
-				edits: deviceEdits(p, common),
+				edits: withDevHooks(deviceEdits(p, common), p, hc, disabled),
 			})
 		}
 	}
@@ -396,8 +398,9 @@ func commonEdits(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []str
 
 // hooks are the createContainer hooks ocispec.Hooks gives p (symlinks, the
 // ld.so.cache update: what nvidia-container-runtime does in the rootfs
-// itself) and, in place of the /proc/driver/nvidia view,
-// disable-device-node-modification, less those disabled names (all of them
+// itself), in place of the /proc/driver/nvidia view
+// disable-device-node-modification, and update-application-profile when p
+// mounts graphics files, less those disabled names (all of them
 // for AllHooks); with chain, merged into one call (ocispec.Chain) that runs
 // them in that order.
 func hooks(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []string) []*cdi.Hook {
@@ -407,6 +410,12 @@ func hooks(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []string) [
 	if p.Proc != nil {
 		hs = append(hs, ocispec.Hook{Path: hc.Path,
 			Args: hookargs.Command(hookargs.DisableDeviceNodeModification{}), Env: hookargs.Env()})
+	}
+	// With graphics files, the driver application profile that limits
+	// EGL and Vulkan to the container's GPUs (NVIDIA's spec-level hook).
+	if slices.ContainsFunc(p.Mounts, func(m plan.Mount) bool { return m.Class == plan.MountGraphics }) {
+		hs = append(hs, ocispec.Hook{Path: hc.Path,
+			Args: hookargs.Command(hookargs.UpdateApplicationProfile{}), Env: hookargs.Env()})
 	}
 	hs = slices.DeleteFunc(hs, func(h ocispec.Hook) bool {
 		return slices.Contains(disabled, AllHooks) || len(h.Args) > 1 && slices.Contains(disabled, h.Args[1])
@@ -434,6 +443,19 @@ func libcudaDirs(p *plan.Plan) []string {
 		}
 	}
 	return dirs
+}
+
+// withDevHooks adds to a device's edits e the hook that makes its plan's
+// links below /dev (the GPU's /dev/dri/by-path links), unless
+// create-symlinks is disabled: one hook per device, as NVIDIA's.
+func withDevHooks(e cdi.ContainerEdits, p *plan.Plan, hc ocispec.HookConfig, disabled []string) cdi.ContainerEdits {
+	h := ocispec.DevSymlinksHook(p.DevSymlinks)
+	if h == nil || slices.Contains(disabled, AllHooks) || slices.Contains(disabled, hookargs.NameCreateSymlinks) {
+		return e
+	}
+	args := hookargs.CommandFor(hc.Path, hookargs.Command(*h))
+	e.Hooks = append(e.Hooks, &cdi.Hook{HookName: "createContainer", Path: hc.Path, Args: args, Env: hookargs.Env()})
+	return e
 }
 
 // deviceEdits are what the plan p for one device adds to the common plan:
@@ -505,6 +527,12 @@ func mergeEdits(dst *cdi.ContainerEdits, src cdi.ContainerEdits) {
 		if !slices.Contains(dst.Env, kv) {
 			dst.Env = append(dst.Env, kv)
 		}
+	}
+	for _, h := range src.Hooks {
+		c := *h
+		c.Args = slices.Clone(h.Args)
+		c.Env = slices.Clone(h.Env)
+		dst.Hooks = append(dst.Hooks, &c)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nctk/nctk/internal/devnum"
 	"github.com/nctk/nctk/internal/hostfile"
+	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/procfs"
 )
 
@@ -43,6 +44,7 @@ type discoverer struct {
 	d       *Driver
 	devs    procfs.Devices // /proc/devices
 	ldcache string         // host path of the ld.so.cache used
+	cache   *ldcache.Cache // its entries (nil before libraries)
 	elfBuf  [4096]byte     // scratch for ELF header reads
 }
 
@@ -96,6 +98,7 @@ func Discover(opts Options) (*Driver, error) {
 		x.binaries,
 		x.ipcs,
 		x.firmware,
+		x.graphics,
 		x.procFiles,
 	}
 	for _, step := range steps {
