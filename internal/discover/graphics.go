@@ -73,21 +73,29 @@ func (x *discoverer) graphics() error {
 	if x.opts.Caps != nil && !x.opts.Caps.Has(caps.Graphics) && !x.opts.Caps.Has(caps.Display) {
 		return nil
 	}
-	add := func(p, dest string) bool {
-		real, fi, err := x.root.statFollow(p)
+	// Configuration files are looked up in the driver root's /etc,
+	// /usr/local/share and /usr/share, or, with Options.ConfigSearchPaths,
+	// in those host directories (NVIDIA's --config-search-path).
+	cfgRoot, cfgDirs := x.root, configDirs
+	if len(x.opts.ConfigSearchPaths) > 0 {
+		cfgRoot, cfgDirs = newInRoot("/"), x.opts.ConfigSearchPaths
+	}
+	addIn := func(r *inRoot, p, dest string) bool {
+		real, fi, err := r.statFollow(p)
 		if err != nil || !fi.Mode().IsRegular() {
 			return false
 		}
-		if slices.ContainsFunc(x.d.Graphics, func(f File) bool { return f.HostPath == x.root.host(real) }) {
+		if slices.ContainsFunc(x.d.Graphics, func(f File) bool { return f.HostPath == r.host(real) }) {
 			return true
 		}
-		f := File{Name: path.Base(p), Capability: caps.Graphics, Path: p, HostPath: x.root.host(real)}
+		f := File{Name: path.Base(p), Capability: caps.Graphics, Path: p, HostPath: r.host(real)}
 		if dest != p {
 			f.Dest = dest
 		}
 		x.d.Graphics = append(x.d.Graphics, f)
 		return true
 	}
+	add := func(p, dest string) bool { return addIn(x.root, p, dest) }
 	// Libraries: the EGL platform libraries, found through ld.so.cache.
 	if c != nil {
 		for _, prefix := range eglPlatformLibs {
@@ -114,8 +122,8 @@ func (x *discoverer) graphics() error {
 	}
 	// Configuration files.
 	for _, f := range configFiles {
-		for _, d := range configDirs {
-			if add(path.Join(d, f), path.Join(d, f)) {
+		for _, d := range cfgDirs {
+			if addIn(cfgRoot, path.Join(d, f), path.Join(d, f)) {
 				break
 			}
 		}
@@ -131,10 +139,14 @@ func (x *discoverer) graphics() error {
 	// Vulkan: config directories, then the root itself (GKE keeps
 	// {{root}}/vulkan); mounted below /etc.
 	for _, f := range vulkanFiles {
-		for _, d := range append(slices.Clone(configDirs), "/") {
-			if add(path.Join(d, f), path.Join("/etc", f)) {
+		found := false
+		for _, d := range cfgDirs {
+			if found = addIn(cfgRoot, path.Join(d, f), path.Join("/etc", f)); found {
 				break
 			}
+		}
+		if !found {
+			add(path.Join("/", f), path.Join("/etc", f))
 		}
 	}
 	return x.drm()

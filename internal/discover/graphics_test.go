@@ -1,8 +1,11 @@
 package discover
 
 import (
+	"cmp"
+	"os"
 	"path"
 	"slices"
+	"strings"
 	"testing"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
@@ -120,5 +123,47 @@ func TestDRMNodes(t *testing.T) {
 		if !slices.Equal(g.DRMLinks, wantLinks) {
 			t.Errorf("GPU %d: links %+v, want %+v", i, g.DRMLinks, wantLinks)
 		}
+	}
+}
+
+// TestConfigSearchPaths: with Options.ConfigSearchPaths the configuration
+// files come from those host directories (mounted at the same path, Vulkan's
+// below /etc), and the root's own are not looked at; a Vulkan file the
+// directories lack is still taken from the root itself (NVIDIA's fallback
+// to {root}/vulkan).
+func TestConfigSearchPaths(t *testing.T) {
+	r := fixture.Build(t, fixture.Spec{GPUs: 1, Graphics: true})
+	dir := t.TempDir()
+	for _, f := range []string{"glvnd/egl_vendor.d/10_nvidia.json", "vulkan/icd.d/nvidia_icd.json"} {
+		if err := os.MkdirAll(path.Dir(path.Join(dir, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path.Join(dir, f), []byte("{}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(r.HostPath("/vulkan/implicit_layer.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(r.HostPath("/vulkan/implicit_layer.d/nvidia_layers.json"), []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Discover(Options{Root: r.Path, ConfigSearchPaths: []string{"/nonexistent", dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range d.Graphics {
+		if !f.Library && !strings.HasPrefix(f.Path, "/usr/lib/xorg/") {
+			got = append(got, f.HostPath+" -> "+cmp.Or(f.Dest, f.Path))
+		}
+	}
+	want := []string{
+		dir + "/glvnd/egl_vendor.d/10_nvidia.json -> " + dir + "/glvnd/egl_vendor.d/10_nvidia.json",
+		dir + "/vulkan/icd.d/nvidia_icd.json -> /etc/vulkan/icd.d/nvidia_icd.json",
+		r.HostPath("/vulkan/implicit_layer.d/nvidia_layers.json") + " -> /etc/vulkan/implicit_layer.d/nvidia_layers.json",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("configuration files\n got %q\nwant %q", got, want)
 	}
 }

@@ -50,6 +50,11 @@ type Options struct {
 	// version mismatch error, and the driver probe loads them). nil finds
 	// every file (list, info, CDI generation).
 	Caps caps.Set
+	// ConfigSearchPaths, when set, are the host directories (absolute,
+	// not below Root) where the graphics configuration files (EGL, Vulkan,
+	// X.Org, OpenCL) are looked up instead of the driver root's /etc,
+	// /usr/local/share and /usr/share: NVIDIA's --config-search-path.
+	ConfigSearchPaths []string
 	// Features names the feature-gated device families to look for
 	// (Driver.Features); nil looks for none.
 	Features []Feature

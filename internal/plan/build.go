@@ -59,6 +59,10 @@ type Options struct {
 	// pipe directory.
 	NoIPC         bool
 	NoGSPFirmware bool
+	// NoGraphics leaves out what graphics and display bring besides the
+	// libraries: the graphics files, the GPUs' DRM nodes and links, the
+	// GBM link (NVIDIA's management spec has none of them).
+	NoGraphics bool
 
 	Target Target
 }
@@ -166,7 +170,7 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 	for _, n := range d.ControlNodesFor(o.Caps) {
 		p.addDevice(n, DeviceDriver, "", "")
 	}
-	graphics := o.Caps.Has(caps.Graphics) || o.Caps.Has(caps.Display)
+	graphics := (o.Caps.Has(caps.Graphics) || o.Caps.Has(caps.Display)) && !o.NoGraphics
 	for _, g := range o.GPUs {
 		if g.Node.Path != "" {
 			p.addDevice(g.Node, DeviceGPU, "", "")
@@ -299,6 +303,9 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 	// Graphics files: libraries go where the other libraries go, the
 	// rest to their own paths (Vulkan's below /etc).
 	for _, f := range d.GraphicsFor(o.Caps) {
+		if o.NoGraphics {
+			break
+		}
 		dst := f.Path
 		if f.Dest != "" {
 			dst = f.Dest
