@@ -175,7 +175,10 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 		if g.Node.Path != "" {
 			p.addDevice(g.Node, DeviceGPU, "", "")
 		}
-		if !graphics {
+		// A GPU here as the parent of selected MIG devices gives them no
+		// DRM node: NVIDIA gives a MIG device the GPU's DRM nodes only for
+		// graphics-capable (+gfx) MIG profiles.
+		if !graphics || slices.ContainsFunc(o.MIG, func(m selector.SelectedMIG) bool { return m.Parent.Index == g.Index }) {
 			continue
 		}
 		// The GPU's DRM nodes and their by-path links (NVIDIA's graphics

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -419,6 +420,7 @@ func TestBuildGraphics(t *testing.T) {
 		devices   []string
 		devLinks  []string
 		ldconfDir []string
+		mig       bool // GPU 1 is there as the parent of a selected MIG device
 	}{
 		{name: "compute", caps: caps.Set{caps.Compute: true},
 			devices: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia3"}, ldconfDir: []string{lib}},
@@ -442,9 +444,25 @@ func TestBuildGraphics(t *testing.T) {
 			devices:   []string{"/dev/nvidiactl", "/dev/nvidia3", "/dev/dri/card2", "/dev/dri/renderD129"},
 			devLinks:  []string{"/dev/dri/by-path/pci-0000:02:00.0-card -> ../card2"},
 			ldconfDir: []string{"/usr/lib/x86_64-linux-gnu"}},
+		{name: "display, a MIG device of the GPU", caps: caps.Set{caps.Display: true}, mig: true,
+			mounts: []string{lib + "/libnvidia-egl-gbm.so.1.1.0", lib + "/libnvidia-vulkan-producer.so.535.261.03",
+				"/etc/vulkan/icd.d/nvidia_icd.json", "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.535.261.03"},
+			links: []string{lib + "/libnvidia-egl-gbm.so.1 -> libnvidia-egl-gbm.so.1.1.0",
+				lib + "/libnvidia-vulkan-producer.so -> libnvidia-vulkan-producer.so.535.261.03",
+				"/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so -> libglxserver_nvidia.so.535.261.03"},
+			devices:   []string{"/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia3", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13"},
+			ldconfDir: []string{lib}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := Build(d, Options{Caps: tc.caps, GPUs: d.GPUs[1:2], Target: tc.target})
+			o := Options{Caps: tc.caps, GPUs: d.GPUs[1:2], Target: tc.target}
+			if tc.mig {
+				capNode := func(m uint32) discover.DeviceNode {
+					return discover.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", m), HostPath: "/drv/c", Major: 511, Minor: m, Mode: 0o444}
+				}
+				o.MIG = []selector.SelectedMIG{{Parent: d.GPUs[1], MIG: discover.MIGDevice{Index: 0, UUID: "MIG-x",
+					GIAccess: capNode(12), CIAccess: capNode(13)}}}
+			}
+			p, err := Build(d, o)
 			if err != nil {
 				t.Fatal(err)
 			}
