@@ -33,7 +33,8 @@ echo graphics-probe-done
 // TestRuncGraphics runs containers asking for GPU 1 with graphics and
 // display through nvidia-container-runtime (legacy mode, and CDI mode with
 // the spec nvidia-ctk cdi generate wrote) over a 3-GPU graphics-capable
-// fixture driver: each gets the Vulkan ICD and layer files below /etc, the
+// fixture driver, and with plain runc and the prestart hook docker --gpus
+// adds (nvidia-container-cli configure): each gets the Vulkan ICD and layer files below /etc, the
 // EGL vendor and platform files, the OpenCL vendor file, the X.Org driver,
 // the GBM link (with compute), with the host files' content, and /dev/dri with GPU 1's
 // card and render nodes and their by-path links only; a compute container
@@ -86,18 +87,35 @@ func TestRuncGraphics(t *testing.T) {
 		name string
 		env  []string
 		want []string
+		hook bool // plain runc with docker --gpus's prestart hook (nvidia-container-cli configure)
 	}{
-		{"legacy/graphics,display", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics,display"}, noGBM},
-		{"legacy/all", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"}, want},
-		{"cdi/nvidia.com/gpu=1", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, want},
-		{"legacy/compute", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, nil},
+		{"legacy/graphics,display", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics,display"}, noGBM, false},
+		{"legacy/all", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"}, want, false},
+		{"cdi/nvidia.com/gpu=1", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, want, false},
+		{"legacy/compute", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, nil, false},
+		{"prestart-hook/graphics,display", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics,display"}, noGBM, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rootfs := copyRootfs(t, f.image)
 			bundle := e2e.MakeBundle(t, rootfs, "/bin/sh", "-c", graphicsScript(names))
-			e2e.EditSpec(t, bundle, func(s *specs.Spec) { s.Process.Env = append(s.Process.Env, tc.env...) })
-			rt := e2e.NewRuntime(t, tool(t, "nvidia-container-runtime"))
+			e2e.EditSpec(t, bundle, func(s *specs.Spec) {
+				s.Process.Env = append(s.Process.Env, tc.env...)
+				if tc.hook {
+					if s.Hooks == nil {
+						s.Hooks = &specs.Hooks{}
+					}
+					//lint:ignore SA1019 prestart is where dockerd puts this hook
+					s.Hooks.Prestart = append(s.Hooks.Prestart, specs.Hook{Path: tool(t, "nvidia-container-runtime-hook"),
+						Args: []string{"nvidia-container-runtime-hook", "-config", f.host.Config, "prestart"},
+						Env:  []string{"PATH=" + filepath.Dir(tool(t, "nvidia-container-cli")) + ":" + e2e.SystemPath}})
+				}
+			})
+			bin := tool(t, "nvidia-container-runtime")
+			if tc.hook {
+				bin = e2e.RequireTool(t, "runc")
+			}
+			rt := e2e.NewRuntime(t, bin)
 			rt.Env = append(rt.Env, f.host.Env...)
 			res := rt.Run(bundle, "nctk-"+filepath.Base(bundle))
 			if !res.OK() {
