@@ -333,7 +333,10 @@ for s in $sets; do
 	done
 	libcuda=$(find "$tmp" -name 'libcuda.so.[0-9]*.*' -type f | head -n1)
 	[ -n "$libcuda" ] || libcuda=$(find "$tmp" -name 'libnvidia-ml.so.[0-9]*.*' -type f | head -n1)
-	[ -n "$libcuda" ] || die "set $s: no libcuda.so.<version> or libnvidia-ml.so.<version> in the packages"
+	# A set of graphics extras (535-graphics) has neither: its GLX server
+	# module carries the driver version.
+	[ -n "$libcuda" ] || libcuda=$(find "$tmp" -name 'libglxserver_nvidia.so.[0-9]*.*' -type f | head -n1)
+	[ -n "$libcuda" ] || die "set $s: no libcuda.so.<version>, libnvidia-ml.so.<version> or libglxserver_nvidia.so.<version> in the packages"
 	base=$(basename "$libcuda")
 	drv=${base#lib*.so.}
 	others=$(find "$tmp" -name 'lib*.so.*' -type f | sed -n 's/.*\.so\.\([0-9]\{3\}\.[0-9]*\.[0-9]*\)$/\1/p' | sort -u | grep -vxF "$drv" || true)

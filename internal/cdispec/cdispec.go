@@ -141,6 +141,12 @@ type Options struct {
 	// update-ldcache, disable-device-node-modification, …) the spec leaves
 	// out; AllHooks leaves out every hook.
 	DisabledHooks []string
+	// Chmod writes NVIDIA's chmod hook (--enable-hook chmod; off by
+	// default, as in NVIDIA 1.20): for each device with nodes in /dev/dri
+	// or /dev/nvidia-caps, those directories made 0755 in the container
+	// (a workaround for runtimes that create them without search
+	// permission for others).
+	Chmod bool
 	// NoIPC leaves out the IPC sockets and the MPS directory (NVIDIA's
 	// disable-ipc-discoverer feature flag).
 	NoIPC bool
@@ -148,7 +154,8 @@ type Options struct {
 
 // HookNames returns the hooks nctk's specs can carry, by name.
 func HookNames() []string {
-	return []string{hookargs.NameCreateSymlinks, hookargs.NameUpdateLdcache, hookargs.NameDisableDeviceNodeModification}
+	return []string{hookargs.NameCreateSymlinks, hookargs.NameUpdateLdcache, hookargs.NameDisableDeviceNodeModification,
+		hookargs.NameUpdateApplicationProfile, hookargs.NameChmod}
 }
 
 // AllHooks in Options.DisabledHooks leaves out every hook.
@@ -280,6 +287,7 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 		return a.MIG.Index - b.MIG.Index
 	})
 
+	opts := o
 	var devices []device
 	for _, g := range gpus {
 		if !g.MIGEnabled {
@@ -292,7 +300,7 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 			idx := strconv.Itoa(g.Index)
 			devices = append(devices, device{
 				names: deviceNames(strategies, idx, "gpu"+idx, g.UUID),
-				edits: deviceEdits(p, common),
+				edits: withDevHooks(deviceEdits(p, common), p, hc, opts),
 			})
 		}
 		for _, m := range migs {
@@ -309,7 +317,7 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 			idx := fmt.Sprintf("%d:%d", g.Index, m.MIG.Index)
 			devices = append(devices, device{
 				names: deviceNames(strategies, idx, "mig"+idx, m.MIG.UUID),
-				edits: deviceEdits(p, common),
+				edits: withDevHooks(deviceEdits(p, common), p, hc, opts),
 			})
 		}
 	}
@@ -396,8 +404,9 @@ func commonEdits(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []str
 
 // hooks are the createContainer hooks ocispec.Hooks gives p (symlinks, the
 // ld.so.cache update: what nvidia-container-runtime does in the rootfs
-// itself) and, in place of the /proc/driver/nvidia view,
-// disable-device-node-modification, less those disabled names (all of them
+// itself), in place of the /proc/driver/nvidia view
+// disable-device-node-modification, and update-application-profile when p
+// mounts graphics files, less those disabled names (all of them
 // for AllHooks); with chain, merged into one call (ocispec.Chain) that runs
 // them in that order.
 func hooks(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []string) []*cdi.Hook {
@@ -407,6 +416,12 @@ func hooks(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []string) [
 	if p.Proc != nil {
 		hs = append(hs, ocispec.Hook{Path: hc.Path,
 			Args: hookargs.Command(hookargs.DisableDeviceNodeModification{}), Env: hookargs.Env()})
+	}
+	// With graphics files, the driver application profile that limits
+	// EGL and Vulkan to the container's GPUs (NVIDIA's spec-level hook).
+	if slices.ContainsFunc(p.Mounts, func(m plan.Mount) bool { return m.Class == plan.MountGraphics }) {
+		hs = append(hs, ocispec.Hook{Path: hc.Path,
+			Args: hookargs.Command(hookargs.UpdateApplicationProfile{}), Env: hookargs.Env()})
 	}
 	hs = slices.DeleteFunc(hs, func(h ocispec.Hook) bool {
 		return slices.Contains(disabled, AllHooks) || len(h.Args) > 1 && slices.Contains(disabled, h.Args[1])
@@ -434,6 +449,41 @@ func libcudaDirs(p *plan.Plan) []string {
 		}
 	}
 	return dirs
+}
+
+// withDevHooks adds to a device's edits e the hook that makes its plan's
+// links below /dev (the GPU's /dev/dri/by-path links), unless
+// create-symlinks is disabled: one hook per device, as NVIDIA's.
+func withDevHooks(e cdi.ContainerEdits, p *plan.Plan, hc ocispec.HookConfig, o Options) cdi.ContainerEdits {
+	h := ocispec.DevSymlinksHook(p.DevSymlinks)
+	if h != nil && !slices.Contains(o.DisabledHooks, AllHooks) && !slices.Contains(o.DisabledHooks, hookargs.NameCreateSymlinks) {
+		args := hookargs.CommandFor(hc.Path, hookargs.Command(*h))
+		e.Hooks = append(e.Hooks, &cdi.Hook{HookName: "createContainer", Path: hc.Path, Args: args, Env: hookargs.Env()})
+	}
+	if c := chmodHook(e.DeviceNodes, hc, o); c != nil {
+		e.Hooks = append(e.Hooks, c)
+	}
+	return e
+}
+
+// chmodHook is NVIDIA's chmod hook for a device's nodes (Options.Chmod):
+// the directories /dev/dri and /dev/nvidia-caps that hold some of them,
+// in node order, made 0755; nil when there is none or the hook is not
+// asked for.
+func chmodHook(nodes []*cdi.DeviceNode, hc ocispec.HookConfig, o Options) *cdi.Hook {
+	if !o.Chmod || slices.Contains(o.DisabledHooks, AllHooks) || slices.Contains(o.DisabledHooks, hookargs.NameChmod) {
+		return nil
+	}
+	h := hookargs.Chmod{Mode: 0o755}
+	for _, n := range nodes {
+		if dir := path.Dir(n.Path); (dir == "/dev/dri" || dir == "/dev/nvidia-caps") && !slices.Contains(h.Paths, dir) {
+			h.Paths = append(h.Paths, dir)
+		}
+	}
+	if len(h.Paths) == 0 {
+		return nil
+	}
+	return &cdi.Hook{HookName: "createContainer", Path: hc.Path, Args: hookargs.CommandFor(hc.Path, hookargs.Command(h)), Env: hookargs.Env()}
 }
 
 // deviceEdits are what the plan p for one device adds to the common plan:
@@ -505,6 +555,12 @@ func mergeEdits(dst *cdi.ContainerEdits, src cdi.ContainerEdits) {
 		if !slices.Contains(dst.Env, kv) {
 			dst.Env = append(dst.Env, kv)
 		}
+	}
+	for _, h := range src.Hooks {
+		c := *h
+		c.Args = slices.Clone(h.Args)
+		c.Env = slices.Clone(h.Env)
+		dst.Hooks = append(dst.Hooks, &c)
 	}
 }
 

@@ -153,6 +153,9 @@ func RenderManagement(d *discover.Driver, o Options) (*cdi.Spec, error) {
 		return nil, err
 	}
 	base := baseOptions(o)
+	// NVIDIA's management spec: the driver's files and every NVIDIA node,
+	// none of the graphics files or DRM nodes.
+	base.NoGraphics = true
 	common, err := plan.Build(d, base)
 	if err != nil {
 		return nil, fmt.Errorf("render CDI spec: %w", err)
@@ -177,6 +180,9 @@ func RenderManagement(d *discover.Driver, o Options) (*cdi.Spec, error) {
 	}
 	if len(all.DeviceNodes) == 0 {
 		return nil, errors.New("render CDI spec: management mode: no GPU, nvidia-caps or IMEX channel node found")
+	}
+	if h := chmodHook(all.DeviceNodes, hc, o); h != nil {
+		all.Hooks = append(all.Hooks, h)
 	}
 	noProc := *common
 	noProc.Proc = nil

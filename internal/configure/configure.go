@@ -370,6 +370,13 @@ func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger) error 
 			return err
 		}
 	}
+	// The container's /dev is set up by now (configure runs as a
+	// prestart hook): the /dev/dri/by-path links go after the nodes.
+	for _, s := range p.DevSymlinks {
+		if err := r.Symlink(s.Target, s.Link); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

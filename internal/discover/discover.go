@@ -14,6 +14,7 @@ import (
 
 	"github.com/nctk/nctk/internal/devnum"
 	"github.com/nctk/nctk/internal/hostfile"
+	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/procfs"
 )
 
@@ -45,6 +46,7 @@ type discoverer struct {
 	d       *Driver
 	devs    procfs.Devices // /proc/devices
 	ldcache string         // host path of the ld.so.cache used
+	cache   *ldcache.Cache // its entries (nil before libraries)
 	elfBuf  [4096]byte     // scratch for ELF header reads
 }
 
@@ -133,6 +135,7 @@ func (x *discoverer) run() (*Driver, error) {
 		x.binaries,
 		x.ipcs,
 		x.firmware,
+		x.graphics,
 		x.procFiles,
 	}
 	for _, step := range steps {

@@ -69,6 +69,7 @@ func (x *discoverer) libraries() error {
 	if err != nil {
 		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: x.clean(unwrapPathErr(err))}
 	}
+	x.cache = c
 
 	// Slots in NVIDIA's order: 64-bit groups, then 32-bit groups. Entries
 	// are selected by the exact architecture flag of this machine's 64-bit

@@ -50,6 +50,11 @@ type Options struct {
 	// version mismatch error, and the driver probe loads them). nil finds
 	// every file (list, info, CDI generation).
 	Caps caps.Set
+	// ConfigSearchPaths, when set, are the host directories (absolute,
+	// not below Root) where the graphics configuration files (EGL, Vulkan,
+	// X.Org, OpenCL) are looked up instead of the driver root's /etc,
+	// /usr/local/share and /usr/share: NVIDIA's --config-search-path.
+	ConfigSearchPaths []string
 	// Features names the feature-gated device families to look for
 	// (Driver.Features); nil looks for none.
 	Features []Feature
@@ -104,6 +109,12 @@ type File struct {
 	CacheFlags int32
 	// Compat32 marks a 32-bit library.
 	Compat32 bool
+	// Dest, when not "", is where a container gets the file if not at Path
+	// (the Vulkan ICD and layer files go below /etc).
+	Dest string `json:",omitempty"`
+	// Library marks a graphics file that is a shared library (its SONAME
+	// set): it goes into the container's ld.so.cache.
+	Library bool `json:",omitempty"`
 	// Dir marks a directory (the MPS pipe directory).
 	Dir bool
 }
@@ -176,6 +187,18 @@ type GPU struct {
 	// capabilities (every mig-minors entry "gpu<minor>/…"), in minor order:
 	// what --mig-config/--mig-monitor expose for the GPU.
 	MIGCapNodes []DeviceNode
+	// DRMNodes are the GPU's /dev/dri nodes (card, render) named by its
+	// sysfs drm/ directory, and DRMLinks the /dev/dri/by-path links to
+	// them: what graphics and display containers get with the GPU.
+	DRMNodes []DeviceNode `json:",omitempty"`
+	DRMLinks []DRMLink    `json:",omitempty"`
+}
+
+// DRMLink is a /dev/dri/by-path link (Path) and its target as the host has
+// it (../card1).
+type DRMLink struct {
+	Path   string
+	Target string
 }
 
 // Driver is the result of discovery.
@@ -204,6 +227,12 @@ type Driver struct {
 	Binaries  []File
 	IPCs      []File
 	Firmware  []File
+	// Graphics are the graphics, display and OpenCL files NVIDIA's spec
+	// generator mounts (Vulkan ICD and layer files, EGL vendor and
+	// external-platform files and libraries, X.Org modules, xorg.conf.d
+	// files, nvoptix.bin, the OpenCL vendor file), in NVIDIA's order;
+	// selected by graphics or display (GraphicsFor).
+	Graphics []File
 
 	// ControlNodes are the driver-wide nodes present: nvidiactl,
 	// nvidia-uvm, nvidia-uvm-tools, nvidia-modeset.
@@ -280,6 +309,15 @@ func (d *Driver) ControlNodesFor(s caps.Set) []DeviceNode {
 		out = append(out, n)
 	}
 	return out
+}
+
+// GraphicsFor returns the graphics files a capability set selects: all of
+// them with graphics or display, none otherwise.
+func (d *Driver) GraphicsFor(s caps.Set) []File {
+	if !s.Has(caps.Graphics) && !s.Has(caps.Display) {
+		return nil
+	}
+	return d.Graphics
 }
 
 // IPCsFor returns the IPC endpoints a capability set selects.

@@ -75,6 +75,9 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 		}
 		hs = append(hs, h)
 	}
+	if h := DevSymlinksHook(p.DevSymlinks); h != nil {
+		hs = append(hs, *h)
+	}
 	if len(p.LdconfigDirs) > 0 && !hc.RootfsDone {
 		h := hookargs.UpdateLdcache{LdconfigPath: hc.LdconfigPath, Folders: p.LdconfigDirs}
 		if hc.InProcessLdcache {
@@ -90,6 +93,20 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 		hooks = append(hooks, Hook{Path: hc.Path, Args: hookargs.Command(h), Env: hookargs.Env()})
 	}
 	return hooks
+}
+
+// DevSymlinksHook is the create-symlinks hook that makes links below /dev
+// (plan.Plan.DevSymlinks) in the container's /dev once the low-level
+// runtime has set it up; nil for no link.
+func DevSymlinksHook(links []plan.Symlink) *hookargs.CreateSymlinks {
+	if len(links) == 0 {
+		return nil
+	}
+	h := hookargs.CreateSymlinks{}
+	for _, s := range links {
+		h.Links = append(h.Links, hookargs.Link{Target: s.Target, Path: s.Link})
+	}
+	return &h
 }
 
 // Chain merges hooks that run the same binary with the same environment into

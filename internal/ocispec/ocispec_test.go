@@ -701,3 +701,31 @@ func TestRootPath(t *testing.T) {
 		})
 	}
 }
+
+// TestHooksDevSymlinks: links below /dev are made by a create-symlinks hook
+// even when the caller made the other links in the rootfs (RootfsDone),
+// since the container's /dev exists only after the low-level runtime set
+// it up.
+func TestHooksDevSymlinks(t *testing.T) {
+	p := &plan.Plan{
+		Symlinks:    []plan.Symlink{{Link: "/usr/lib/libcuda.so", Target: "libcuda.so.1"}},
+		DevSymlinks: []plan.Symlink{{Link: "/dev/dri/by-path/pci-0000:18:00.0-card", Target: "../card1"}},
+	}
+	for _, done := range []bool{false, true} {
+		hs := Hooks(p, HookConfig{Path: "/usr/bin/nvidia-cdi-hook", RootfsDone: done})
+		var got []string
+		for _, h := range hs {
+			got = append(got, strings.Join(h.Args, " "))
+		}
+		want := []string{"nvidia-cdi-hook create-symlinks --link ../card1::/dev/dri/by-path/pci-0000:18:00.0-card"}
+		if !done {
+			want = append([]string{"nvidia-cdi-hook create-symlinks --link libcuda.so.1::/usr/lib/libcuda.so"}, want...)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("RootfsDone %v: hooks %q, want %q", done, got, want)
+		}
+	}
+	if len(Hooks(&plan.Plan{}, HookConfig{Path: "/x"})) != 0 {
+		t.Error("an empty plan has hooks")
+	}
+}

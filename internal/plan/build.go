@@ -59,6 +59,10 @@ type Options struct {
 	// pipe directory.
 	NoIPC         bool
 	NoGSPFirmware bool
+	// NoGraphics leaves out what graphics and display bring besides the
+	// libraries: the graphics files, the GPUs' DRM nodes and links, the
+	// GBM link (NVIDIA's management spec has none of them).
+	NoGraphics bool
 
 	Target Target
 }
@@ -166,9 +170,26 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 	for _, n := range d.ControlNodesFor(o.Caps) {
 		p.addDevice(n, DeviceDriver, "", "")
 	}
+	graphics := (o.Caps.Has(caps.Graphics) || o.Caps.Has(caps.Display)) && !o.NoGraphics
 	for _, g := range o.GPUs {
 		if g.Node.Path != "" {
 			p.addDevice(g.Node, DeviceGPU, "", "")
+		}
+		// A GPU here as the parent of selected MIG devices gives them no
+		// DRM node: NVIDIA gives a MIG device the GPU's DRM nodes only for
+		// graphics-capable (+gfx) MIG profiles.
+		if !graphics || slices.ContainsFunc(o.MIG, func(m selector.SelectedMIG) bool { return m.Parent.Index == g.Index }) {
+			continue
+		}
+		// The GPU's DRM nodes and their by-path links (NVIDIA's graphics
+		// modifier and spec generator give them with the GPU).
+		for _, n := range g.DRMNodes {
+			p.addDevice(n, DeviceGPU, "", "")
+		}
+		for _, l := range g.DRMLinks {
+			if !slices.ContainsFunc(p.DevSymlinks, func(s Symlink) bool { return s.Link == l.Path }) {
+				p.DevSymlinks = append(p.DevSymlinks, Symlink{Link: l.Path, Target: l.Target})
+			}
 		}
 	}
 	migAdmin := o.MIGConfig || o.MIGMonitor
@@ -282,6 +303,51 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 			}
 		}
 	}
+	// Graphics files: libraries go where the other libraries go, the
+	// rest to their own paths (Vulkan's below /etc).
+	for _, f := range d.GraphicsFor(o.Caps) {
+		if o.NoGraphics {
+			break
+		}
+		dst := f.Path
+		if f.Dest != "" {
+			dst = f.Dest
+		}
+		if f.Library && o.Target.LibDir != "" {
+			dst = path.Join(o.Target.LibDir, path.Base(f.Path))
+		}
+		if injected[dst] {
+			continue
+		}
+		injected[dst] = true
+		m := Mount{Source: f.HostPath, Destination: dst, Kind: KindFile, Options: ro, Class: MountGraphics}
+		if f.Library && f.CacheFlags != 0 {
+			m.Library = &ldcache.Library{SONAME: f.SONAME, Flags: f.CacheFlags}
+		}
+		p.Mounts = append(p.Mounts, m)
+		dir, base := path.Split(dst)
+		dir = path.Clean(dir)
+		if f.Library {
+			if !slices.Contains(libDirs, dir) {
+				libDirs = append(libDirs, dir)
+			}
+			if f.SONAME != "" && f.SONAME != base {
+				p.addSymlink(path.Join(dir, f.SONAME), base)
+			}
+		}
+		for link, target := range graphicsLinks(base, d.LibraryVersion) {
+			p.addSymlink(path.Join(dir, link), target)
+		}
+	}
+	if graphics {
+		// gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so.1 next to
+		// the allocator library, as NVIDIA's graphics discoverer makes it.
+		for _, m := range p.Mounts {
+			if m.Class == MountLibrary && path.Base(m.Destination) == "libnvidia-allocator.so."+d.LibraryVersion {
+				p.addSymlink(path.Join(path.Dir(m.Destination), "gbm", "nvidia-drm_gbm.so"), "../libnvidia-allocator.so.1")
+			}
+		}
+	}
 	p.LdconfigDirs = libDirs
 	for _, f := range d.BinariesFor(o.Caps) {
 		dst := f.Path
@@ -386,6 +452,19 @@ func devLinks(base, soname string) map[string]string {
 		return map[string]string{"libGLX_indirect.so.0": base}
 	case strings.HasPrefix(base, "libnvidia-opticalflow.so.") && soname != "":
 		return map[string]string{"libnvidia-opticalflow.so": soname}
+	}
+	return nil
+}
+
+// graphicsLinks returns the development links NVIDIA's graphics discoverer
+// makes next to a graphics library whose name ends in the driver version:
+// libnvidia-vulkan-producer.so and libglxserver_nvidia.so, pointing to the
+// file.
+func graphicsLinks(base, version string) map[string]string {
+	for _, lib := range []string{"libnvidia-vulkan-producer.so", "libglxserver_nvidia.so"} {
+		if version != "" && base == lib+"."+version {
+			return map[string]string{lib: base}
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -383,6 +384,114 @@ func TestBuildDevLinks(t *testing.T) {
 			}
 			if !slices.Equal(p.Symlinks, tc.want) {
 				t.Errorf("symlinks %v, want %v", p.Symlinks, tc.want)
+			}
+		})
+	}
+}
+
+// TestBuildGraphics: graphics or display bring the graphics files (Vulkan's
+// below /etc; libraries with their SONAME link, into ld.so.cache; the GBM,
+// vulkan-producer and GLX server links) and, per selected GPU, its DRM
+// nodes and by-path links, made by a hook; other capabilities none of it.
+func TestBuildGraphics(t *testing.T) {
+	d := testDriver()
+	d.LibraryVersion = "535.261.03"
+	const lib = "/usr/local/nvidia/lib64"
+	d.Libraries = append(d.Libraries, discover.File{Capability: caps.Compute, Path: lib + "/libnvidia-allocator.so.535.261.03",
+		HostPath: "/drv" + lib + "/libnvidia-allocator.so.535.261.03", SONAME: "libnvidia-allocator.so.1"})
+	d.Graphics = []discover.File{
+		{Path: lib + "/libnvidia-egl-gbm.so.1.1.0", HostPath: "/drv/egl-gbm", SONAME: "libnvidia-egl-gbm.so.1", Library: true},
+		{Path: lib + "/libnvidia-vulkan-producer.so.535.261.03", HostPath: "/drv/producer", Library: true},
+		{Path: "/usr/share/vulkan/icd.d/nvidia_icd.json", Dest: "/etc/vulkan/icd.d/nvidia_icd.json", HostPath: "/drv/icd"},
+		{Path: "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.535.261.03", HostPath: "/drv/glx"},
+	}
+	dri := func(p string, minor uint32) discover.DeviceNode {
+		return discover.DeviceNode{Path: p, HostPath: "/drv" + p, Major: 226, Minor: minor, Mode: 0o660, GID: 44}
+	}
+	d.GPUs[1].DRMNodes = []discover.DeviceNode{dri("/dev/dri/card2", 2), dri("/dev/dri/renderD129", 129)}
+	d.GPUs[1].DRMLinks = []discover.DRMLink{{Path: "/dev/dri/by-path/pci-0000:02:00.0-card", Target: "../card2"}}
+	d.GPUs[2].DRMNodes = []discover.DeviceNode{dri("/dev/dri/card3", 3)}
+	for _, tc := range []struct {
+		name      string
+		caps      caps.Set
+		target    Target
+		mounts    []string // graphics mounts: destination
+		links     []string // graphics symlinks: link -> target
+		devices   []string
+		devLinks  []string
+		ldconfDir []string
+		mig       bool // GPU 1 is there as the parent of a selected MIG device
+	}{
+		{name: "compute", caps: caps.Set{caps.Compute: true},
+			devices: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia3"}, ldconfDir: []string{lib}},
+		{name: "display, CDI layout", caps: caps.Set{caps.Display: true, caps.Compute: true},
+			mounts: []string{lib + "/libnvidia-egl-gbm.so.1.1.0", lib + "/libnvidia-vulkan-producer.so.535.261.03",
+				"/etc/vulkan/icd.d/nvidia_icd.json", "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.535.261.03"},
+			links: []string{lib + "/libnvidia-egl-gbm.so.1 -> libnvidia-egl-gbm.so.1.1.0",
+				lib + "/libnvidia-vulkan-producer.so -> libnvidia-vulkan-producer.so.535.261.03",
+				"/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so -> libglxserver_nvidia.so.535.261.03",
+				lib + "/gbm/nvidia-drm_gbm.so -> ../libnvidia-allocator.so.1"},
+			devices: []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/nvidia3",
+				"/dev/dri/card2", "/dev/dri/renderD129"},
+			devLinks:  []string{"/dev/dri/by-path/pci-0000:02:00.0-card -> ../card2"},
+			ldconfDir: []string{lib}},
+		{name: "graphics, image layout", caps: caps.Set{caps.Graphics: true}, target: debianTarget(),
+			mounts: []string{"/usr/lib/x86_64-linux-gnu/libnvidia-egl-gbm.so.1.1.0", "/usr/lib/x86_64-linux-gnu/libnvidia-vulkan-producer.so.535.261.03",
+				"/etc/vulkan/icd.d/nvidia_icd.json", "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.535.261.03"},
+			links: []string{"/usr/lib/x86_64-linux-gnu/libnvidia-egl-gbm.so.1 -> libnvidia-egl-gbm.so.1.1.0",
+				"/usr/lib/x86_64-linux-gnu/libnvidia-vulkan-producer.so -> libnvidia-vulkan-producer.so.535.261.03",
+				"/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so -> libglxserver_nvidia.so.535.261.03"},
+			devices:   []string{"/dev/nvidiactl", "/dev/nvidia3", "/dev/dri/card2", "/dev/dri/renderD129"},
+			devLinks:  []string{"/dev/dri/by-path/pci-0000:02:00.0-card -> ../card2"},
+			ldconfDir: []string{"/usr/lib/x86_64-linux-gnu"}},
+		{name: "display, a MIG device of the GPU", caps: caps.Set{caps.Display: true}, mig: true,
+			mounts: []string{lib + "/libnvidia-egl-gbm.so.1.1.0", lib + "/libnvidia-vulkan-producer.so.535.261.03",
+				"/etc/vulkan/icd.d/nvidia_icd.json", "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.535.261.03"},
+			links: []string{lib + "/libnvidia-egl-gbm.so.1 -> libnvidia-egl-gbm.so.1.1.0",
+				lib + "/libnvidia-vulkan-producer.so -> libnvidia-vulkan-producer.so.535.261.03",
+				"/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so -> libglxserver_nvidia.so.535.261.03"},
+			devices:   []string{"/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia3", "/dev/nvidia-caps/nvidia-cap12", "/dev/nvidia-caps/nvidia-cap13"},
+			ldconfDir: []string{lib}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{Caps: tc.caps, GPUs: d.GPUs[1:2], Target: tc.target}
+			if tc.mig {
+				capNode := func(m uint32) discover.DeviceNode {
+					return discover.DeviceNode{Path: fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", m), HostPath: "/drv/c", Major: 511, Minor: m, Mode: 0o444}
+				}
+				o.MIG = []selector.SelectedMIG{{Parent: d.GPUs[1], MIG: discover.MIGDevice{Index: 0, UUID: "MIG-x",
+					GIAccess: capNode(12), CIAccess: capNode(13)}}}
+			}
+			p, err := Build(d, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mounts []string
+			for _, m := range p.Mounts {
+				if m.Class == MountGraphics {
+					mounts = append(mounts, m.Destination)
+				}
+			}
+			link := func(s Symlink) string { return s.Link + " -> " + s.Target }
+			var links []string
+			for _, s := range p.Symlinks {
+				if strings.Contains(s.Link, "egl-gbm") || strings.Contains(s.Link, "producer") || strings.Contains(s.Link, "glxserver") ||
+					strings.Contains(s.Link, "/gbm/") {
+					links = append(links, link(s))
+				}
+			}
+			devs := paths(p.Devices, func(d Device) string { return d.Path })
+			devLinks := paths(p.DevSymlinks, link)
+			if !slices.Equal(mounts, tc.mounts) || !slices.Equal(links, tc.links) || !slices.Equal(devs, tc.devices) ||
+				!slices.Equal(devLinks, tc.devLinks) {
+				t.Errorf("mounts %q\nwant %q\nlinks %q\nwant %q\ndevices %q\nwant %q\ndev links %q\nwant %q",
+					mounts, tc.mounts, links, tc.links, devs, tc.devices, devLinks, tc.devLinks)
+			}
+			if !slices.Equal(p.LdconfigDirs, tc.ldconfDir) {
+				t.Errorf("ldconfig dirs %q, want %q", p.LdconfigDirs, tc.ldconfDir)
+			}
+			if tc.mounts != nil && !slices.Contains(p.LdcacheLibs(), tc.mounts[0]) {
+				t.Errorf("ld.so.cache libraries %q lack %s", p.LdcacheLibs(), tc.mounts[0])
 			}
 		})
 	}

@@ -125,6 +125,9 @@ const (
 	// MountFeature is a file or directory a feature brings (GDS: the udev
 	// database, cuFile's configuration).
 	MountFeature
+	// MountGraphics is a graphics, display or OpenCL file (Vulkan ICD,
+	// EGL vendor and platform files and libraries, X.Org modules, …).
+	MountGraphics
 )
 
 // Mount is a bind mount of a host file into the container.
@@ -179,6 +182,11 @@ type Plan struct {
 	Mounts []Mount
 	// Symlinks are created after the mounts.
 	Symlinks []Symlink
+	// DevSymlinks are links below /dev (the selected GPUs'
+	// /dev/dri/by-path links): the container's /dev exists only once the
+	// low-level runtime has set it up, so they are always made by a
+	// createContainer hook, never in the rootfs beforehand.
+	DevSymlinks []Symlink
 	// LdconfigDirs are container directories holding injected libraries;
 	// when non-empty the libraries there (LdcacheLibs) are added to the
 	// container's ld.so.cache, in process and inside the root
@@ -219,6 +227,7 @@ func Merge(a, b *Plan) *Plan {
 	m.Devices = slices.Concat(a.Devices, b.Devices)
 	m.Mounts = slices.Concat(a.Mounts, b.Mounts)
 	m.Symlinks = slices.Concat(a.Symlinks, b.Symlinks)
+	m.DevSymlinks = slices.Concat(a.DevSymlinks, b.DevSymlinks)
 	m.LdconfigDirs = slices.Concat(a.LdconfigDirs, b.LdconfigDirs)
 	m.Env = slices.Concat(a.Env, b.Env)
 	m.AdditionalGIDs = slices.Clone(a.AdditionalGIDs)

@@ -83,7 +83,7 @@ type agreementCase struct {
 // and device edits), over a fixture driver root, and checks that they give
 // the container the same device nodes, host files and /proc entries.
 func TestPathsAgree(t *testing.T) {
-	r := fixture.Build(t, fixture.Spec{Layout: fixture.Multiarch, GPUs: 3, Compat32: true, IPC: true, Firmware: true, MIG: true})
+	r := fixture.Build(t, fixture.Spec{Layout: fixture.Multiarch, GPUs: 3, Compat32: true, IPC: true, Firmware: true, MIG: true, Graphics: true})
 	if !r.DeviceNodes {
 		t.Skipf("no device nodes: %s", r.NoDeviceNodesReason)
 	}
@@ -116,6 +116,7 @@ func TestPathsAgree(t *testing.T) {
 		}
 		return out
 	}
+	drm := func(g fixture.GPU) []string { return []string{g.DRMCard, g.DRMRender} } // graphics or display only
 	capNode := func(minor int) string { return fmt.Sprintf("/dev/nvidia-caps/nvidia-cap%d", minor) }
 	mig := func(ms ...fixture.MIGDevice) []string {
 		var out []string
@@ -154,10 +155,10 @@ func TestPathsAgree(t *testing.T) {
 		{name: "UUID, graphics+display", cli: []string{"--device=" + g2.UUID, "--graphics", "--display"},
 			env: []string{"NVIDIA_VISIBLE_DEVICES=" + g2.UUID, "NVIDIA_DRIVER_CAPABILITIES=graphics,display"}, privileged: true,
 			cdiDevice: g2.UUID, caps: caps.Set{caps.Graphics: true, caps.Display: true},
-			devices: list(ctl("/dev/nvidia-modeset"), gpu(g2))},
+			devices: list(ctl("/dev/nvidia-modeset"), gpu(g2), drm(g2))},
 		{name: "every capability and compat32", cli: []string{"--device=0", "--utility", "--compute", "--video", "--graphics", "--display", "--ngx", "--compat32"},
 			env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=all"}, privileged: true, cdiDevice: "0", caps: caps.Full(),
-			devices: list(ctl(uvm...), []string{"/dev/nvidia-modeset"}, gpu(g0))},
+			devices: list(ctl(uvm...), []string{"/dev/nvidia-modeset"}, gpu(g0), drm(g0))},
 		{name: "MIG device", cli: append([]string{"--device=1:0"}, ucFlags...),
 			env: []string{"NVIDIA_VISIBLE_DEVICES=1:0", ucEnv}, privileged: true, cdiDevice: "1:0", caps: uc,
 			devices: list(ctl(uvm...), gpu(g1), mig(g1.MIG[0]))},

@@ -121,6 +121,9 @@ func TestFixtureList(t *testing.T) {
 			for _, f := range d.Libraries {
 				want = append(want, r.HostPath(f.Path))
 			}
+			for _, f := range d.Graphics { // list's default: every capability
+				want = append(want, f.HostPath)
+			}
 			for _, p := range r.IPC {
 				real, err := securejoin.SecureJoin(r.Path, p)
 				if err != nil {

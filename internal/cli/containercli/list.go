@@ -151,7 +151,8 @@ func writeLines(w io.Writer, lines []string) {
 // one's /proc access files, then its nodes); IMEX channels; the MIG
 // config and monitor capabilities with the selected GPUs' MIG capabilities
 // (/proc entry, /dev/nvidia-caps, nodes); then, as asked, binaries,
-// libraries (64-bit, then 32-bit), IPCs and firmware. Without a
+// libraries (64-bit, then 32-bit; then, nctk only, the graphics files of
+// a graphics or display container), IPCs and firmware. Without a
 // capability filter the plan is built for every capability (32-bit
 // libraries with --compat32).
 func listLines(d *discover.Driver, r *listRequest) ([]string, string, error) {
@@ -273,6 +274,9 @@ func renderList(p *plan.Plan, r *listRequest, root string) []string {
 	}
 	if r.libraries {
 		mounts(plan.MountLibrary)
+		// nctk only: the graphics files (Vulkan, EGL, X.Org, OpenCL) a
+		// graphics or display container gets besides the libraries.
+		mounts(plan.MountGraphics)
 	}
 	if r.ipcs {
 		mounts(plan.MountIPC)

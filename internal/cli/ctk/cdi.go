@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/nctk/nctk/internal/cli/lookpath"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/planner"
 	"github.com/nctk/nctk/internal/request"
@@ -139,6 +141,8 @@ func cdiGenerate(e *env, args []string) error {
 	if o.DisabledHooks, err = hookSelection(disabledHooks, enabledHooks); err != nil {
 		return fmt.Errorf("%s: %w", e.path, err)
 	}
+	// chmod is off unless enabled, as NVIDIA's default disabled list has it.
+	o.Chmod = slices.Contains(enabledHooks, hookargs.NameChmod)
 	o.NoIPC = featureFlagEffects(e, featureFlags)
 	if len(librarySearchPaths) > 0 {
 		e.log.Warn("--library-search-path applies to csv mode only, which nctk does not support yet; ignored", "paths", librarySearchPaths)
@@ -146,8 +150,10 @@ func cdiGenerate(e *env, args []string) error {
 	if len(csvOptions) > 0 {
 		e.log.Warn("the --csv.* flags apply to csv mode only, which nctk does not support yet; ignored")
 	}
-	if len(configSearchPaths) > 0 {
-		e.log.Info("--config-search-path: nctk's specs mount no graphics configuration files yet; ignored", "paths", configSearchPaths)
+	for _, p := range configSearchPaths {
+		if !path.IsAbs(p) {
+			return fmt.Errorf("%s: --config-search-path %q: want an absolute host directory", e.path, p)
+		}
 	}
 	for _, s := range strategies {
 		ns, err := cdispec.ParseNameStrategy(s)
@@ -200,7 +206,7 @@ func cdiGenerate(e *env, args []string) error {
 	// Discovery's own records (every library of every capability looked
 	// for) are not passed on: what was not found is logged at debug level
 	// by the planner, and a spec for the files that exist is what is asked for.
-	job := planner.Job{Driver: discover.Options{Root: driverRoot, DevRoot: devRoot},
+	job := planner.Job{Driver: discover.Options{Root: driverRoot, DevRoot: devRoot, ConfigSearchPaths: configSearchPaths},
 		Request: request.Request{Devices: deviceIDs}, Logger: e.log}
 	spec, err := cdispec.Generate(context.Background(), job, o)
 	if err != nil {

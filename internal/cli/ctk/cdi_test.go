@@ -364,6 +364,7 @@ func TestCDIGenerateErrors(t *testing.T) {
 		{name: "bad caps", args: []string{"--driver-capabilities", "warp"}, want: "warp"},
 		{name: "bad vendor", args: []string{"--vendor", "-x"}, want: `vendor "-x"`},
 		{name: "relative ldconfig", args: []string{"--ldconfig-path", "sbin/ldconfig"}, want: "absolute"},
+		{name: "relative config search path", args: []string{"--config-search-path", "usr/share"}, want: `--config-search-path "usr/share": want an absolute host directory`},
 		{name: "output parent is a file", args: []string{"--output", filepath.Join(root, "etc", "ld.so.cache", "x.yaml")}, want: "not a directory"},
 		{name: "no driver", args: []string{"--driver-root", t.TempDir()}, want: "no NVIDIA driver found"},
 	}

@@ -219,7 +219,9 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	// Symlinks and ld.so.cache are done here, in the container root, before
 	// the low-level runtime runs; only the /proc/driver/nvidia view needs
 	// a createContainer hook (it mounts inside the container), and only
-	// when the container's procfs will have that directory.
+	// when the container's procfs will have that directory, and so do the
+	// links below /dev (the GPUs' /dev/dri/by-path links), which only the
+	// container's own /dev can hold.
 	inContainer := r.needsProcView(spec)
 	procView := p.Proc != nil && inContainer
 	// The same for the hooks of CDI specs that run this installation's
@@ -242,7 +244,7 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	}
 	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: ldconfig.Path,
 		RootfsDone: true, NoProcView: !procView}
-	if hc.Path == "" && procView {
+	if hc.Path == "" && (procView || len(p.DevSymlinks) > 0) {
 		if hc.Path, err = findHelper(hookargs.Binary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
 			return fmt.Errorf("container hooks: %w", err)
 		}
