@@ -2,11 +2,14 @@ package discover
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"slices"
 	"sort"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/ldcache"
@@ -78,11 +81,11 @@ func (x *discoverer) graphics() error {
 	// in those host directories (NVIDIA's --config-search-path).
 	cfgRoot, cfgDirs := x.root, configDirs
 	if len(x.opts.ConfigSearchPaths) > 0 {
-		cfgRoot, cfgDirs = newInRoot("/"), x.opts.ConfigSearchPaths
+		cfgRoot, cfgDirs = newInRoot("/", nil), x.opts.ConfigSearchPaths
 	}
 	addIn := func(r *inRoot, p, dest string) bool {
-		real, fi, err := r.statFollow(p)
-		if err != nil || !fi.Mode().IsRegular() {
+		real, mode, err := r.statFollow(p)
+		if err != nil || !mode.IsRegular() {
 			return false
 		}
 		if slices.ContainsFunc(x.d.Graphics, func(f File) bool { return f.HostPath == r.host(real) }) {
@@ -105,9 +108,9 @@ func (x *discoverer) graphics() error {
 				if err != nil {
 					continue
 				}
-				matches, _ := pathGlob(x.root.host(real), prefix+".*.*")
+				matches, _ := globNames(x.root.loc(real), prefix+".*.*")
 				for _, m := range matches {
-					if x.addGraphicsLib(path.Join(dir, path.Base(m))) {
+					if x.addGraphicsLib(path.Join(dir, m)) {
 						break
 					}
 				}
@@ -155,15 +158,15 @@ func (x *discoverer) graphics() error {
 // addGraphicsLib adds the library p (an in-root path) to Driver.Graphics with
 // its SONAME, when it resolves to a regular file.
 func (x *discoverer) addGraphicsLib(p string) bool {
-	real, fi, err := x.root.statFollow(p)
-	if err != nil || !fi.Mode().IsRegular() {
+	real, mode, err := x.root.statFollow(p)
+	if err != nil || !mode.IsRegular() {
 		return false
 	}
 	host := x.root.host(real)
 	if slices.ContainsFunc(x.d.Graphics, func(f File) bool { return f.HostPath == host }) {
 		return true
 	}
-	lib, err := inspectLibrary(host, fi.Size())
+	lib, err := inspectLibrary(x.root.loc(real))
 	if err != nil {
 		x.warn("graphics library %s: %v", p, err)
 		return false
@@ -173,15 +176,23 @@ func (x *discoverer) addGraphicsLib(p string) bool {
 	return true
 }
 
-// inspectLibrary reads a library's SONAME and ld.so.cache flags, as
-// ldconfig would record them.
-func inspectLibrary(host string, size int64) (ldcache.Library, error) {
-	f, err := os.Open(host)
+// inspectLibrary reads the SONAME and ld.so.cache flags of the library at
+// l, as ldconfig would record them.
+func inspectLibrary(l loc) (ldcache.Library, error) {
+	fd, err := unix.Openat(l.dirfd, l.name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return ldcache.Library{}, &fs.PathError{Op: "open", Path: l.host, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), l.host)
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return ldcache.Library{}, err
 	}
-	defer f.Close()
-	return ldcache.Inspect(f, size)
+	if !fi.Mode().IsRegular() {
+		return ldcache.Library{}, fmt.Errorf("%s: not a regular file", l.host)
+	}
+	return ldcache.Inspect(f, fi.Size())
 }
 
 // libcudaDirs are the directories of the 64-bit libcuda (NVIDIA's driver
@@ -205,13 +216,13 @@ func drmDir(busID string) string {
 // (card*, renderD*: every entry, as NVIDIA takes them) and the
 // /dev/dri/by-path links that point at them.
 func (x *discoverer) drm() error {
-	var byPath []os.DirEntry
-	if ents, err := os.ReadDir(join(x.devRoot, "/dev/dri/by-path")); err == nil {
+	var byPath []fs.DirEntry
+	if ents, err := x.dev.loc("/dev/dri/by-path").readDir(); err == nil {
 		byPath = ents
 	}
 	for i := range x.d.GPUs {
 		g := &x.d.GPUs[i]
-		ents, err := os.ReadDir(join(x.proc, drmDir(g.BusID)))
+		ents, err := x.proc.loc(drmDir(g.BusID)).readDir()
 		if err != nil {
 			continue
 		}
@@ -234,7 +245,7 @@ func (x *discoverer) drm() error {
 			if !strings.HasPrefix(e.Name(), "pci-") || strings.Count(e.Name(), "-") < 2 {
 				continue
 			}
-			target, err := os.Readlink(join(x.devRoot, "/dev/dri/by-path/"+e.Name()))
+			target, err := readlink(x.dev.loc("/dev/dri/by-path/" + e.Name()))
 			if err != nil {
 				continue
 			}
@@ -246,17 +257,17 @@ func (x *discoverer) drm() error {
 	return nil
 }
 
-// pathGlob is filepath.Glob for a directory and a pattern without
-// separators.
-func pathGlob(dir, pattern string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
+// globNames lists the names in the directory at l that match pattern
+// (which has no separators), sorted.
+func globNames(l loc, pattern string) ([]string, error) {
+	ents, err := l.readDir()
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, e := range ents {
 		if ok, _ := path.Match(pattern, e.Name()); ok {
-			out = append(out, path.Join(dir, e.Name()))
+			out = append(out, e.Name())
 		}
 	}
 	return out, nil
