@@ -27,7 +27,8 @@
 //     checked (types, device numbers), the /proc/driver/nvidia view read,
 //     and, when the image may have CUDA compat libraries, the host ldconfig
 //     copied into a sealed memfd;
-//  3. in the container: proc view, bind mounts (ro, nosuid, nodev; devices
+//  3. in the container: a check that nothing below lies under a mount of a
+//     host directory (a user volume: UserMountError), then proc view, bind mounts (ro, nosuid, nodev; devices
 //     ro, nosuid, noexec), symlinks, device nodes — all through
 //     internal/rootfs, resolved inside the container root;
 //  4. device cgroup rules for exactly the plan's devices (v1 devices.allow
@@ -151,6 +152,13 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		return &phase.Error{Phase: phase.Container, Err: fmt.Errorf("mount namespace: %w", err)}
 	}
 	defer unix.Close(nsfd)
+	// The container's mounts (the engine made them before this hook) and
+	// ours: what lies below a mount of a host directory is never created
+	// or changed (checkUserMounts).
+	mounts, err := readMountTables(proc, c)
+	if err != nil {
+		return &phase.Error{Phase: phase.Container, Err: err}
+	}
 	var cg *deviceCgroup
 	useCgroup := !opts.NoCgroups && len(p.Devices) > 0
 	if useCgroup {
@@ -185,11 +193,11 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		if r, err = rootfs.Open(c.Rootfs); err != nil {
 			return err
 		}
-		if err := prep.apply(r, p, log); err != nil {
+		compat = compatDir(r, p, opts, log)
+		if err := checkUserMounts(r, mounts, plannedPaths(p, opts, compat)); err != nil {
 			return err
 		}
-		compat = compatDir(r, p, opts, log)
-		return nil
+		return prep.apply(r, p, log)
 	})
 	rollback := func() {
 		if r == nil {
