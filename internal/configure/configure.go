@@ -52,6 +52,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -196,6 +197,19 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		compat = compatDir(r, p, opts, log)
 		if err := checkUserMounts(r, mounts, plannedPaths(p, opts, compat)); err != nil {
 			return err
+		}
+		// A configure killed mid-way (the engine then tears the container
+		// down; a restart reuses the rootfs) leaves its temporary files:
+		// removed here, so that this run gives the rootfs of a run that
+		// was never interrupted (every step below is idempotent).
+		for _, dir := range staleDirs(p) {
+			removed, err := r.RemoveStaleTemps(dir)
+			if err != nil {
+				return err
+			}
+			if len(removed) > 0 {
+				log.Info("removed temporary files an interrupted configure left", "root", c.Rootfs, "files", removed)
+			}
 		}
 		return prep.apply(r, p, log)
 	})
@@ -379,6 +393,22 @@ func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger) error 
 		}
 	}
 	return nil
+}
+
+// staleDirs are the container directories where Apply writes through
+// temporary names: the parents of p's symlinks (a link replaced) and, with
+// ld.so.cache work, /etc and /etc/ld.so.conf.d.
+func staleDirs(p *plan.Plan) []string {
+	var dirs []string
+	if len(p.LdconfigDirs) > 0 {
+		dirs = append(dirs, "/etc", "/etc/ld.so.conf.d")
+	}
+	for _, s := range p.Symlinks {
+		if d := path.Dir(path.Clean("/" + s.Link)); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }
 
 // deviceRules are the cgroup rules for the plan's devices, deduplicated.
