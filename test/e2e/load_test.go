@@ -156,22 +156,34 @@ func TestLoadCreates(t *testing.T) {
 		t.Fatalf("plain runc create: %v", base.err)
 	}
 	procsBefore := runtimeProcesses(state, prefix)
-	wrapper := tool(t, "nvidia-container-runtime")
-	results := make([]createResult, size.creates)
-	sem := make(chan struct{}, size.parallel)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range results {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			results[i] = create(i, wrapper, true)
-		}()
+	// load makes size.creates containers, size.parallel at a time.
+	load := func(first int, bin string, gpu bool) ([]createResult, time.Duration) {
+		results := make([]createResult, size.creates)
+		sem := make(chan struct{}, size.parallel)
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := range results {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				results[i] = create(first+i, bin, gpu)
+			}()
+		}
+		wg.Wait()
+		return results, time.Since(start)
 	}
-	wg.Wait()
-	wall := time.Since(start)
+	results, wall := load(0, tool(t, "nvidia-container-runtime"), true)
+	// The same load through plain runc, without a GPU, for comparison.
+	plain, plainWall := load(size.creates, runc, false)
+	var plainTook []time.Duration
+	for i, r := range plain {
+		if r.err != nil {
+			t.Errorf("plain runc create %d: %v", i, r.err)
+		}
+		plainTook = append(plainTook, r.took)
+	}
 
 	var took []time.Duration
 	for i, r := range results {
@@ -221,9 +233,13 @@ func TestLoadCreates(t *testing.T) {
 	if left, _ := filepath.Glob("/sys/fs/cgroup/" + prefix + "*"); len(left) > 0 {
 		t.Errorf("cgroups left: %v", left)
 	}
-	t.Logf("load: %d creates through nvidia-container-runtime, %d at a time, in %v (%.1f/s); per create: median %v, p90 %v, max %v; all identical, nothing left",
-		len(took), size.parallel, wall.Round(time.Millisecond), float64(len(took))/wall.Seconds(),
-		percentile(took, 50).Round(time.Millisecond), percentile(took, 90).Round(time.Millisecond), percentile(took, 100).Round(time.Millisecond))
+	report := func(what string, took []time.Duration, wall time.Duration) {
+		t.Logf("load: %d creates through %s, %d at a time, in %v (%.1f/s); per create: median %v, p90 %v, max %v",
+			len(took), what, size.parallel, wall.Round(time.Millisecond), float64(len(took))/wall.Seconds(),
+			percentile(took, 50).Round(time.Millisecond), percentile(took, 90).Round(time.Millisecond), percentile(took, 100).Round(time.Millisecond))
+	}
+	report("nvidia-container-runtime (NVIDIA_VISIBLE_DEVICES=all, 4 GPUs)", took, wall)
+	report("plain runc (no GPU)", plainTook, plainWall)
 }
 
 // initPid is the pid of container id's init (runc state).
@@ -333,7 +349,8 @@ func treeDifference(got, want map[string]string) []string {
 
 // TestLoadDocker is issue 13's docker load: size.dockerRuns concurrent
 // `docker run` of the probe for each way docker asks for GPUs (the nvidia
-// runtime, --gpus all, --gpus device=0) against one private dockerd over a
+// runtime, --gpus all, --gpus device=0), and without a GPU for comparison,
+// against one private dockerd over a
 // 2-GPU fixture driver; every container must see exactly its GPUs, the
 // driver's libraries and a working CUDA probe, and afterwards no
 // container, mount or nctk process may be left.
@@ -354,6 +371,9 @@ func TestLoadDocker(t *testing.T) {
 		{"runtime=nvidia", []string{"--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=all"}, []int{0, 1}},
 		{"gpus=all", []string{"--runtime=runc", "--gpus", "all"}, []int{0, 1}},
 		{"gpus=device=0", []string{"--runtime=runc", "--gpus", "device=0"}, []int{0}},
+		// The same load without a GPU: what dockerd, containerd and runc
+		// take by themselves on this machine.
+		{"runc (no GPU)", []string{"--runtime=runc"}, nil},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			results := make([]e2e.Result, size.dockerRuns)
@@ -372,6 +392,10 @@ func TestLoadDocker(t *testing.T) {
 					continue
 				}
 				t.Run(fmt.Sprint(i), func(t *testing.T) {
+					if p.gpus == nil {
+						checkNoGPU(t, res.Stdout)
+						return
+					}
 					checkGPU(t, res.Stdout, want{host: host, GPUs: p.gpus, LibDir: libDir})
 				})
 			}
