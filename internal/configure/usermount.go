@@ -95,7 +95,7 @@ func (t *mountTables) byPath(dir string) (mountEntry, bool) {
 // tmpfs at /dev, a --tmpfs) and procfs (nothing can be created in it) are
 // not.
 func (t *mountTables) hostSource(m mountEntry) (string, bool) {
-	if !t.belowRootfs(m.MountPoint) || m.FSType == "proc" {
+	if m.FSType == "proc" {
 		return "", false
 	}
 	shared := false
@@ -158,6 +158,13 @@ func plannedPaths(p *plan.Plan, opts Options, compat string) []plannedPath {
 // directory where it would be created is looked up inside the root, and
 // its mount found by id in t). It changes nothing.
 func checkUserMounts(r *rootfs.Root, t *mountTables, paths []plannedPath) error {
+	// The mount holding the root directory itself: the container's own
+	// rootfs. Any other mount met inside the root lies below it (compared
+	// by id, not by path: the rootfs path may name a symlink).
+	rootID, _, err := r.MountOf("/")
+	if err != nil && !errors.Is(err, rootfs.ErrNoMountID) {
+		return err
+	}
 	for _, pp := range paths {
 		if pp.ifMissing {
 			if st, err := r.Lstat(pp.path); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Mode&unix.S_IFMT != unix.S_IFLNK {
@@ -169,9 +176,13 @@ func checkUserMounts(r *rootfs.Root, t *mountTables, paths []plannedPath) error 
 		var ok bool
 		switch {
 		case errors.Is(err, rootfs.ErrNoMountID):
-			m, ok = t.byPath(dir)
+			if m, ok = t.byPath(dir); ok && !t.belowRootfs(m.MountPoint) {
+				continue
+			}
 		case err != nil:
 			return err
+		case id == rootID:
+			continue
 		default:
 			m, ok = t.byID[id]
 		}

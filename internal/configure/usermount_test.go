@@ -74,8 +74,12 @@ func TestApplyUserMount(t *testing.T) {
 		tmpfs   bool   // an engine tmpfs instead of a host directory
 		files   []string
 		refused string // the start of the path named in the error, "" when Apply works
+		// viaLink: the rootfs is named through a symlink (mountinfo
+		// shows the real path).
+		viaLink bool
 	}{
 		{name: "volume over the lib dir", dst: libdir, refused: libdir + "/libz.so.1"},
+		{name: "volume over the lib dir, rootfs named through a symlink", dst: libdir, refused: libdir + "/libz.so.1", viaLink: true},
 		{name: "volume over /usr", dst: "/usr", refused: libdir + "/libz.so.1"},
 		{name: "volume over /etc", dst: "/etc", refused: "/etc/ld.so.cache"},
 		{name: "host /dev without the nodes", dst: "/dev", refused: "/dev/nvidia0"},
@@ -105,7 +109,12 @@ func TestApplyUserMount(t *testing.T) {
 			rootBefore := treeOf(t, c.rootfs)
 			mountsBefore := c.mounts(t)
 
-			err := Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, Options{NoCgroups: true})
+			rootPath := c.rootfs
+			if tt.viaLink {
+				rootPath = filepath.Join(t.TempDir(), "link")
+				must(t, os.Symlink(c.rootfs, rootPath))
+			}
+			err := Apply(context.Background(), p, Container{PID: c.pid, Rootfs: rootPath}, Options{NoCgroups: true})
 
 			if got := treeOf(t, host); !maps.Equal(got, hostBefore) {
 				t.Errorf("host directory changed:\n%v\nwas\n%v", got, hostBefore)
@@ -119,7 +128,7 @@ func TestApplyUserMount(t *testing.T) {
 			if !errors.As(err, &ue) || !errors.As(err, &pe) || pe.Phase != phase.Mount {
 				t.Fatalf("Apply = %v, want a mount error wrapping a UserMountError", err)
 			}
-			if !strings.HasPrefix(ue.Path, tt.refused) || ue.Destination != tt.dst || ue.Source != host {
+			if !strings.HasPrefix(ue.Path, tt.refused) || !strings.HasSuffix(ue.Destination, tt.dst) || ue.Source != host {
 				t.Errorf("error = %+v, want path %s, mount %s of %s", ue, tt.refused, tt.dst, host)
 			}
 			if msg := err.Error(); !strings.Contains(msg, host) || !strings.Contains(msg, tt.dst) || !strings.Contains(msg, "mount the volume elsewhere") {
@@ -156,7 +165,6 @@ func TestMountTables(t *testing.T) {
 		id   uint64
 		host string // "" when not a host file system
 	}{
-		{31, ""}, // the rootfs itself
 		{40, "/home/u/lib"},
 		{41, ""}, // the engine's tmpfs
 		{42, "/tmp/x"},
@@ -168,6 +176,11 @@ func TestMountTables(t *testing.T) {
 		src, ok := tab.hostSource(tab.byID[tt.id])
 		if ok != (tt.host != "") || src != tt.host {
 			t.Errorf("mount %d: hostSource = %q, %v; want %q", tt.id, src, ok, tt.host)
+		}
+	}
+	for mp, below := range map[string]bool{root: false, root + "/usr/lib": true, root + "x/y": false, "/": false} {
+		if got := tab.belowRootfs(mp); got != below {
+			t.Errorf("belowRootfs(%s) = %v, want %v", mp, got, below)
 		}
 	}
 	if m, ok := tab.byPath("/usr/lib/x86_64-linux-gnu/sub"); !ok || m.ID != 40 {
