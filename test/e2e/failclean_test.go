@@ -76,6 +76,31 @@ func TestDockerUserMount(t *testing.T) {
 	e2e.RequireRoot(t)
 	const img = "nctk-e2e:usermount"
 	host, d := startGPUDockerd(t, img)
+	userMount(t, host, d, img)
+}
+
+// TestTrixieDockerUserMount is TestDockerUserMount against Debian 13's
+// docker (26.1) and runc (1.1), whose daemons run in a mount namespace of
+// their own.
+func TestTrixieDockerUserMount(t *testing.T) {
+	skipShort(t)
+	e2e.RequireRoot(t)
+	root := e2e.StartTrixie(t)
+	host := trixieHost(t, root, fixture.Spec{Layout: "multiarch", GPUs: 2})
+	d := e2e.StartDockerd(t, e2e.DockerdOptions{
+		Root:      root,
+		Runtimes:  map[string]e2e.DockerRuntime{"nvidia": {Path: tool(t, "nvidia-container-runtime")}},
+		ExtraPath: []string{binDir},
+		Env:       host.Env,
+	})
+	const img = "nctk-e2e:usermount"
+	d.ImportImage(e2e.BuildRootfs(t, e2e.RootfsOptions{}), img)
+	userMount(t, host, d, img)
+}
+
+// userMount runs the cases of TestDockerUserMount against d, whose image
+// img is the probe image.
+func userMount(t *testing.T, host *gpuHost, d *e2e.Dockerd, img string) {
 	libDir := e2e.LayoutDebian.LibDir()
 	_, mustRun := dockerProbe(d, img, libDir)
 	for _, tt := range []struct {
