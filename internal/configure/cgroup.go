@@ -46,9 +46,12 @@ func parseProcCgroup(data []byte) ([]cgroupEntry, error) {
 
 // mountEntry is the part of a /proc/PID/mountinfo line this package uses.
 type mountEntry struct {
+	ID         uint64 // the mount id (statx's stx_mnt_id)
+	Dev        string // major:minor of the file system
 	Root       string
 	MountPoint string
 	FSType     string
+	Source     string // the mount source (a device, a file system name)
 	SuperOpts  []string
 }
 
@@ -74,7 +77,12 @@ func parseMountinfo(data []byte) ([]mountEntry, error) {
 		if len(f) < 6 || sep < 0 || len(f) < sep+3 {
 			return nil, fmt.Errorf("mountinfo line %d: malformed: %q", n, strings.TrimSuffix(line, "\n"))
 		}
-		e := mountEntry{Root: unescapeOctal(f[3]), MountPoint: unescapeOctal(f[4]), FSType: f[sep+1]}
+		id, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("mountinfo line %d: malformed mount id %q", n, f[0])
+		}
+		e := mountEntry{ID: id, Dev: f[2], Root: unescapeOctal(f[3]), MountPoint: unescapeOctal(f[4]),
+			FSType: f[sep+1], Source: unescapeOctal(f[sep+2])}
 		if len(f) > sep+3 {
 			e.SuperOpts = strings.Split(f[sep+3], ",")
 		}

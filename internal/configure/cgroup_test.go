@@ -35,10 +35,11 @@ func TestParseMountinfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got) != 5 || got[2].MountPoint != "/sys/fs/cgroup/devices" || got[2].FSType != "cgroup" ||
-		got[2].SuperOpts[1] != "devices" || got[4].MountPoint != "/mnt/with space" {
+		got[2].SuperOpts[1] != "devices" || got[4].MountPoint != "/mnt/with space" ||
+		got[0].ID != 22 || got[0].Dev != "254:0" || got[0].Source != "/dev/vda" {
 		t.Errorf("parse = %+v", got)
 	}
-	for _, bad := range []string{"1 2 3", "1 2 0:1 / /x rw no-separator here", "1 2 0:1 / /x rw - "} {
+	for _, bad := range []string{"1 2 3", "1 2 0:1 / /x rw no-separator here", "1 2 0:1 / /x rw - ", "x 2 0:1 / /x rw - ext4 /dev/a rw"} {
 		if _, err := parseMountinfo([]byte(bad)); err == nil {
 			t.Errorf("parseMountinfo(%q) succeeded", bad)
 		}

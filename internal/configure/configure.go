@@ -27,7 +27,8 @@
 //     checked (types, device numbers), the /proc/driver/nvidia view read,
 //     and, when the image may have CUDA compat libraries, the host ldconfig
 //     copied into a sealed memfd;
-//  3. in the container: proc view, bind mounts (ro, nosuid, nodev; devices
+//  3. in the container: a check that nothing below lies under a mount of a
+//     host directory (a user volume: UserMountError), then proc view, bind mounts (ro, nosuid, nodev; devices
 //     ro, nosuid, noexec), symlinks, device nodes — all through
 //     internal/rootfs, resolved inside the container root;
 //  4. device cgroup rules for exactly the plan's devices (v1 devices.allow
@@ -51,6 +52,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -151,6 +153,13 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		return &phase.Error{Phase: phase.Container, Err: fmt.Errorf("mount namespace: %w", err)}
 	}
 	defer unix.Close(nsfd)
+	// The container's mounts (the engine made them before this hook) and
+	// ours: what lies below a mount of a host directory is never created
+	// or changed (checkUserMounts).
+	mounts, err := readMountTables(proc, c)
+	if err != nil {
+		return &phase.Error{Phase: phase.Container, Err: err}
+	}
 	var cg *deviceCgroup
 	useCgroup := !opts.NoCgroups && len(p.Devices) > 0
 	if useCgroup {
@@ -185,11 +194,24 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		if r, err = rootfs.Open(c.Rootfs); err != nil {
 			return err
 		}
-		if err := prep.apply(r, p, log); err != nil {
+		compat = compatDir(r, p, opts, log)
+		if err := checkUserMounts(r, mounts, plannedPaths(p, opts, compat)); err != nil {
 			return err
 		}
-		compat = compatDir(r, p, opts, log)
-		return nil
+		// A configure killed mid-way (the engine then tears the container
+		// down; a restart reuses the rootfs) leaves its temporary files:
+		// removed here, so that this run gives the rootfs of a run that
+		// was never interrupted (every step below is idempotent).
+		for _, dir := range staleDirs(p) {
+			removed, err := r.RemoveStaleTemps(dir)
+			if err != nil {
+				return err
+			}
+			if len(removed) > 0 {
+				log.Info("removed temporary files an interrupted configure left", "root", c.Rootfs, "files", removed)
+			}
+		}
+		return prep.apply(r, p, log)
 	})
 	rollback := func() {
 		if r == nil {
@@ -378,6 +400,22 @@ func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger) error 
 		}
 	}
 	return nil
+}
+
+// staleDirs are the container directories where Apply writes through
+// temporary names: the parents of p's symlinks (a link replaced) and, with
+// ld.so.cache work, /etc and /etc/ld.so.conf.d.
+func staleDirs(p *plan.Plan) []string {
+	var dirs []string
+	if len(p.LdconfigDirs) > 0 {
+		dirs = append(dirs, "/etc", "/etc/ld.so.conf.d")
+	}
+	for _, s := range p.Symlinks {
+		if d := path.Dir(path.Clean("/" + s.Link)); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }
 
 // deviceRules are the cgroup rules for the plan's devices, deduplicated.

@@ -14,6 +14,9 @@ func TestMain(m *testing.M) {
 	if job := os.Getenv(hookEnvVar); job != "" {
 		os.Exit(runAsHook(job))
 	}
+	if job := os.Getenv(applyEnvVar); job != "" {
+		os.Exit(runApply(job))
+	}
 	os.Exit(m.Run())
 }
 

@@ -1,0 +1,230 @@
+package configure
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nctk/nctk/internal/plan"
+)
+
+// applyEnvVar makes the test binary apply the job in the named JSON file
+// to its container and exit (see runApply): a configure run that a test
+// can kill.
+const applyEnvVar = "NCTK_CONFIGURE_TEST_APPLY"
+
+// applyJob is what runApply applies.
+type applyJob struct {
+	Plan      *plan.Plan
+	Options   Options
+	Container Container
+}
+
+func runApply(jobFile string) int {
+	data, err := os.ReadFile(jobFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	var job applyJob
+	if err := json.Unmarshal(data, &job); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := Apply(context.Background(), job.Plan, job.Container, job.Options); err != nil {
+		fmt.Fprintf(os.Stderr, "nvidia-container-cli: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// nsProcess is a container's init: a process in a private copy of our
+// mount namespace, as runc makes it before pivot_root.
+type nsProcess struct{ cmd *exec.Cmd }
+
+func startNS(t *testing.T) *nsProcess {
+	t.Helper()
+	cmd := exec.Command("sleep", "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	must(t, cmd.Start())
+	return &nsProcess{cmd: cmd}
+}
+
+// stop ends the process and with it the namespace and its mounts, as the
+// engine tears down a container whose hook failed.
+func (n *nsProcess) stop() {
+	n.cmd.Process.Kill()
+	n.cmd.Wait()
+}
+
+// killRig holds a plan over a fake driver and an image to apply it to.
+type killRig struct {
+	t    *testing.T
+	self string
+	plan *plan.Plan
+	opts Options
+	// compat is the content of a newer compat libcuda the image holds
+	// (nil: none; then ld.so.cache is written in process).
+	compat []byte
+}
+
+// image makes a Debian-like image root with an ld.so.cache of its own
+// making and a driver link name that is a symlink to something else (so
+// that configure replaces a link, through a temporary name).
+func (k *killRig) image() string {
+	t := k.t
+	root := filepath.Join(t.TempDir(), "rootfs")
+	for _, d := range []string{"/etc/ld.so.conf.d", "/dev", "/proc", "/usr/bin", "/usr/lib/x86_64-linux-gnu"} {
+		must(t, os.MkdirAll(root+d, 0o755))
+	}
+	for p, c := range map[string]string{"/etc/debian_version": "12.5\n", "/etc/ld.so.conf": "include /etc/ld.so.conf.d/*.conf\n",
+		"/etc/ld.so.conf.d/x86_64-linux-gnu.conf": "/usr/lib/x86_64-linux-gnu\n"} {
+		must(t, os.WriteFile(root+p, []byte(c), 0o644))
+	}
+	must(t, os.Symlink("libz.so.0", root+"/usr/lib/x86_64-linux-gnu/libz.so"))
+	if k.compat != nil {
+		must(t, os.MkdirAll(root+CompatDir, 0o755))
+		must(t, os.WriteFile(root+CompatDir+"/libcuda.so.580.65.06", k.compat, 0o755))
+	}
+	return root
+}
+
+// command is a configure run (the test binary as runApply) on the
+// container pid whose root is root.
+func (k *killRig) command(pid int, root string) *exec.Cmd {
+	job, err := json.Marshal(applyJob{Plan: k.plan, Options: k.opts, Container: Container{PID: pid, Rootfs: root}})
+	must(k.t, err)
+	f := filepath.Join(k.t.TempDir(), "job.json")
+	must(k.t, os.WriteFile(f, job, 0o600))
+	cmd := exec.Command(k.self)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", applyEnvVar + "=" + f}
+	return cmd
+}
+
+// configure runs a configure on a fresh container over root to its end
+// and returns what the container sees: the host view of the rootfs (the
+// mount points, links, ld.so.cache, drop-in) and its mounts below it.
+func (k *killRig) configure(root string) (tree, mounts map[string]string) {
+	k.t.Helper()
+	ns := startNS(k.t)
+	defer ns.stop()
+	cmd := k.command(ns.cmd.Process.Pid, root)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		k.t.Fatalf("configure %s: %v: %s", root, err, out)
+	}
+	return treeOf(k.t, root), mountsUnder(k.t, fmt.Sprintf("/proc/%d/mountinfo", ns.cmd.Process.Pid), root)
+}
+
+// TestKillThenRetry is issue 13's kill test for configure (the --gpus
+// path): a configure SIGKILLed at a random point, its container then torn
+// down (as the engine does when the hook fails) and the container started
+// again on the same rootfs (docker start reuses it) must be configured by
+// the next run exactly as a run that was never interrupted: the same mount
+// points, links and ld.so.cache bytes in the rootfs, no temporary file,
+// the same mounts.
+func TestKillThenRetry(t *testing.T) {
+	requireRoot(t)
+	self, err := os.Executable()
+	must(t, err)
+	d := newDriver(t)
+	lib, err := os.ReadFile(d.lib)
+	must(t, err)
+	budget := 10 * time.Second
+	if testing.Short() {
+		budget = 2 * time.Second
+	}
+	for _, tt := range []struct {
+		name   string
+		compat bool
+	}{
+		{"ld.so.cache in process", false},
+		// A newer compat libcuda in the image: the host ldconfig runs,
+		// confined to the root, and can be killed with configure.
+		{"compat ldconfig", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			k := &killRig{t: t, self: self, plan: d.plan(), opts: Options{NoCgroups: true}}
+			if tt.compat {
+				k.compat = lib
+				k.plan.Mounts[0].Destination = "/usr/lib/x86_64-linux-gnu/libcuda.so.535.1"
+				k.opts.CUDACompatMode, k.opts.DriverVersion = CompatLdconfig, "535.261.03"
+			}
+			k.killThenRetry(budget)
+		})
+	}
+}
+
+// killThenRetry kills configure runs at random points for budget, each on
+// a fresh image, and checks that the next run on the same rootfs gives a
+// clean run's result.
+func (k *killRig) killThenRetry(budget time.Duration) {
+	t := k.t
+	clean := k.image()
+	pristine := treeOf(t, clean)
+	start := time.Now()
+	want, wantMounts := k.configure(clean)
+	span := time.Since(start)
+	if _, ok := want["/etc/ld.so.cache"]; !ok {
+		t.Fatalf("a clean configure wrote no ld.so.cache: %v", want)
+	}
+	if len(wantMounts) < 4 {
+		t.Fatalf("a clean configure mounted too little to test: %v", wantMounts)
+	}
+	var runs, partial, temps int
+	for deadline := time.Now().Add(budget); time.Now().Before(deadline); runs++ {
+		root := k.image()
+		ns := startNS(t)
+		cmd := k.command(ns.cmd.Process.Pid, root)
+		must(t, cmd.Start())
+		time.Sleep(time.Duration(rand.Int64N(int64(span) + 1)))
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		ns.stop()
+		mid := treeOf(t, root)
+		if !maps.Equal(mid, pristine) && !maps.Equal(mid, want) {
+			partial++
+		}
+		for p := range mid {
+			if strings.Contains(filepath.Base(p), ".nctk-") || strings.HasSuffix(p, "~") {
+				temps++
+				break
+			}
+		}
+		got, gotMounts := k.configure(root)
+		if !maps.Equal(got, want) {
+			t.Fatalf("run %d: the configure after a kill left another rootfs than a clean one:\n%v\nwant\n%v", runs, treeDiff(got, want), want)
+		}
+		if !maps.Equal(gotMounts, wantMounts) {
+			t.Fatalf("run %d: the configure after a kill mounted\n%v\nwant\n%v", runs, gotMounts, wantMounts)
+		}
+		os.RemoveAll(filepath.Dir(root))
+	}
+	t.Logf("%d kills within %v of the start; %d left the rootfs partly edited, %d left temp files; every retry matched a clean configure", runs, span, partial, temps)
+}
+
+// treeDiff lists what differs between two trees.
+func treeDiff(got, want map[string]string) []string {
+	var d []string
+	for p, g := range got {
+		if w, ok := want[p]; !ok {
+			d = append(d, "extra "+p+" "+g)
+		} else if g != w {
+			d = append(d, "differs "+p+": "+g+" want "+w)
+		}
+	}
+	for p := range want {
+		if _, ok := got[p]; !ok {
+			d = append(d, "missing "+p)
+		}
+	}
+	return d
+}

@@ -1,0 +1,217 @@
+package configure
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/rootfs"
+)
+
+// UserMountError is returned (inside a phase.Mount error) when a path that
+// configure would create or change in the container (a driver file's mount
+// point, a driver symlink, a device node's mount point, ld.so.cache, the
+// ld.so.conf.d drop-in) lies below a mount of a host directory, such as a
+// user volume over the image's library directory (`docker run -v
+// /host/dir:/usr/lib/x86_64-linux-gnu --gpus all`). Configure runs after
+// the engine made its mounts, so the change would land in the host
+// directory; it is refused before anything changes.
+type UserMountError struct {
+	Path        string // the container path configure would create or change
+	Destination string // the mount's container path
+	Source      string // the host path it shows (else "SOURCE:ROOT" from mountinfo)
+}
+
+func (e *UserMountError) Error() string {
+	return fmt.Sprintf("%s is below the mount of host path %s at %s: GPU driver files are not created in a mounted host directory; mount the volume elsewhere",
+		e.Path, e.Source, e.Destination)
+}
+
+// mountTables are the container's mount table and the caller's, read
+// before the container's namespace is entered.
+type mountTables struct {
+	rootfs    string
+	container []mountEntry
+	byID      map[uint64]mountEntry
+	// host are the caller's mounts that are not below the rootfs: a file
+	// system mounted there is reachable outside the container.
+	host []mountEntry
+}
+
+// newMountTables parses the container's /proc/PID/mountinfo and the
+// caller's /proc/self/mountinfo for the container root rootfs (a path in
+// the container's namespace, before pivot_root).
+func newMountTables(containerInfo, hostInfo []byte, rootfs string) (*mountTables, error) {
+	c, err := parseMountinfo(containerInfo)
+	if err != nil {
+		return nil, fmt.Errorf("container mount table: %w", err)
+	}
+	h, err := parseMountinfo(hostInfo)
+	if err != nil {
+		return nil, fmt.Errorf("mount table: %w", err)
+	}
+	t := &mountTables{rootfs: path.Clean(rootfs), container: c, byID: make(map[uint64]mountEntry, len(c))}
+	for _, m := range c {
+		t.byID[m.ID] = m
+	}
+	for _, m := range h {
+		if !t.belowRootfs(m.MountPoint) {
+			t.host = append(t.host, m)
+		}
+	}
+	return t, nil
+}
+
+// belowRootfs reports whether mp is strictly below the rootfs.
+func (t *mountTables) belowRootfs(mp string) bool {
+	_, ok := underPath(path.Clean(mp), t.rootfs)
+	return ok && path.Clean(mp) != t.rootfs
+}
+
+// byPath is the mount holding the container path dir by its mount point
+// alone (the deepest mount point above it; the last one listed for the
+// same point), for kernels that report no mount id.
+func (t *mountTables) byPath(dir string) (mountEntry, bool) {
+	full := path.Join(t.rootfs, dir)
+	var best mountEntry
+	found := false
+	for _, m := range t.container {
+		if _, ok := underPath(full, path.Clean(m.MountPoint)); ok && (!found || len(path.Clean(m.MountPoint)) >= len(path.Clean(best.MountPoint))) {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+// hostSource returns the host path that m (a mount below the rootfs)
+// shows, and whether m is a host file system at all: a file system the
+// caller also has mounted outside the rootfs (a bind of a host directory,
+// a docker volume). A file system only the container has (the engine's
+// tmpfs at /dev, a --tmpfs) and procfs (nothing can be created in it) are
+// not.
+func (t *mountTables) hostSource(m mountEntry) (string, bool) {
+	if m.FSType == "proc" {
+		return "", false
+	}
+	shared := false
+	for _, h := range t.host {
+		if h.Dev != m.Dev {
+			continue
+		}
+		shared = true
+		if rel, ok := underPath(m.Root, h.Root); ok {
+			return path.Join(h.MountPoint, rel), true
+		}
+	}
+	if shared {
+		return m.Source + ":" + m.Root, true
+	}
+	return "", false
+}
+
+// plannedPath is a container path configure creates or changes.
+type plannedPath struct {
+	path string
+	// ifMissing: an object already there is covered by a mount, nothing
+	// is created (a device node on a host /dev bound into the container).
+	ifMissing bool
+}
+
+// plannedPaths are the container paths Apply creates or changes for p:
+// mount points, symlinks, device nodes, the /proc/driver/nvidia view, and,
+// when ld.so.cache is updated, /etc and /etc/ld.so.conf.d (and with a
+// compat directory, the directories ldconfig makes links in).
+func plannedPaths(p *plan.Plan, opts Options, compat string) []plannedPath {
+	var out []plannedPath
+	if p.Proc != nil {
+		out = append(out, plannedPath{path: rootfs.ContainerProcDriver})
+	}
+	for _, m := range p.Mounts {
+		out = append(out, plannedPath{path: m.Destination})
+	}
+	for _, s := range p.Symlinks {
+		out = append(out, plannedPath{path: s.Link})
+	}
+	if !opts.NoDevBind {
+		for _, d := range p.Devices {
+			out = append(out, plannedPath{path: d.Path, ifMissing: true})
+		}
+	}
+	if len(p.LdconfigDirs) > 0 || compat != "" {
+		out = append(out, plannedPath{path: "/etc/ld.so.cache"}, plannedPath{path: "/etc/ld.so.conf.d/00-nctk.conf"})
+	}
+	if compat != "" {
+		for _, d := range append(append([]string(nil), p.LdconfigDirs...), compat) {
+			out = append(out, plannedPath{path: path.Join(d, "libcuda.so.1")})
+		}
+	}
+	return out
+}
+
+// checkUserMounts returns a *UserMountError for the first of paths that
+// lies below a mount of a host file system in the container root r (the
+// directory where it would be created is looked up inside the root, and
+// its mount found by id in t). It changes nothing.
+func checkUserMounts(r *rootfs.Root, t *mountTables, paths []plannedPath) error {
+	// The mount holding the root directory itself: the container's own
+	// rootfs. Any other mount met inside the root lies below it (compared
+	// by id, not by path: the rootfs path may name a symlink).
+	rootID, _, err := r.MountOf("/")
+	if err != nil && !errors.Is(err, rootfs.ErrNoMountID) {
+		return err
+	}
+	for _, pp := range paths {
+		if pp.ifMissing {
+			if st, err := r.Lstat(pp.path); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Mode&unix.S_IFMT != unix.S_IFLNK {
+				continue
+			}
+		}
+		id, dir, err := r.MountOf(pp.path)
+		var m mountEntry
+		var ok bool
+		switch {
+		case errors.Is(err, rootfs.ErrNoMountID):
+			if m, ok = t.byPath(dir); ok && !t.belowRootfs(m.MountPoint) {
+				continue
+			}
+		case err != nil:
+			return err
+		case id == rootID:
+			continue
+		default:
+			m, ok = t.byID[id]
+		}
+		if !ok {
+			// Mounted after the table was read: refuse rather than guess.
+			return fmt.Errorf("%s: the mount holding %s (id %d) is not in the container's mount table; retry", pp.path, dir, id)
+		}
+		if src, host := t.hostSource(m); host {
+			return &UserMountError{Path: path.Clean(pp.path), Destination: strings.TrimPrefix(path.Clean(m.MountPoint), t.rootfs), Source: src}
+		}
+	}
+	return nil
+}
+
+// readMountTables reads the container's mount table (/proc/PID/mountinfo)
+// and the caller's (self/mountinfo) through proc.
+func readMountTables(proc *procDir, c Container) (*mountTables, error) {
+	rel := path.Join(strconv.Itoa(c.PID), "mountinfo")
+	ci, err := proc.readFile(rel)
+	if err != nil {
+		return nil, err
+	}
+	hi, err := proc.readFile("self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	t, err := newMountTables(ci, hi, c.Rootfs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", proc.name(rel), err)
+	}
+	return t, nil
+}

@@ -1,0 +1,209 @@
+package configure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/phase"
+)
+
+// treeOf describes every object below dir (type and mode, content or link
+// target), to tell whether anything changed.
+func treeOf(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	must(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		desc := fi.Mode().String()
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			desc += " -> " + l
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += fmt.Sprintf(" %q", b)
+		}
+		out[strings.TrimPrefix(p, dir)] = desc
+		return nil
+	}))
+	return out
+}
+
+// mountInContainer runs mount(8) with args in the container's namespace,
+// as the engine mounts a user's volume before the prestart hook runs.
+func mountInContainer(t *testing.T, c *container, args ...string) {
+	t.Helper()
+	argv := append([]string{"-t", fmt.Sprint(c.pid), "-m", "mount"}, args...)
+	if out, err := exec.Command("nsenter", argv...).CombinedOutput(); err != nil {
+		t.Fatalf("nsenter %v: %v: %s", argv, err, out)
+	}
+}
+
+// TestApplyUserMount replays issue 13 for configure (the --gpus path): a
+// user volume over the image's library directory got the driver files'
+// mount points created in the host directory. Apply refuses, naming the
+// path, the mount and its host directory, before anything changes; the
+// host directory stays byte for byte as it was. A tmpfs the engine made
+// (not a host directory), a volume elsewhere, and a host /dev bound with
+// the nodes already in it are no obstacle.
+func TestApplyUserMount(t *testing.T) {
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		t.Skipf("nsenter (util-linux) not installed: %v", err)
+	}
+	libdir := "/usr/lib/x86_64-linux-gnu"
+	tests := []struct {
+		name    string
+		dst     string // where the volume goes ("" for none)
+		tmpfs   bool   // an engine tmpfs instead of a host directory
+		files   []string
+		refused string // the start of the path named in the error, "" when Apply works
+		// viaLink: the rootfs is named through a symlink (mountinfo
+		// shows the real path).
+		viaLink bool
+	}{
+		{name: "volume over the lib dir", dst: libdir, refused: libdir + "/libz.so.1"},
+		{name: "volume over the lib dir, rootfs named through a symlink", dst: libdir, refused: libdir + "/libz.so.1", viaLink: true},
+		{name: "volume over /usr", dst: "/usr", refused: libdir + "/libz.so.1"},
+		{name: "volume over /etc", dst: "/etc", refused: "/etc/ld.so.cache"},
+		{name: "host /dev without the nodes", dst: "/dev", refused: "/dev/nvidia0"},
+		{name: "host /dev with the nodes", dst: "/dev", files: []string{"nvidia0", "nvidiactl"}},
+		{name: "tmpfs over the lib dir", dst: libdir, tmpfs: true},
+		{name: "volume elsewhere", dst: "/data"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := startContainer(t, false)
+			d := newDriver(t)
+			p := d.plan()
+			p.Proc = nil
+			host := filepath.Join(t.TempDir(), "vol")
+			must(t, os.MkdirAll(host, 0o755))
+			must(t, os.WriteFile(filepath.Join(host, "user-data"), []byte("mine"), 0o600))
+			for _, f := range tt.files {
+				must(t, os.WriteFile(filepath.Join(host, f), nil, 0o644))
+			}
+			must(t, os.MkdirAll(c.rootfs+tt.dst, 0o755))
+			if tt.tmpfs {
+				mountInContainer(t, c, "-t", "tmpfs", "tmpfs", c.rootfs+tt.dst)
+			} else {
+				mountInContainer(t, c, "--bind", host, c.rootfs+tt.dst)
+			}
+			hostBefore := treeOf(t, host)
+			rootBefore := treeOf(t, c.rootfs)
+			mountsBefore := c.mounts(t)
+
+			rootPath := c.rootfs
+			if tt.viaLink {
+				rootPath = filepath.Join(t.TempDir(), "link")
+				must(t, os.Symlink(c.rootfs, rootPath))
+			}
+			err := Apply(context.Background(), p, Container{PID: c.pid, Rootfs: rootPath}, Options{NoCgroups: true})
+
+			if got := treeOf(t, host); !maps.Equal(got, hostBefore) {
+				t.Errorf("host directory changed:\n%v\nwas\n%v", got, hostBefore)
+			}
+			if tt.refused == "" {
+				must(t, err)
+				return
+			}
+			var ue *UserMountError
+			var pe *phase.Error
+			if !errors.As(err, &ue) || !errors.As(err, &pe) || pe.Phase != phase.Mount {
+				t.Fatalf("Apply = %v, want a mount error wrapping a UserMountError", err)
+			}
+			if !strings.HasPrefix(ue.Path, tt.refused) || !strings.HasSuffix(ue.Destination, tt.dst) || ue.Source != host {
+				t.Errorf("error = %+v, want path %s, mount %s of %s", ue, tt.refused, tt.dst, host)
+			}
+			if msg := err.Error(); !strings.Contains(msg, host) || !strings.Contains(msg, tt.dst) || !strings.Contains(msg, "mount the volume elsewhere") {
+				t.Errorf("error does not name the mount: %s", msg)
+			}
+			if got := treeOf(t, c.rootfs); !maps.Equal(got, rootBefore) {
+				t.Errorf("rootfs changed by a refused Apply:\n%v\nwas\n%v", got, rootBefore)
+			}
+			if got := c.mounts(t); !maps.Equal(got, mountsBefore) {
+				t.Errorf("mounts changed by a refused Apply: %v, was %v", got, mountsBefore)
+			}
+		})
+	}
+}
+
+// TestMountTables: which mounts below the rootfs are host file systems,
+// and the host path each shows.
+func TestMountTables(t *testing.T) {
+	const root = "/var/lib/docker/overlay2/abc/merged"
+	host := "22 1 254:0 / / rw - ext4 /dev/vda rw\n" +
+		"30 22 0:40 / /tmp rw - tmpfs tmpfs rw\n" +
+		"31 22 0:50 / " + root + " rw - overlay overlay rw\n" +
+		"32 22 254:1 /vol /srv/data rw - ext4 /dev/vdb rw\n"
+	ctr := host +
+		"40 31 254:0 /home/u/lib " + root + "/usr/lib/x86_64-linux-gnu rw - ext4 /dev/vda rw\n" +
+		"41 31 0:60 / " + root + "/dev rw - tmpfs tmpfs rw\n" +
+		"42 31 0:40 /x " + root + "/opt rw - tmpfs tmpfs rw\n" +
+		"43 31 0:61 / " + root + "/proc rw - proc proc rw\n" +
+		"44 31 254:1 /vol/sub " + root + "/data rw - ext4 /dev/vdb rw\n" +
+		"45 31 254:9 /r " + root + "/weird rw - ext4 /dev/vdz rw\n"
+	tab, err := newMountTables([]byte(ctr), []byte(host+"46 31 254:9 /other /mnt/z rw - ext4 /dev/vdz rw\n"), root)
+	must(t, err)
+	tests := []struct {
+		id   uint64
+		host string // "" when not a host file system
+	}{
+		{40, "/home/u/lib"},
+		{41, ""}, // the engine's tmpfs
+		{42, "/tmp/x"},
+		{43, ""}, // procfs
+		{44, "/srv/data/sub"},
+		{45, "/dev/vdz:/r"}, // shared, but not below any root the host mounts
+	}
+	for _, tt := range tests {
+		src, ok := tab.hostSource(tab.byID[tt.id])
+		if ok != (tt.host != "") || src != tt.host {
+			t.Errorf("mount %d: hostSource = %q, %v; want %q", tt.id, src, ok, tt.host)
+		}
+	}
+	for mp, below := range map[string]bool{root: false, root + "/usr/lib": true, root + "x/y": false, "/": false} {
+		if got := tab.belowRootfs(mp); got != below {
+			t.Errorf("belowRootfs(%s) = %v, want %v", mp, got, below)
+		}
+	}
+	if m, ok := tab.byPath("/usr/lib/x86_64-linux-gnu/sub"); !ok || m.ID != 40 {
+		t.Errorf("byPath(lib dir) = %+v, %v; want mount 40", m, ok)
+	}
+	if m, ok := tab.byPath("/etc"); !ok || m.ID != 31 {
+		t.Errorf("byPath(/etc) = %+v, %v; want the rootfs mount 31", m, ok)
+	}
+}
+
+// FuzzNewMountTables: any pair of mount tables parses or fails cleanly,
+// and every mount's host source is a decision, never a panic.
+func FuzzNewMountTables(f *testing.F) {
+	f.Add([]byte("40 31 254:0 /home/u/lib /r/usr/lib rw - ext4 /dev/vda rw\n"), []byte("22 1 254:0 / / rw - ext4 /dev/vda rw\n"), "/r")
+	f.Add([]byte("1 1 0:1 /.. /r/x rw - ext4 a rw\n"), []byte("2 1 0:1 /../y / rw - ext4 a rw\n"), "/r/")
+	f.Fuzz(func(t *testing.T, ctr, host []byte, root string) {
+		tab, err := newMountTables(ctr, host, root)
+		if err != nil {
+			return
+		}
+		for _, m := range tab.container {
+			tab.hostSource(m)
+			tab.byPath(m.MountPoint)
+		}
+	})
+}
