@@ -63,7 +63,11 @@ import (
 // Metrics (ms, medians): <v>-ms; <v>-extra-ms, the median of the
 // per-iteration differences v − runc; <v>-share-ms, v − its floor (nctk's
 // or NVIDIA's own share: the wrapper and its hooks); the hook path's floor
-// is plain runc (its mounts are made by the hook). With strace installed,
+// is plain runc (its mounts are made by the hook). <v>-cpu-ms and
+// <v>-cpu-share-ms are the same for the CPU time of the create's processes
+// (the container's init left out), which the load changes much less; they
+// are not reported for variants whose config.json keeps createContainer
+// hooks (runc runs those from the container's init). With strace installed,
 // each variant is also run once under `strace -f -c`: <v>-syscalls and
 // <v>-execs (the whole process tree of one create).
 //
@@ -80,6 +84,9 @@ type benchVariant struct {
 	env   []string // its environment
 	spec  []byte   // the config.json it is given
 	floor string   // the variant its share is taken against
+	// inInit: its config.json has createContainer hooks, which runc runs
+	// from the container's init: their CPU time is not the create's.
+	inInit bool
 }
 
 func benchCreateCDI(b *testing.B, gpus int) {
@@ -242,6 +249,11 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		b.Log("nv-cdi, nv-native: skipped ($NCTK_BENCH_NVIDIA_BIN does not name a directory with NVIDIA's 1.20 nvidia-container-runtime and nvidia-cdi-hook)")
 	}
 
+	// cpu is the CPU time of each variant's last create: the create's
+	// process and the children it waited for (runc, hooks, ldconfig), not
+	// the container's init. Unlike the wall time it hardly depends on the
+	// machine's load.
+	cpu := map[*benchVariant]time.Duration{}
 	create := func(v *benchVariant, id string) time.Duration {
 		if err := os.WriteFile(specPath, v.spec, 0o644); err != nil {
 			b.Fatal(err)
@@ -255,6 +267,7 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		cpu[v] = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 		del(id)
 		dropRootfs()
 		return d
@@ -275,6 +288,7 @@ func benchCreateCDI(b *testing.B, gpus int) {
 			written = readFile(b, specPath)
 		}
 		b.Logf("%s: %d createContainer hooks in config.json, running %q", n, cdiHookCount(b, written), hookSubcommands(b, written))
+		v.inInit = cdiHookCount(b, written) > 0
 		floor := withoutHooks(b, written, nil)
 		key := canonicalJSON(b, floor)
 		if f, ok := floors[key]; ok {
@@ -287,8 +301,8 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	}
 
 	names := slices.Sorted(maps.Keys(vs))
-	times := map[string][]time.Duration{}
-	extra, share := map[string][]time.Duration{}, map[string][]time.Duration{}
+	times, cpus := map[string][]time.Duration{}, map[string][]time.Duration{}
+	extra, share, cpuShare := map[string][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		order := slices.Clone(names)
@@ -299,20 +313,28 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		for _, n := range order {
 			got[n] = create(vs[n], fmt.Sprintf("nctk-cdi-%d-%s", i, n))
 			times[n] = append(times[n], got[n])
+			cpus[n] = append(cpus[n], cpu[vs[n]])
 		}
 		for _, n := range names {
 			if f := vs[n].floor; f != "" {
 				extra[n] = append(extra[n], got[n]-got["runc"])
 				share[n] = append(share[n], got[n]-got[f])
+				cpuShare[n] = append(cpuShare[n], cpu[vs[n]]-cpu[vs[f]])
 			}
 		}
 	}
 	b.StopTimer()
 	for _, n := range names {
 		b.ReportMetric(ms(percentile(times[n], 50)), n+"-ms")
+		if !vs[n].inInit {
+			b.ReportMetric(ms(percentile(cpus[n], 50)), n+"-cpu-ms")
+		}
 		if vs[n].floor != "" {
 			b.ReportMetric(ms(percentile(extra[n], 50)), n+"-extra-ms")
 			b.ReportMetric(ms(percentile(share[n], 50)), n+"-share-ms")
+			if !vs[n].inInit {
+				b.ReportMetric(ms(percentile(cpuShare[n], 50)), n+"-cpu-share-ms")
+			}
 		}
 	}
 
