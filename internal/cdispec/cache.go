@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +17,7 @@ import (
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nctk/nctk/internal/atomicfile"
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // The resolved-spec cache: what ResolveCached needs of the spec files (each
@@ -213,17 +213,20 @@ func loadIndex(cacheDir string, dirs []string, key string) *specIndex {
 	if checkCacheDir(cacheDir, false) != nil {
 		return nil
 	}
-	f, err := os.OpenFile(specCachePath(cacheDir, dirs), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	// A plain descriptor and one read of the file's size: no poller
+	// registration, no growing buffer (this runs on every create).
+	path := specCachePath(cacheDir, dirs)
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
+	defer syscall.Close(fd)
 	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || !trustedOwner(&st) {
+	if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || !trustedOwner(&st) {
 		return nil
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxSpecCache+1))
-	if err != nil || len(data) > maxSpecCache {
+	data, err := hostfile.ReadFD(fd, path, maxSpecCache)
+	if err != nil {
 		return nil
 	}
 	var idx specIndex

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -64,7 +65,7 @@ func (l Live) hostPath(p string) string {
 
 // driverVersionRE matches an NVIDIA driver version as library file names
 // carry it (535.261.03, 390.157).
-var driverVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?$`)
+var driverVersionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?$`) })
 
 // CheckStale compares spec (read from file) with the live system and
 // returns nil when it matches, else what differs:
@@ -283,7 +284,7 @@ func specDriverVersion(spec *cdi.Spec) string {
 		for _, m := range ed.Mounts {
 			b := path.Base(m.HostPath)
 			for _, prefix := range []string{"libcuda.so.", "libnvidia-ml.so."} {
-				if v, ok := strings.CutPrefix(b, prefix); ok && found == "" && driverVersionRE.MatchString(v) {
+				if v, ok := strings.CutPrefix(b, prefix); ok && found == "" && driverVersionRE().MatchString(v) {
 					found = v
 				}
 			}

@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/nctk/nctk/internal/hostfile"
 )
@@ -135,8 +136,10 @@ func (a *archiveReader) readJSON(p string, v any) error {
 	return nil
 }
 
-// digestRe is a blob digest of an OCI layout.
-var digestRe = regexp.MustCompile(`^[a-z0-9]+:[a-f0-9]{32,128}$`)
+// digestRe is a blob digest of an OCI layout, compiled on first use: its
+// bounded repetition makes a large program, and every nctk tool (the
+// runtime on each container create included) would pay for it at start.
+var digestRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9]+:[a-f0-9]{32,128}$`) })
 
 // ociDesc is an OCI descriptor.
 type ociDesc struct {
@@ -149,7 +152,7 @@ type ociDesc struct {
 }
 
 func blobOf(d ociDesc) (string, error) {
-	if !digestRe.MatchString(d.Digest) {
+	if !digestRe().MatchString(d.Digest) {
 		return "", fmt.Errorf("image archive: invalid digest %q", d.Digest)
 	}
 	alg, hex, _ := strings.Cut(d.Digest, ":")

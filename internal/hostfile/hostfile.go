@@ -90,6 +90,14 @@ func Open(path string, limit int64) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
+// OpenFD is Open without the os.File: the bare descriptor (no poller
+// registration, fewer system calls), for callers that read it with pread
+// and close it themselves.
+func OpenFD(path string, limit int64) (int, error) {
+	fd, _, err := open(path, limit)
+	return fd, err
+}
+
 // Check reports whether path is a regular file of at most limit bytes
 // (following symlinks), as ReadFile would find it, without reading it.
 func Check(path string, limit int64) error {

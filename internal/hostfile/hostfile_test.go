@@ -109,6 +109,12 @@ func TestOpenCheck(t *testing.T) {
 		if err := Check(fifo, 100); !errors.Is(err, ErrNotRegular) {
 			t.Errorf("Check(fifo): %v", err)
 		}
+		if fd, err := OpenFD(fifo, 100); !errors.Is(err, ErrNotRegular) {
+			if err == nil {
+				syscall.Close(fd)
+			}
+			t.Errorf("OpenFD(fifo): %v", err)
+		}
 	})
 	p := filepath.Join(dir, "f")
 	if err := os.WriteFile(p, []byte("abc"), 0o644); err != nil {
@@ -121,6 +127,21 @@ func TestOpenCheck(t *testing.T) {
 	f.Close()
 	if err := Check(p, 2); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("Check over the limit: %v", err)
+	}
+	if _, err := OpenFD(p, 2); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("OpenFD over the limit: %v", err)
+	}
+	if _, err := OpenFD(filepath.Join(dir, "missing"), 100); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("OpenFD(missing): %v, want not-exist (PendingLibraryEntries skips those)", err)
+	}
+	fd, err := OpenFD(p, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	buf := make([]byte, 8)
+	if n, err := syscall.Pread(fd, buf, 1); err != nil || string(buf[:n]) != "bc" {
+		t.Errorf("pread of OpenFD's descriptor: %q, %v", buf[:n], err)
 	}
 }
 

@@ -3,6 +3,7 @@ package rootfs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path"
@@ -220,9 +221,8 @@ func (r *Root) inspectOpened(sc *libScan, cp string, fd int, openErr error) (ldc
 	if openErr != nil {
 		return ldcache.Library{}, false, r.errorf(cp, openErr)
 	}
-	f := os.NewFile(uintptr(fd), cp)
-	defer f.Close()
-	lib, ok, err := sc.inspect(f)
+	defer unix.Close(fd)
+	lib, ok, err := sc.inspect(fd)
 	if err != nil {
 		return ldcache.Library{}, false, r.errorf(cp, err)
 	}
@@ -232,9 +232,9 @@ func (r *Root) inspectOpened(sc *libScan, cp string, fd int, openErr error) (ldc
 // inspect reads what ldconfig records about the open file f (once per
 // file). ok is false, with no error, for what ldconfig skips: not a
 // regular file, not an ELF shared object of this architecture.
-func (sc *libScan) inspect(f *os.File) (ldcache.Library, bool, error) {
+func (sc *libScan) inspect(fd int) (ldcache.Library, bool, error) {
 	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+	if err := unix.Fstat(fd, &st); err != nil {
 		return ldcache.Library{}, false, err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
@@ -244,7 +244,7 @@ func (sc *libScan) inspect(f *os.File) (ldcache.Library, bool, error) {
 	if lib, seen := sc.libs[id]; seen {
 		return lib, true, nil
 	}
-	lib, err := ldcache.Inspect(f, st.Size)
+	lib, err := ldcache.Inspect(fdReader(fd), st.Size)
 	if errors.Is(err, ldcache.ErrNotLibrary) {
 		return ldcache.Library{}, false, nil
 	}
@@ -320,15 +320,15 @@ func (r *Root) pendingLibrary(sc *libScan, cp string, mounts map[string]PendingF
 				return *m.Library, true, nil // known from discovery
 			}
 			src := m.Source
-			f, err := hostfile.Open(src, hostfile.MaxLibrary)
+			fd, err := hostfile.OpenFD(src, hostfile.MaxLibrary)
 			if errors.Is(err, os.ErrNotExist) {
 				return ldcache.Library{}, false, nil
 			}
 			if err != nil {
 				return ldcache.Library{}, false, fmt.Errorf("library %s for %s: %w", src, cp, err)
 			}
-			defer f.Close()
-			lib, ok, err := sc.inspect(f)
+			defer unix.Close(fd)
+			lib, ok, err := sc.inspect(fd)
 			if err != nil {
 				return ldcache.Library{}, false, fmt.Errorf("library %s for %s: %w", src, cp, err)
 			}
@@ -344,6 +344,27 @@ func (r *Root) pendingLibrary(sc *libScan, cp string, mounts map[string]PendingF
 		cp = path.Clean(target)
 	}
 	return ldcache.Library{}, false, nil // a loop: the loader gets ELOOP
+}
+
+// fdReader reads a file descriptor at offsets (pread), as an io.ReaderAt.
+type fdReader int
+
+func (fd fdReader) ReadAt(p []byte, off int64) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Pread(int(fd), p[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			return n, io.EOF
+		}
+		n += m
+	}
+	return n, nil
 }
 
 // checkLibDirs checks that dirs are absolute paths, each fit for one line

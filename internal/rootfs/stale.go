@@ -7,6 +7,8 @@ import (
 	"path"
 	"regexp"
 	"strconv"
+	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,7 +18,14 @@ import (
 // ".<name>.nctk-<pid>-<n>" and ".<name>.nctk-link-<pid>-<n>", those a
 // Rollback of WriteFile creates (".<name>.nctk-<pid>-u<n>"), and the old
 // object ForceSymlink keeps until Commit (".<name>.nctk-old-<pid>-<n>").
-var staleTemp = regexp.MustCompile(`^\..+\.nctk-(?:link-|old-)?([0-9]+)-u?[0-9]+$`)
+var staleTemp = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^\..+\.nctk-(?:link-|old-)?([0-9]+)-u?[0-9]+$`)
+})
+
+// tempMarker is in every name staleTemp matches: names without it are
+// skipped before the expression is compiled or run (each create lists the
+// directories it writes into).
+const tempMarker = ".nctk-"
 
 // RemoveStaleTemps removes, from the directory dir inside the root, the
 // temporary files that a WriteFile or Symlink of a process that is gone
@@ -49,7 +58,10 @@ func (r *Root) RemoveStaleTemps(dir string) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, n := range names {
-		m := staleTemp.FindStringSubmatch(n)
+		if !strings.Contains(n, tempMarker) {
+			continue
+		}
+		m := staleTemp().FindStringSubmatch(n)
 		if m == nil {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cli/runtime"
@@ -21,33 +24,52 @@ import (
 	"github.com/nctk/nctk/internal/fixture"
 )
 
-// BenchmarkCreateCDI measures the runtime's CDI mode as BenchmarkCreate
-// measures its legacy mode: a bundle whose annotation
-// cdi.k8s.io/nctk-bench asks for nvidia.com/gpu=all, from a spec that
-// `nvidia-ctk cdi generate` wrote for a fixture driver with 1 and with 8
-// GPUs, created (and deleted) in each iteration, in an order that
-// alternates, by
+// BenchmarkCreateCDI measures issue 12's create paths side by side: for a
+// fixture driver with 1 and with 8 GPUs, in each iteration, in an order that
+// alternates, the same bundle is created (and deleted) by every variant
+// below. The bundle lives on tmpfs (as containerd's and CRI-O's do, under
+// /run) and every create gets a fresh overlay of the image as its rootfs
+// (a new upper directory, as an engine's container layer), so each create
+// is a container's first: links, ld.so.cache and the drop-in are written
+// into a layer that does not have them yet.
 //
-//	runc      plain `runc create` of the original config.json;
-//	own       `nvidia-container-runtime create` with nctk's default spec
-//	          (one chained hook, which the runtime recognises as its own
-//	          and does in the rootfs itself);
-//	sep       the same with a spec written with --separate-hooks (NVIDIA's
-//	          layout: create-symlinks, update-ldcache running the host's
-//	          ldconfig, disable-device-node-modification);
-//	base      only when $NCTK_BENCH_BASELINE_BIN names a directory with
-//	          another nctk build (its nvidia-ctk, nvidia-cdi-hook and
-//	          nvidia-container-runtime): that build's spec and runtime, for
-//	          before/after comparisons in one run;
-//	floor     `runc create` of the config.json the own path wrote, without
-//	          its createContainer hooks: what the spec's mounts and device
-//	          nodes cost runc itself.
+//	runc        plain `runc create` of the original config.json;
+//	own         `nvidia-container-runtime create` in CDI mode
+//	            (annotation cdi.k8s.io/nctk-bench=nvidia.com/gpu=all) with
+//	            nctk's default spec: one chained hook, which the runtime
+//	            recognises as its own and does in the rootfs itself;
+//	sep         the same with a spec written with --separate-hooks
+//	            (NVIDIA's layout: create-symlinks, update-ldcache running
+//	            the host's ldconfig, disable-device-node-modification);
+//	native      `runc create` of the config.json the CDI library makes from
+//	            nctk's spec (InjectDevices, what podman, containerd's CRI
+//	            and Docker 25+ do natively): its one chained hook process;
+//	legacy      `nvidia-container-runtime create` in legacy mode
+//	            (NVIDIA_VISIBLE_DEVICES=all);
+//	hook        `runc create` with the prestart hook `docker run --gpus`
+//	            adds (nvidia-container-runtime-hook → configure, in process);
+//	base        only when $NCTK_BENCH_BASELINE_BIN names a directory with
+//	            another nctk build: that build's spec and runtime (CDI mode);
+//	nv-cdi      only when $NCTK_BENCH_NVIDIA_BIN names a directory with
+//	            NVIDIA's nvidia-container-runtime and nvidia-cdi-hook
+//	            (1.20, built locally): NVIDIA's runtime in CDI mode with the
+//	            --separate-hooks spec naming NVIDIA's hook;
+//	nv-native   the same spec applied by the CDI library, NVIDIA's three
+//	            hook processes run by runc;
+//	floor-*     `runc create` of the config.json a path produced, without
+//	            its hooks: what the devices and mounts cost runc itself
+//	            (paths whose hook-less config.json is the same share one).
 //
-// Metrics (ms, medians): <path>-ms, <path>-extra-ms (median of the paired
-// differences path − runc), <path>-share-ms (path − floor: the wrapper and
-// its hooks, nctk's own share), floor-ms. With strace installed, each path
-// is also run once under `strace -f -c`: <path>-syscalls and <path>-execs
-// (system calls and execve calls of the whole process tree of one create).
+// Metrics (ms, medians): <v>-ms; <v>-extra-ms, the median of the
+// per-iteration differences v − runc; <v>-share-ms, v − its floor (nctk's
+// or NVIDIA's own share: the wrapper and its hooks); the hook path's floor
+// is plain runc (its mounts are made by the hook). <v>-cpu-ms and
+// <v>-cpu-share-ms are the same for the CPU time of the create's processes
+// (the container's init left out), which the load changes much less; they
+// are not reported for variants whose config.json keeps createContainer
+// hooks (runc runs those from the container's init). With strace installed,
+// each variant is also run once under `strace -f -c`: <v>-syscalls and
+// <v>-execs (the whole process tree of one create).
 //
 // Run: go test ./test/e2e -run '^$' -bench BenchmarkCreateCDI -benchtime 40x
 func BenchmarkCreateCDI(b *testing.B) {
@@ -56,103 +78,231 @@ func BenchmarkCreateCDI(b *testing.B) {
 	}
 }
 
+// benchVariant is one way of creating the bundle's container.
+type benchVariant struct {
+	bin   string   // the program run with create's arguments
+	env   []string // its environment
+	spec  []byte   // the config.json it is given
+	floor string   // the variant its share is taken against
+	// inInit: its config.json has createContainer hooks, which runc runs
+	// from the container's init: their CPU time is not the create's.
+	inInit bool
+}
+
 func benchCreateCDI(b *testing.B, gpus int) {
 	skipShort(b)
 	e2e.RequireRoot(b)
 	runc := e2e.RequireTool(b, "runc")
 	host := newHost(b, fixture.Spec{Layout: "multiarch", GPUs: gpus})
 	image := e2e.BuildRootfs(b, e2e.RootfsOptions{NoCudaprobe: true})
-	bundle := e2e.MakeBundle(b, image, "/bin/true")
-	e2e.EditSpec(b, bundle, func(s *specs.Spec) {
+	// The bundle and runc's state on tmpfs, as an engine's under /run.
+	shm, err := os.MkdirTemp("/dev/shm", "nctk-bench-")
+	if err != nil {
+		b.Skipf("no tmpfs for the bundle: %v", err)
+	}
+	b.Cleanup(func() { os.RemoveAll(shm) })
+	bundle := filepath.Join(shm, "bundle")
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	src := e2e.MakeBundle(b, image, "/bin/true")
+	rootfsDir := filepath.Join(bundle, "rootfs")
+	e2e.EditSpec(b, src, func(s *specs.Spec) {
 		if s.Annotations == nil {
 			s.Annotations = map[string]string{}
 		}
 		s.Annotations["cdi.k8s.io/nctk-bench"] = "nvidia.com/gpu=all"
+		s.Root.Path = rootfsDir
 	})
+	orig := readFile(b, filepath.Join(src, "config.json"))
 	specPath := filepath.Join(bundle, "config.json")
-	orig := readFile(b, specPath)
-	state := filepath.Join(e2e.TempDir(b, "state"), "runc")
+	state := filepath.Join(shm, "state")
+	// The overlay's upper and work directories: on tmpfs too, unless
+	// $NCTK_BENCH_LAYER_DIR names a directory (on disk, as an engine's
+	// container layers). On the development VM's root file system (ext4
+	// without a journal) every new inode costs ~0.5 ms once many were
+	// deleted recently (ext4 skips recently deleted inodes when it has no
+	// journal), and runc's mount targets, the image's links and ld.so.cache
+	// are new inodes in a fresh layer: that, not the runtimes, would be
+	// measured.
+	layers := filepath.Join(shm, "layers")
+	if dir := os.Getenv("NCTK_BENCH_LAYER_DIR"); dir != "" {
+		if layers, err = os.MkdirTemp(dir, "nctk-bench-layers-"); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(layers) })
+	}
 	b.Cleanup(func() {
 		out, _ := exec.Command(runc, "--root", state, "list", "-q").Output()
 		for _, id := range strings.Fields(string(out)) {
 			_ = exec.Command(runc, "--root", state, "delete", "--force", id).Run()
 		}
+		_ = unix.Unmount(rootfsDir, unix.MNT_DETACH)
 	})
 	run := fileRunner(b)
+	// freshRootfs mounts a new overlay of the image at the bundle's rootfs.
+	layer := 0
+	freshRootfs := func() {
+		layer++
+		upper, work := filepath.Join(layers, fmt.Sprintf("u%d", layer)), filepath.Join(layers, fmt.Sprintf("w%d", layer))
+		for _, d := range []string{upper, work, rootfsDir} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := unix.Mount("overlay", rootfsDir, "overlay", 0, "lowerdir="+image+",upperdir="+upper+",workdir="+work); err != nil {
+			b.Fatalf("overlay rootfs: %v", err)
+		}
+	}
+	dropRootfs := func() {
+		if err := unix.Unmount(rootfsDir, 0); err != nil {
+			b.Fatalf("unmount rootfs: %v", err)
+		}
+		upper, work := filepath.Join(layers, fmt.Sprintf("u%d", layer)), filepath.Join(layers, fmt.Sprintf("w%d", layer))
+		_ = os.RemoveAll(upper)
+		_ = os.RemoveAll(work)
+	}
 	del := func(id string) {
 		if out, err := exec.Command(runc, "--root", state, "delete", "--force", id).CombinedOutput(); err != nil {
 			b.Fatalf("delete %s: %v\n%s", id, err, out)
 		}
 	}
 
-	// One spec directory and config.toml per path.
-	type cdiPath struct {
-		bin     string // directory of the nctk build
-		genArgs []string
-		env     []string
-	}
-	paths := map[string]*cdiPath{
-		"own": {bin: filepath.Dir(tool(b, "nctk"))},
-		"sep": {bin: filepath.Dir(tool(b, "nctk")), genArgs: []string{"--separate-hooks"}},
-	}
-	if base := os.Getenv("NCTK_BENCH_BASELINE_BIN"); base != "" {
-		paths["base"] = &cdiPath{bin: base}
-	}
-	for name, p := range paths {
+	// One spec directory and config.toml per spec.
+	nctkBin := filepath.Dir(tool(b, "nctk"))
+	specDir := func(name, bin string, mode string, genArgs ...string) []string {
 		dir := e2e.TempDir(b, "cdi-"+name)
 		cfgPath := filepath.Join(dir, "config.toml")
-		cfg := fmt.Sprintf("[nvidia-container-cli]\nroot = %q\nldconfig = \"@/sbin/ldconfig\"\nload-kmods = false\n\n"+
-			"[nvidia-container-runtime]\nruntimes = [%q]\n\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [%q]\n",
-			host.Root.Path, runc, dir)
+		cfg := fmt.Sprintf("[nvidia-container-cli]\nroot = %q\npath = %q\nldconfig = \"@/sbin/ldconfig\"\nload-kmods = false\n\n"+
+			"[nvidia-container-runtime]\nmode = %q\nruntimes = [%q]\n\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [%q]\n",
+			host.Root.Path, tool(b, "nvidia-container-cli"), mode, runc, dir)
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 			b.Fatal(err)
 		}
-		p.env = append(os.Environ(), "NVIDIA_CTK_CONFIG_FILE_PATH="+cfgPath)
-		gen := exec.Command(filepath.Join(p.bin, "nvidia-ctk"), append([]string{"cdi", "generate", "--driver-root", host.Root.Path,
-			"--nvidia-cdi-hook-path", filepath.Join(p.bin, "nvidia-cdi-hook"), "--output", filepath.Join(dir, "nvidia.yaml")}, p.genArgs...)...)
-		gen.Env = p.env
+		env := append(os.Environ(), "NVIDIA_CTK_CONFIG_FILE_PATH="+cfgPath)
+		if mode == "cdi" {
+			gen := exec.Command(filepath.Join(nctkBin, "nvidia-ctk"), append([]string{"cdi", "generate", "--driver-root", host.Root.Path,
+				"--nvidia-cdi-hook-path", filepath.Join(bin, "nvidia-cdi-hook"), "--output", filepath.Join(dir, "nvidia.yaml")}, genArgs...)...)
+			if bin != nctkBin {
+				gen = exec.Command(filepath.Join(bin, "nvidia-ctk"), gen.Args[1:]...)
+			}
+			gen.Env = env
+			if out, err := gen.CombinedOutput(); err != nil {
+				b.Fatalf("%s: %v\n%s", gen.Args, err, out)
+			}
+		}
+		return append(env, "NCTK_BENCH_SPEC_DIR="+dir)
+	}
+	specDirOf := func(env []string) string {
+		return strings.TrimPrefix(env[len(env)-1], "NCTK_BENCH_SPEC_DIR=")
+	}
+	withEnv := func(spec []byte, kv string) []byte {
+		var s specs.Spec
+		if err := json.Unmarshal(spec, &s); err != nil {
+			b.Fatal(err)
+		}
+		s.Process.Env = append(s.Process.Env, kv)
+		delete(s.Annotations, "cdi.k8s.io/nctk-bench")
+		out, err := json.Marshal(&s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return out
+	}
+	legacySpec := withEnv(orig, "NVIDIA_VISIBLE_DEVICES=all")
+
+	vs := map[string]*benchVariant{"runc": {bin: runc, env: os.Environ(), spec: orig}}
+	wrapper := func(bin string, env []string, spec []byte) *benchVariant {
+		return &benchVariant{bin: filepath.Join(bin, "nvidia-container-runtime"), env: env, spec: spec}
+	}
+	ownEnv := specDir("own", nctkBin, "cdi")
+	vs["own"] = wrapper(nctkBin, ownEnv, orig)
+	sepEnv := specDir("sep", nctkBin, "cdi", "--separate-hooks")
+	vs["sep"] = wrapper(nctkBin, sepEnv, orig)
+	vs["native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(ownEnv))}
+	vs["legacy"] = wrapper(nctkBin, specDir("legacy", nctkBin, "legacy"), legacySpec)
+	vs["hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
+		spec: withPrestartHook(b, legacySpec, tool(b, "nvidia-container-runtime-hook"), specDirOf(vs["legacy"].env)+"/config.toml")}
+	if base := os.Getenv("NCTK_BENCH_BASELINE_BIN"); base != "" {
+		vs["base"] = wrapper(base, specDir("base", base, "cdi"), orig)
+	} else {
+		b.Log("base: skipped ($NCTK_BENCH_BASELINE_BIN does not name another nctk build)")
+	}
+	if nv := os.Getenv("NCTK_BENCH_NVIDIA_BIN"); nv != "" {
+		// The spec is nctk's, in NVIDIA's layout, naming NVIDIA's hook:
+		// NVIDIA's nvidia-ctk needs NVML to generate one.
+		dir := specDir("nv", nv, "legacy")
+		gen := exec.Command(filepath.Join(nctkBin, "nvidia-ctk"), "cdi", "generate", "--driver-root", host.Root.Path, "--separate-hooks",
+			"--nvidia-cdi-hook-path", filepath.Join(nv, "nvidia-cdi-hook"), "--output", filepath.Join(specDirOf(dir), "nvidia.yaml"))
 		if out, err := gen.CombinedOutput(); err != nil {
 			b.Fatalf("%s: %v\n%s", gen.Args, err, out)
 		}
-	}
-
-	create := func(bin string, spec []byte, id string, env []string, prefix ...string) time.Duration {
-		if err := os.WriteFile(specPath, spec, 0o644); err != nil {
+		cfgPath := filepath.Join(specDirOf(dir), "config.toml")
+		cfg := fmt.Sprintf("[nvidia-container-runtime]\nmode = \"cdi\"\nruntimes = [%q]\n\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [%q]\n"+
+			"\n[nvidia-container-runtime.modes.legacy]\ncuda-compat-mode = \"disabled\"\n", runc, specDirOf(dir))
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 			b.Fatal(err)
 		}
-		args := append(slices.Clone(prefix), bin, "--root", state, "create", "--bundle", bundle, id)
-		cmd := exec.Command(args[0], args[1:]...)
-		cmd.Env = env
+		vs["nv-cdi"] = wrapper(nv, dir, orig)
+		vs["nv-native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(dir))}
+	} else {
+		b.Log("nv-cdi, nv-native: skipped ($NCTK_BENCH_NVIDIA_BIN does not name a directory with NVIDIA's 1.20 nvidia-container-runtime and nvidia-cdi-hook)")
+	}
+
+	// cpu is the CPU time of each variant's last create: the create's
+	// process and the children it waited for (runc, hooks, ldconfig), not
+	// the container's init. Unlike the wall time it hardly depends on the
+	// machine's load.
+	cpu := map[*benchVariant]time.Duration{}
+	create := func(v *benchVariant, id string) time.Duration {
+		if err := os.WriteFile(specPath, v.spec, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		freshRootfs()
+		cmd := exec.Command(v.bin, "--root", state, "create", "--bundle", bundle, id)
+		cmd.Env = v.env
 		start := time.Now()
 		err := run(cmd)
 		d := time.Since(start)
 		if err != nil {
 			b.Fatal(err)
 		}
+		cpu[v] = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 		del(id)
+		dropRootfs()
 		return d
 	}
-	wrapper := func(name string) string { return filepath.Join(paths[name].bin, "nvidia-container-runtime") }
 
-	// The config.json each path writes (logged: the hooks it leaves); the
-	// own path's without hooks is the floor.
-	var floor []byte
-	for n, p := range paths {
-		create(wrapper(n), orig, "nctk-cdi-probe-"+n, p.env)
-		written := readFile(b, specPath)
-		b.Logf("%s: %d createContainer hooks in config.json, running %q", n, cdiHookCount(b, written), hookSubcommands(b, written))
-		if n == "own" {
-			floor = withoutHooks(b, written, nil)
+	// The config.json each path produces, without its hooks, is its
+	// floor; equal floors are one variant.
+	paths := slices.Sorted(maps.Keys(vs))
+	floors := map[string]string{} // canonical config.json -> floor variant
+	for _, n := range paths {
+		v := vs[n]
+		if n == "runc" || v.floor != "" {
+			continue
 		}
+		written := v.spec
+		if v.bin != runc {
+			create(v, "nctk-cdi-probe-"+n)
+			written = readFile(b, specPath)
+		}
+		b.Logf("%s: %d createContainer hooks in config.json, running %q", n, cdiHookCount(b, written), hookSubcommands(b, written))
+		v.inInit = cdiHookCount(b, written) > 0
+		floor := withoutHooks(b, written, nil)
+		key := canonicalJSON(b, floor)
+		if f, ok := floors[key]; ok {
+			v.floor = f
+			continue
+		}
+		v.floor = "floor-" + n
+		floors[key] = v.floor
+		vs[v.floor] = &benchVariant{bin: runc, env: os.Environ(), spec: floor}
 	}
 
-	names := []string{"runc", "floor"}
-	for n := range paths {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	times := map[string][]time.Duration{}
-	extra, share := map[string][]time.Duration{}, map[string][]time.Duration{}
+	names := slices.Sorted(maps.Keys(vs))
+	times, cpus := map[string][]time.Duration{}, map[string][]time.Duration{}
+	extra, share, cpuShare := map[string][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		order := slices.Clone(names)
@@ -161,29 +311,31 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		}
 		got := map[string]time.Duration{}
 		for _, n := range order {
-			id := fmt.Sprintf("nctk-cdi-%d-%s", i, n)
-			switch n {
-			case "runc":
-				got[n] = create(runc, orig, id, os.Environ())
-			case "floor":
-				got[n] = create(runc, floor, id, os.Environ())
-			default:
-				got[n] = create(wrapper(n), orig, id, paths[n].env)
-			}
+			got[n] = create(vs[n], fmt.Sprintf("nctk-cdi-%d-%s", i, n))
 			times[n] = append(times[n], got[n])
+			cpus[n] = append(cpus[n], cpu[vs[n]])
 		}
-		for n := range paths {
-			extra[n] = append(extra[n], got[n]-got["runc"])
-			share[n] = append(share[n], got[n]-got["floor"])
+		for _, n := range names {
+			if f := vs[n].floor; f != "" {
+				extra[n] = append(extra[n], got[n]-got["runc"])
+				share[n] = append(share[n], got[n]-got[f])
+				cpuShare[n] = append(cpuShare[n], cpu[vs[n]]-cpu[vs[f]])
+			}
 		}
 	}
 	b.StopTimer()
 	for _, n := range names {
 		b.ReportMetric(ms(percentile(times[n], 50)), n+"-ms")
-	}
-	for n := range paths {
-		b.ReportMetric(ms(percentile(extra[n], 50)), n+"-extra-ms")
-		b.ReportMetric(ms(percentile(share[n], 50)), n+"-share-ms")
+		if !vs[n].inInit {
+			b.ReportMetric(ms(percentile(cpus[n], 50)), n+"-cpu-ms")
+		}
+		if vs[n].floor != "" {
+			b.ReportMetric(ms(percentile(extra[n], 50)), n+"-extra-ms")
+			b.ReportMetric(ms(percentile(share[n], 50)), n+"-share-ms")
+			if !vs[n].inInit {
+				b.ReportMetric(ms(percentile(cpuShare[n], 50)), n+"-cpu-share-ms")
+			}
+		}
 	}
 
 	// The own path's wrapper in this process, up to the exec of runc
@@ -195,15 +347,17 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		if err := os.WriteFile(filepath.Join(scratch, "config.json"), orig, 0o644); err != nil {
 			b.Fatal(err)
 		}
+		freshRootfs()
 		rt := runtime.New()
 		rt.Exec = func(string, []string, []string) error { return nil }
 		rt.Self = tool(b, "nctk") // the hooks' nvidia-cdi-hook is its link
 		var stderr strings.Builder
-		e := &app.Env{Args: []string{wrapper("own"), "create", "--bundle", scratch, "x"},
-			Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Environ: paths["own"].env}
+		e := &app.Env{Args: []string{vs["own"].bin, "create", "--bundle", scratch, "x"},
+			Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Environ: vs["own"].env}
 		start := time.Now()
 		code := rt.Run(e)
 		inproc = append(inproc, time.Since(start))
+		dropRootfs()
 		if code != 0 {
 			b.Fatalf("runtime: exit %d: %s", code, stderr.String())
 		}
@@ -215,6 +369,7 @@ func benchCreateCDI(b *testing.B, gpus int) {
 
 	strace, err := exec.LookPath("strace")
 	if err != nil {
+		b.Log("syscall counts: skipped (no strace)")
 		return
 	}
 	// The created container keeps its stdio: a file, not a pipe.
@@ -227,22 +382,16 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	// until the container is deleted: the summary is written once the
 	// create has returned and the container is deleted.
 	counts := func(n string) (calls, execs int) {
+		v := vs[n]
 		out := filepath.Join(e2e.TempDir(b, "strace"), n)
 		id := "nctk-cdi-strace-" + n
-		bin, env := runc, os.Environ()
-		spec := orig
-		switch n {
-		case "runc":
-		case "floor":
-			spec = floor
-		default:
-			bin, env = wrapper(n), paths[n].env
-		}
-		if err := os.WriteFile(specPath, spec, 0o644); err != nil {
+		if err := os.WriteFile(specPath, v.spec, 0o644); err != nil {
 			b.Fatal(err)
 		}
-		cmd := exec.Command(strace, "-f", "-c", "-o", out, bin, "--root", state, "create", "--bundle", bundle, id)
-		cmd.Env = env
+		freshRootfs()
+		defer dropRootfs()
+		cmd := exec.Command(strace, "-f", "-c", "-o", out, v.bin, "--root", state, "create", "--bundle", bundle, id)
+		cmd.Env = v.env
 		cmd.Stdout, cmd.Stderr = stdio, stdio
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
@@ -268,9 +417,44 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		b.ReportMetric(float64(calls), n+"-syscalls")
 		b.ReportMetric(float64(execs), n+"-execs")
 	}
-	if err := os.WriteFile(specPath, orig, 0o644); err != nil {
+}
+
+// cdiInjected returns spec with the devices its cdi.k8s.io/nctk-bench
+// annotation names injected from the specs in dir by the CDI library, as
+// an engine with native CDI support does (the annotation removed).
+func cdiInjected(b *testing.B, spec []byte, dir string) []byte {
+	var s specs.Spec
+	if err := json.Unmarshal(spec, &s); err != nil {
 		b.Fatal(err)
 	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	devices := strings.Split(s.Annotations["cdi.k8s.io/nctk-bench"], ",")
+	delete(s.Annotations, "cdi.k8s.io/nctk-bench")
+	if _, err := cache.InjectDevices(&s, devices...); err != nil {
+		b.Fatalf("inject %v from %s: %v", devices, dir, err)
+	}
+	out, err := json.Marshal(&s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// canonicalJSON is data re-encoded with sorted keys: equal for equal
+// documents whatever wrote them.
+func canonicalJSON(b *testing.B, data []byte) string {
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		b.Fatal(err)
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return string(out)
 }
 
 // straceCounts reads the summary `strace -c` wrote to path: the total

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"sync"
 
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/rootfs"
@@ -18,7 +19,7 @@ const (
 )
 
 // gpuNode matches the names of the GPUs' device nodes (nvidia0, nvidia12).
-var gpuNode = regexp.MustCompile(`^nvidia[0-9]+$`)
+var gpuNode = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^nvidia[0-9]+$`) })
 
 // appProfile returns the driver application profile that makes EGL (and
 // Vulkan, through it) see only the GPUs whose minors are set in mask: one
@@ -45,7 +46,7 @@ func updateApplicationProfile(h *hookEnv, u hookargs.UpdateApplicationProfile) e
 		slices.Sort(names)
 		var mask uint64
 		for _, n := range names {
-			if !gpuNode.MatchString(n) {
+			if !gpuNode().MatchString(n) {
 				continue
 			}
 			st, err := r.Lstat("/dev/" + n)
