@@ -59,6 +59,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/cudacompat"
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
@@ -86,7 +88,7 @@ const (
 )
 
 // CompatDir is where CUDA images keep forward-compatibility libraries.
-const CompatDir = "/usr/local/cuda/compat"
+const CompatDir = hookargs.DefaultCudaCompatDir
 
 // Options tune Apply.
 type Options struct {
@@ -194,7 +196,9 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		if r, err = rootfs.Open(c.Rootfs); err != nil {
 			return err
 		}
-		compat = compatDir(r, p, opts, log)
+		if compat, err = compatDir(r, p, opts, log); err != nil {
+			return err
+		}
 		if err := checkUserMounts(r, mounts, plannedPaths(p, opts, compat)); err != nil {
 			return err
 		}
@@ -448,39 +452,21 @@ func compatEnabled(p *plan.Plan, opts Options) bool {
 }
 
 // compatDir returns CompatDir when CUDA compat handling is on, the plan
-// injects libcuda and the image's compat directory holds a libcuda of a
-// newer driver branch than the host's (NVIDIA's ldconfig mode: lower or
-// equal majors are dropped). The directory is then added to ldconfig's
-// command line, which lists the compat libcuda.so.1 in the cache; nothing
-// is mounted from the image.
-func compatDir(r *rootfs.Root, p *plan.Plan, opts Options, log *slog.Logger) string {
+// injects libcuda and the image's compat directory holds a libcuda that is
+// to be used over the host driver's (cudacompat.Select: the rule of
+// nvidia-cdi-hook's enable-cuda-compat and of the runtime, read from the
+// library's name and ELF note inside the root). The directory is then
+// added to ldconfig's command line, which lists the compat libcuda.so.1 in
+// the cache; nothing is mounted from the image. A compat library that is
+// not a regular file, or is too large, is an error.
+func compatDir(r *rootfs.Root, p *plan.Plan, opts Options, log *slog.Logger) (string, error) {
 	if !compatEnabled(p, opts) {
-		return ""
+		return "", nil
 	}
-	host, ok := majorOf(opts.DriverVersion)
-	if !ok {
-		return ""
+	lib, err := cudacompat.Select(r, CompatDir, opts.DriverVersion, "", log)
+	if err != nil || lib == "" {
+		return "", err
 	}
-	names, err := r.ReadDir(CompatDir)
-	if err != nil {
-		return ""
-	}
-	for _, n := range names {
-		v, found := strings.CutPrefix(n, "libcuda.so.")
-		if !found || !strings.Contains(v, ".") {
-			continue
-		}
-		if m, ok := majorOf(v); ok && m > host {
-			log.Debug("CUDA forward compatibility libraries found", "dir", CompatDir, "libcuda", n, "host driver", opts.DriverVersion)
-			return CompatDir
-		}
-	}
-	return ""
-}
-
-// majorOf returns the leading number of a version string.
-func majorOf(v string) (int, bool) {
-	head, _, _ := strings.Cut(v, ".")
-	n, err := strconv.Atoi(head)
-	return n, err == nil && n >= 0
+	log.Debug("CUDA forward compatibility libraries found", "dir", CompatDir, "libcuda", lib, "host driver", opts.DriverVersion)
+	return CompatDir, nil
 }
