@@ -373,6 +373,14 @@ func (c *Config) warn(w string) {
 	c.Warnings = append(c.Warnings, w)
 }
 
+// CUDACompatOn reports whether the legacy path makes an image's newer CUDA
+// compat libraries the loader's first choice: CUDACompatMode is ldconfig
+// or mount (either way nothing from the image is mounted).
+func (c *Config) CUDACompatOn() bool {
+	m := c.CUDACompatMode()
+	return m == "ldconfig" || m == "mount"
+}
+
 // CUDACompatMode returns the --cuda-compat-mode value the hook passes to
 // nvidia-container-cli: ldconfig or mount as configured, disabled for hook,
 // disabled, and unknown values unless

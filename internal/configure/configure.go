@@ -54,7 +54,6 @@ import (
 	"path"
 	"slices"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -440,15 +439,7 @@ func deviceRules(p *plan.Plan) []deviceRule {
 // mounts libcuda (compute): only then can compatDir find a directory, so
 // only then does prepare copy the host ldconfig.
 func compatEnabled(p *plan.Plan, opts Options) bool {
-	if opts.CUDACompatMode != CompatLdconfig && opts.CUDACompatMode != CompatMount {
-		return false
-	}
-	for _, m := range p.Mounts {
-		if strings.HasPrefix(path.Base(m.Destination), "libcuda.so.") {
-			return true
-		}
-	}
-	return false
+	return (opts.CUDACompatMode == CompatLdconfig || opts.CUDACompatMode == CompatMount) && p.InjectsLibcuda()
 }
 
 // compatDir returns CompatDir when CUDA compat handling is on, the plan
