@@ -38,7 +38,9 @@
 //     same from the host files before the low-level runtime runs); only
 //     when the image holds a newer CUDA compat libcuda does the host
 //     ldconfig run instead, confined to the container root, over the
-//     plan's library directories and the compat directory.
+//     plan's library directories and the compat directory, after which
+//     the compat libraries are put first in the cache in process
+//     (cudacompat.Enable).
 //
 // A failure in any step undoes the earlier ones (mounts lazily unmounted,
 // created files removed, cgroup rules reverted) and is reported as a
@@ -259,10 +261,17 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 				// ldconfig process, no sandbox (~10 ms less per start).
 				return r.UpdateLdCache(p.LdcacheLibs(), p.LdconfigDirs, log)
 			}
-			// A newer CUDA compat libcuda in the image: ldconfig's own
-			// ordering decides between it and the driver's, so the host
-			// ldconfig runs, confined to the container.
-			return prep.ldconfig.Run(ctx, c.Rootfs, dirs, rootfs.LdconfigOptions{NoPivot: opts.NoPivot, Exe: opts.LdconfigExe, Log: log})
+			// A newer CUDA compat libcuda in the image: the host ldconfig
+			// runs, confined to the container, over the driver's and the
+			// compat directory; its ordering puts the driver's
+			// libcuda.so.1 first, so the compat directory is then listed
+			// in ld.so.conf.d and its libraries put first in the cache,
+			// in process (what nvidia-cdi-hook's enable-cuda-compat and
+			// update-ldcache give).
+			if err := prep.ldconfig.Run(ctx, c.Rootfs, dirs, rootfs.LdconfigOptions{NoPivot: opts.NoPivot, Exe: opts.LdconfigExe, Log: log}); err != nil {
+				return err
+			}
+			return cudacompat.Enable(r, compat, log)
 		})
 		if err != nil {
 			if change != nil {

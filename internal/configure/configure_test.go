@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/cudacompat"
 	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
@@ -359,6 +360,11 @@ func TestCompatDir(t *testing.T) {
 	cache, _ := os.ReadFile(c.inside("/etc/ld.so.cache"))
 	if !strings.Contains(string(cache), CompatDir) {
 		t.Error("compat directory not in the container's ld.so.cache")
+	}
+	// Listed first for the image's own ldconfig runs, as enable-cuda-compat
+	// does (the e2e TestCudaCompat checks the loader's choice).
+	if conf, err := os.ReadFile(c.inside(cudacompat.Conf)); err != nil || string(conf) != CompatDir+"\n" {
+		t.Errorf("%s = %q, %v", cudacompat.Conf, conf, err)
 	}
 	if _, ok := c.mounts(t)[CompatDir+"/libcuda.so.580.65.06"]; ok {
 		t.Error("a compat library from the image was mounted")

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 )
@@ -65,7 +67,10 @@ func checkCudaprobe(t *testing.T, out, dir string, cuda int) {
 // images do with the cuda-compat package. Through nvidia-container-runtime
 // and runc — legacy mode, and CDI mode over the spec nvidia-ctk cdi
 // generate wrote (its enable-cuda-compat done by the runtime in process) —
-// the container's cudaprobe loads the compat libcuda (CUDA 12.2); with
+// through plain runc with docker --gpus's prestart hook (configure), and
+// with the spec's hook chain run as a hook (a copy of nvidia-cdi-hook, not
+// lifted) — the container's cudaprobe loads the compat libcuda (CUDA
+// 12.2); with
 // compat handling disabled in config.toml, with a compat library older than
 // the host driver, or with a spec generated with --disable-hook
 // enable-cuda-compat, it loads the host's (CUDA 11.4).
@@ -84,6 +89,16 @@ func TestCudaCompat(t *testing.T) {
 		"--driver-root", f.host.Root.Path, "--output", filepath.Join(specDir, "nocompat.yaml"),
 		"--vendor", "nocompat.example.com", "--class", "gpu",
 		"--nvidia-cdi-hook-path", tool(t, "nvidia-cdi-hook"), "--disable-hook", "enable-cuda-compat")
+	// A third kind whose hook is a copy of nvidia-cdi-hook: not the
+	// runtime's own file, so its chain runs as a createContainer hook.
+	rawHook := filepath.Join(e2e.TempDir(t, "rawhook"), "nvidia-cdi-hook")
+	e2e.MustRun(t, e2e.RunOpts{Quiet: true}, "cp", tool(t, "nvidia-cdi-hook"), rawHook)
+	if err := os.Chmod(filepath.Dir(rawHook), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e2e.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "cdi", "generate",
+		"--driver-root", f.host.Root.Path, "--output", filepath.Join(specDir, "rawhook.yaml"),
+		"--vendor", "rawhook.example.com", "--class", "gpu", "--nvidia-cdi-hook-path", rawHook)
 	if spec := readFile(t, filepath.Join(specDir, "nvidia.yaml")); !strings.Contains(string(spec), "--host-driver-version="+f.host.Root.Version) {
 		t.Errorf("the generated spec has no enable-cuda-compat --host-driver-version=%s", f.host.Root.Version)
 	}
@@ -112,18 +127,40 @@ func TestCudaCompat(t *testing.T) {
 		lib    string // the compat library's content
 		dir    string // where cudaprobe must find libcuda.so.1
 		cuda   int
+		// prestart runs plain runc with the prestart hook docker --gpus
+		// adds (nvidia-container-runtime-hook: nvidia-container-cli
+		// configure) instead of nvidia-container-runtime.
+		prestart bool
 	}{
-		{"legacy", f.host, "all", "libcuda.so.535.261.03", newer, compatDir, cudaVersion535},
-		{"legacy/compat-disabled", &disabled, "all", "libcuda.so.535.261.03", newer, libDir, hostCuda},
-		{"legacy/older-compat", f.host, "all", "libcuda.so.460.106.00", older, libDir, hostCuda},
-		{"cdi", f.host, "nvidia.com/gpu=0", "libcuda.so.535.261.03", newer, compatDir, cudaVersion535},
-		{"cdi/older-compat", f.host, "nvidia.com/gpu=0", "libcuda.so.460.106.00", older, libDir, hostCuda},
-		{"cdi/hook-disabled", f.host, "nocompat.example.com/gpu=0", "libcuda.so.535.261.03", newer, libDir, hostCuda},
+		{"legacy", f.host, "all", "libcuda.so.535.261.03", newer, compatDir, cudaVersion535, false},
+		{"legacy/compat-disabled", &disabled, "all", "libcuda.so.535.261.03", newer, libDir, hostCuda, false},
+		{"legacy/older-compat", f.host, "all", "libcuda.so.460.106.00", older, libDir, hostCuda, false},
+		{"cdi", f.host, "nvidia.com/gpu=0", "libcuda.so.535.261.03", newer, compatDir, cudaVersion535, false},
+		{"cdi/older-compat", f.host, "nvidia.com/gpu=0", "libcuda.so.460.106.00", older, libDir, hostCuda, false},
+		{"cdi/hook-disabled", f.host, "nocompat.example.com/gpu=0", "libcuda.so.535.261.03", newer, libDir, hostCuda, false},
+		{"cdi/raw-hook", f.host, "rawhook.example.com/gpu=0", "libcuda.so.535.261.03", newer, compatDir, cudaVersion535, false},
+		{"cdi/raw-hook/older-compat", f.host, "rawhook.example.com/gpu=0", "libcuda.so.460.106.00", older, libDir, hostCuda, false},
+		{"prestart", f.host, "all", "libcuda.so.535.261.03", newer, compatDir, cudaVersion535, true},
+		{"prestart/compat-disabled", &disabled, "all", "libcuda.so.535.261.03", newer, libDir, hostCuda, true},
+		{"prestart/older-compat", f.host, "all", "libcuda.so.460.106.00", older, libDir, hostCuda, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := newRuncCase(t, tc.host, f.image, e2e.LayoutDebian, "NVIDIA_VISIBLE_DEVICES="+tc.device)
 			addCompat(t, c.rootfs, tc.lib, tc.compat)
+			if tc.prestart {
+				e2e.EditSpec(t, c.bundle, func(s *specs.Spec) {
+					if s.Hooks == nil {
+						s.Hooks = &specs.Hooks{}
+					}
+					//lint:ignore SA1019 prestart is where dockerd puts this hook
+					s.Hooks.Prestart = append(s.Hooks.Prestart, specs.Hook{Path: tool(t, "nvidia-container-runtime-hook"),
+						Args: []string{"nvidia-container-runtime-hook", "-config", tc.host.Config, "prestart"},
+						Env:  []string{"PATH=" + filepath.Dir(tool(t, "nvidia-container-cli")) + ":" + e2e.SystemPath}})
+				})
+				c.rt = e2e.NewRuntime(t, e2e.RequireTool(t, "runc"))
+				c.rt.Env = append(c.rt.Env, tc.host.Env...)
+			}
 			checkCudaprobe(t, c.run(), tc.dir, tc.cuda)
 		})
 	}
