@@ -89,6 +89,8 @@ func TestLegacyCudaCompat(t *testing.T) {
 			first: compatTestDir + "/libcuda.so.1"},
 		{name: "newer compat, mount mode", mode: "mount", image: func(t *testing.T, root string) { putCompat(t, root, newer, filepath.Base(newer)) },
 			first: compatTestDir + "/libcuda.so.1"},
+		{name: "newer compat, hook mode", mode: "hook", image: func(t *testing.T, root string) { putCompat(t, root, newer, filepath.Base(newer)) },
+			first: compatTestDir + "/libcuda.so.1"},
 		{name: "compat disabled", mode: "disabled", image: func(t *testing.T, root string) { putCompat(t, root, newer, filepath.Base(newer)) },
 			first: compatTestLib + "/libcuda.so.1"},
 		{name: "older compat", image: func(t *testing.T, root string) { putCompat(t, root, newer, "libcuda.so.460.1.1") },

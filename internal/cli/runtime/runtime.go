@@ -10,10 +10,14 @@
 // that directory (the host kernel has the driver loaded, or the spec
 // mounts no procfs at /proc). It creates the driver symlinks and adds the
 // driver libraries to ld.so.cache in the bundle's rootfs itself (inside the
-// root, from the host files to be mounted). In CDI mode it does the same
+// root, from the host files to be mounted), and, with CUDA compat handling
+// on (config.Config.CUDACompatOn) and libcuda injected, puts the image's
+// /usr/local/cuda/compat libcuda first when it is of a newer branch than
+// the host driver (internal/cudacompat; never mounted). In CDI mode it does the same
 // for the createContainer hooks of the spec that run this installation's
 // nvidia-cdi-hook (the same file as this program; see ownHook and
-// cdispec.LiftOwnHooks): their links and ld.so.cache entries are made here
+// cdispec.LiftOwnHooks): their links, ld.so.cache entries and CUDA compat
+// step (enable-cuda-compat) are made here
 // and the hook entries are dropped, the disable-device-node-modification
 // part kept as a hook only where the container's procfs will show the
 // driver. Then it execs the low-level
