@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"log/slog"
+	"os"
 	"slices"
 	"testing"
+
+	"github.com/nctk/nctk/internal/rootfs"
 )
 
 // noteELF returns a small ELF64 shared object whose only section besides
@@ -173,4 +176,43 @@ func FuzzReadCompatNote(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		readCompatNote(bytes.NewReader(data))
 	})
+}
+
+// BenchmarkSelect is the cost the runtime adds to a create that asks for
+// compute: Select on an image without a compat directory, and on one with
+// a compat libcuda (readdir, open, ELF section headers).
+func BenchmarkSelect(b *testing.B) {
+	lib, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, withCompat := range []bool{false, true} {
+		name := "no compat dir"
+		if withCompat {
+			name = "compat lib"
+		}
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			if withCompat {
+				if err := os.MkdirAll(dir+"/usr/local/cuda/compat", 0o755); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.WriteFile(dir+"/usr/local/cuda/compat/libcuda.so.999.1.1", lib, 0o644); err != nil {
+					b.Fatal(err)
+				}
+			}
+			r, err := rootfs.Open(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			log := slog.New(slog.DiscardHandler)
+			for b.Loop() {
+				got, err := Select(r, "/usr/local/cuda/compat", "470.256.02", "", log)
+				if err != nil || (got != "") != withCompat {
+					b.Fatalf("Select = %q, %v", got, err)
+				}
+			}
+		})
+	}
 }
