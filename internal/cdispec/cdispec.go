@@ -154,7 +154,7 @@ type Options struct {
 
 // HookNames returns the hooks nctk's specs can carry, by name.
 func HookNames() []string {
-	return []string{hookargs.NameCreateSymlinks, hookargs.NameUpdateLdcache, hookargs.NameDisableDeviceNodeModification,
+	return []string{hookargs.NameCreateSymlinks, hookargs.NameEnableCudaCompat, hookargs.NameUpdateLdcache, hookargs.NameDisableDeviceNodeModification,
 		hookargs.NameUpdateApplicationProfile, hookargs.NameChmod}
 }
 
@@ -404,7 +404,10 @@ func commonEdits(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []str
 
 // hooks are the createContainer hooks ocispec.Hooks gives p (symlinks, the
 // ld.so.cache update: what nvidia-container-runtime does in the rootfs
-// itself), in place of the /proc/driver/nvidia view
+// itself) with enable-cuda-compat --host-driver-version between them when
+// p injects libcuda (NVIDIA's order: the image's newer CUDA compat
+// libraries are put first before the cache update, which keeps them
+// first), in place of the /proc/driver/nvidia view
 // disable-device-node-modification, and update-application-profile when p
 // mounts graphics files, less those disabled names (all of them
 // for AllHooks); with chain, merged into one call (ocispec.Chain) that runs
@@ -413,6 +416,15 @@ func hooks(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []string) [
 	q := *p
 	q.Proc = nil
 	hs := ocispec.Hooks(&q, hc)
+	if p.DriverVersion != "" && p.InjectsLibcuda() {
+		compat := ocispec.Hook{Path: hc.Path,
+			Args: hookargs.Command(hookargs.EnableCudaCompat{HostDriverVersion: p.DriverVersion}), Env: hookargs.Env()}
+		i := slices.IndexFunc(hs, func(h ocispec.Hook) bool { return len(h.Args) > 1 && h.Args[1] == hookargs.NameUpdateLdcache })
+		if i < 0 {
+			i = len(hs)
+		}
+		hs = slices.Insert(hs, i, compat)
+	}
 	if p.Proc != nil {
 		hs = append(hs, ocispec.Hook{Path: hc.Path,
 			Args: hookargs.Command(hookargs.DisableDeviceNodeModification{}), Env: hookargs.Env()})

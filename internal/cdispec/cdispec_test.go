@@ -302,10 +302,13 @@ func TestEdits(t *testing.T) {
 		}
 		subs = append(subs, h.Args[1])
 	}
-	if want := []string{"create-symlinks", "update-ldcache", "disable-device-node-modification"}; !slices.Equal(subs, want) {
+	if want := []string{"create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification"}; !slices.Equal(subs, want) {
 		t.Errorf("hooks %q, want %q", subs, want)
 	}
-	ld := strings.Join(ce.Hooks[1].Args, " ")
+	if compat := strings.Join(ce.Hooks[1].Args, " "); compat != "nvidia-cdi-hook enable-cuda-compat --host-driver-version="+synthVersion {
+		t.Errorf("compat hook %q", compat)
+	}
+	ld := strings.Join(ce.Hooks[2].Args, " ")
 	if want := "nvidia-cdi-hook update-ldcache --ldconfig-path /sbin/ldconfig --folder /usr/lib/x86_64-linux-gnu --folder /usr/lib/i386-linux-gnu"; ld != want {
 		t.Errorf("ldcache hook %q, want %q", ld, want)
 	}

@@ -3,6 +3,7 @@ package cdispec
 import (
 	"path"
 	"slices"
+	"strings"
 
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -22,6 +23,12 @@ type OwnHooks struct {
 	// Libs are the update-ldcache --lib container paths (the libraries
 	// and links whose ld.so.cache entries are written).
 	Libs []string
+	// Compat are the enable-cuda-compat parts, in the hooks' order: the
+	// caller puts the image's CUDA compat libraries first
+	// (internal/cudacompat) after the ld.so.cache update, which gives what
+	// the hooks give (update-ldcache puts them first again after its own
+	// entries).
+	Compat []hookargs.EnableCudaCompat
 	// Hooks is how many hook parts were taken out (a chain counts each
 	// part).
 	Hooks int
@@ -35,9 +42,10 @@ type OwnHooks struct {
 // name, or nvidia-ctk followed by "hook") with no global flags; its ";"
 // chain is then read part by part with hookargs.Parse:
 //
-//   - create-symlinks and update-ldcache with --lib (what Render writes by
-//     default), without --container-spec, are lifted: their links, folders
-//     and libraries go to OwnHooks;
+//   - create-symlinks, enable-cuda-compat and update-ldcache with --lib
+//     (what Render writes by default), without --container-spec, are
+//     lifted: their links, compat directories, folders and libraries go to
+//     OwnHooks;
 //   - noop is dropped;
 //   - disable-device-node-modification must run in the container (it
 //     masks a file of the container's procfs): it stays as a hook with
@@ -183,6 +191,18 @@ func liftPart(part []string, w *OwnHooks, keepInContainer bool, mountPoints moun
 				w.Libs = append(w.Libs, l)
 			}
 		}
+	case hookargs.EnableCudaCompat:
+		// It reads the image's compat directory and writes ld.so.conf.d
+		// and ld.so.cache: none may be hidden by a mount.
+		dir := h.CompatDir
+		if dir == "" {
+			dir = hookargs.DefaultCudaCompatDir
+		}
+		if h.ContainerSpec != "" || !path.IsAbs(dir) || mountPoints.under(dir, true) || mountPoints.below(dir) ||
+			mountPoints.under("/etc/ld.so.cache", true) || mountPoints.under("/etc/ld.so.conf.d/x", true) || mountPoints.under("/etc/ld.so.conf", true) {
+			return false, false
+		}
+		w.Compat = append(w.Compat, h)
 	case hookargs.DisableDeviceNodeModification:
 		if h.ContainerSpec != "" {
 			return false, false
@@ -220,6 +240,18 @@ func (s mountSet) under(p string, orAt bool) bool {
 	for p != "/" {
 		p = path.Dir(p)
 		if s[p] {
+			return true
+		}
+	}
+	return false
+}
+
+// below reports whether one of the mount points lies below the container
+// directory dir.
+func (s mountSet) below(dir string) bool {
+	prefix := strings.TrimSuffix(path.Clean("/"+dir), "/") + "/"
+	for m := range s {
+		if strings.HasPrefix(m, prefix) {
 			return true
 		}
 	}

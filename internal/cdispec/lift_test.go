@@ -19,6 +19,7 @@ func TestLiftOwnHooks(t *testing.T) {
 	links := "create-symlinks --link a.so.1::/lib/a.so"
 	ld := "update-ldcache --folder /lib --lib /lib/a.so.1 --lib /lib/a.so"
 	ddnm := "disable-device-node-modification"
+	compat := "enable-cuda-compat --host-driver-version=470.256.02"
 	lifted := OwnHooks{Links: []hookargs.Link{{Target: "a.so.1", Path: "/lib/a.so"}}, LdconfigDirs: []string{"/lib"},
 		Libs: []string{"/lib/a.so.1", "/lib/a.so"}, Hooks: 2}
 	tests := []struct {
@@ -39,8 +40,17 @@ func TestLiftOwnHooks(t *testing.T) {
 		{name: "update-ldcache without --lib stops", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links), hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook noop")},
 			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook noop")},
 			work: OwnHooks{Links: lifted.Links, Hooks: 1}},
-		{name: "unknown hook in a chain keeps the rest", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; enable-cuda-compat ; "+ld)},
-			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook enable-cuda-compat ; "+ld)}, work: OwnHooks{Links: lifted.Links, Hooks: 1}},
+		{name: "unknown hook in a chain keeps the rest", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; update-application-profile ; "+ld)},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-application-profile ; "+ld)}, work: OwnHooks{Links: lifted.Links, Hooks: 1}},
+		{name: "enable-cuda-compat in the chain lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+compat+" ; "+ld+" ; "+ddnm)},
+			want: []*cdispecs.Hook{}, work: OwnHooks{Links: lifted.Links, LdconfigDirs: lifted.LdconfigDirs, Libs: lifted.Libs,
+				Compat: []hookargs.EnableCudaCompat{{HostDriverVersion: "470.256.02"}}, Hooks: 4}},
+		{name: "enable-cuda-compat with its directory", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook enable-cuda-compat --host-cuda-version=12.2 --cuda-compat-container-root /opt/compat")},
+			want: []*cdispecs.Hook{}, work: OwnHooks{Compat: []hookargs.EnableCudaCompat{{HostCudaVersion: "12.2", CompatDir: "/opt/compat"}}, Hooks: 1}},
+		{name: "compat directory below a mount: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+compat+" ; "+ld)}, mounts: []string{"/usr/local/cuda"}},
+		{name: "a mount inside the compat directory: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+compat)}, mounts: []string{"/usr/local/cuda/compat/libcuda.so.1"}},
+		{name: "compat drop-in below a mount: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+compat)}, mounts: []string{"/etc/ld.so.conf.d"}},
+		{name: "compat with --container-spec: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+compat+" --container-spec /x.json")}},
 		{name: "global flags: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook --debug "+links)}},
 		{name: "other program name: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-container-runtime-hook "+links)}},
 		{name: "link below a mount: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links)}, mounts: []string{"/lib"}},

@@ -373,6 +373,20 @@ func (c *Config) warn(w string) {
 	c.Warnings = append(c.Warnings, w)
 }
 
+// CUDACompatOn reports whether nvidia-container-runtime's legacy path
+// makes an image's newer CUDA compat libraries the loader's first choice
+// (nothing from the image is mounted either way): what NVIDIA's legacy path
+// does through nvidia-container-cli (CUDACompatMode ldconfig or mount), or,
+// with cuda-compat-mode = "hook", through the enable-cuda-compat hook its
+// runtime adds unless features.disable-cuda-compat-lib-hook is on.
+func (c *Config) CUDACompatOn() bool {
+	switch c.CUDACompatMode() {
+	case "ldconfig", "mount":
+		return true
+	}
+	return c.Runtime.Modes.Legacy.CUDACompatMode == "hook" && !c.Features.DisableCUDACompatLibHook
+}
+
 // CUDACompatMode returns the --cuda-compat-mode value the hook passes to
 // nvidia-container-cli: ldconfig or mount as configured, disabled for hook,
 // disabled, and unknown values unless

@@ -469,3 +469,31 @@ func BenchmarkParseDefaultFile(b *testing.B) {
 		}
 	}
 }
+
+// TestCUDACompatOn: the runtime's legacy path does CUDA compat for the
+// modes NVIDIA's legacy path does it in (through the CLI, or the hook its
+// runtime adds).
+func TestCUDACompatOn(t *testing.T) {
+	for _, tc := range []struct {
+		mode           string
+		allow, disable bool
+		want           bool
+	}{
+		{"ldconfig", false, false, true},
+		{"mount", false, false, true},
+		{"hook", false, false, true},
+		{"hook", false, true, false},
+		{"disabled", false, false, false},
+		{"bogus", false, false, false},
+		{"bogus", true, false, true},
+		{"ldconfig", false, true, true},
+	} {
+		c := Default()
+		c.Runtime.Modes.Legacy.CUDACompatMode = tc.mode
+		c.Features.AllowCUDACompatLibsFromContainer = tc.allow
+		c.Features.DisableCUDACompatLibHook = tc.disable
+		if got := c.CUDACompatOn(); got != tc.want {
+			t.Errorf("mode %q, allow %v, disable hook %v: CUDACompatOn = %v, want %v", tc.mode, tc.allow, tc.disable, got, tc.want)
+		}
+	}
+}

@@ -38,7 +38,9 @@
 //     same from the host files before the low-level runtime runs); only
 //     when the image holds a newer CUDA compat libcuda does the host
 //     ldconfig run instead, confined to the container root, over the
-//     plan's library directories and the compat directory.
+//     plan's library directories and the compat directory, after which
+//     the compat libraries are put first in the cache in process
+//     (cudacompat.Enable).
 //
 // A failure in any step undoes the earlier ones (mounts lazily unmounted,
 // created files removed, cgroup rules reverted) and is reported as a
@@ -54,11 +56,12 @@ import (
 	"path"
 	"slices"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/cudacompat"
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
@@ -86,7 +89,7 @@ const (
 )
 
 // CompatDir is where CUDA images keep forward-compatibility libraries.
-const CompatDir = "/usr/local/cuda/compat"
+const CompatDir = hookargs.DefaultCudaCompatDir
 
 // Options tune Apply.
 type Options struct {
@@ -194,7 +197,9 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		if r, err = rootfs.Open(c.Rootfs); err != nil {
 			return err
 		}
-		compat = compatDir(r, p, opts, log)
+		if compat, err = compatDir(r, p, opts, log); err != nil {
+			return err
+		}
 		if err := checkUserMounts(r, mounts, plannedPaths(p, opts, compat)); err != nil {
 			return err
 		}
@@ -256,10 +261,17 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 				// ldconfig process, no sandbox (~10 ms less per start).
 				return r.UpdateLdCache(p.LdcacheLibs(), p.LdconfigDirs, log)
 			}
-			// A newer CUDA compat libcuda in the image: ldconfig's own
-			// ordering decides between it and the driver's, so the host
-			// ldconfig runs, confined to the container.
-			return prep.ldconfig.Run(ctx, c.Rootfs, dirs, rootfs.LdconfigOptions{NoPivot: opts.NoPivot, Exe: opts.LdconfigExe, Log: log})
+			// A newer CUDA compat libcuda in the image: the host ldconfig
+			// runs, confined to the container, over the driver's and the
+			// compat directory; its ordering puts the driver's
+			// libcuda.so.1 first, so the compat directory is then listed
+			// in ld.so.conf.d and its libraries put first in the cache,
+			// in process (what nvidia-cdi-hook's enable-cuda-compat and
+			// update-ldcache give).
+			if err := prep.ldconfig.Run(ctx, c.Rootfs, dirs, rootfs.LdconfigOptions{NoPivot: opts.NoPivot, Exe: opts.LdconfigExe, Log: log}); err != nil {
+				return err
+			}
+			return cudacompat.Enable(r, compat, log)
 		})
 		if err != nil {
 			if change != nil {
@@ -436,51 +448,25 @@ func deviceRules(p *plan.Plan) []deviceRule {
 // mounts libcuda (compute): only then can compatDir find a directory, so
 // only then does prepare copy the host ldconfig.
 func compatEnabled(p *plan.Plan, opts Options) bool {
-	if opts.CUDACompatMode != CompatLdconfig && opts.CUDACompatMode != CompatMount {
-		return false
-	}
-	for _, m := range p.Mounts {
-		if strings.HasPrefix(path.Base(m.Destination), "libcuda.so.") {
-			return true
-		}
-	}
-	return false
+	return (opts.CUDACompatMode == CompatLdconfig || opts.CUDACompatMode == CompatMount) && p.InjectsLibcuda()
 }
 
 // compatDir returns CompatDir when CUDA compat handling is on, the plan
-// injects libcuda and the image's compat directory holds a libcuda of a
-// newer driver branch than the host's (NVIDIA's ldconfig mode: lower or
-// equal majors are dropped). The directory is then added to ldconfig's
-// command line, which lists the compat libcuda.so.1 in the cache; nothing
-// is mounted from the image.
-func compatDir(r *rootfs.Root, p *plan.Plan, opts Options, log *slog.Logger) string {
+// injects libcuda and the image's compat directory holds a libcuda that is
+// to be used over the host driver's (cudacompat.Select: the rule of
+// nvidia-cdi-hook's enable-cuda-compat and of the runtime, read from the
+// library's name and ELF note inside the root). The directory is then
+// added to ldconfig's command line, which lists the compat libcuda.so.1 in
+// the cache; nothing is mounted from the image. A compat library that is
+// not a regular file, or is too large, is an error.
+func compatDir(r *rootfs.Root, p *plan.Plan, opts Options, log *slog.Logger) (string, error) {
 	if !compatEnabled(p, opts) {
-		return ""
+		return "", nil
 	}
-	host, ok := majorOf(opts.DriverVersion)
-	if !ok {
-		return ""
+	lib, err := cudacompat.Select(r, CompatDir, opts.DriverVersion, "", log)
+	if err != nil || lib == "" {
+		return "", err
 	}
-	names, err := r.ReadDir(CompatDir)
-	if err != nil {
-		return ""
-	}
-	for _, n := range names {
-		v, found := strings.CutPrefix(n, "libcuda.so.")
-		if !found || !strings.Contains(v, ".") {
-			continue
-		}
-		if m, ok := majorOf(v); ok && m > host {
-			log.Debug("CUDA forward compatibility libraries found", "dir", CompatDir, "libcuda", n, "host driver", opts.DriverVersion)
-			return CompatDir
-		}
-	}
-	return ""
-}
-
-// majorOf returns the leading number of a version string.
-func majorOf(v string) (int, bool) {
-	head, _, _ := strings.Cut(v, ".")
-	n, err := strconv.Atoi(head)
-	return n, err == nil && n >= 0
+	log.Debug("CUDA forward compatibility libraries found", "dir", CompatDir, "libcuda", lib, "host driver", opts.DriverVersion)
+	return CompatDir, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,9 +18,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/cudacompat"
 	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/rootfs"
 )
 
 // container is a stand-in for a runtime-created container: a process in its
@@ -358,17 +361,57 @@ func TestCompatDir(t *testing.T) {
 	if !strings.Contains(string(cache), CompatDir) {
 		t.Error("compat directory not in the container's ld.so.cache")
 	}
+	// Listed first for the image's own ldconfig runs, as enable-cuda-compat
+	// does (the e2e TestCudaCompat checks the loader's choice).
+	if conf, err := os.ReadFile(c.inside(cudacompat.Conf)); err != nil || string(conf) != CompatDir+"\n" {
+		t.Errorf("%s = %q, %v", cudacompat.Conf, conf, err)
+	}
 	if _, ok := c.mounts(t)[CompatDir+"/libcuda.so.580.65.06"]; ok {
 		t.Error("a compat library from the image was mounted")
 	}
 }
 
-func TestMajorOf(t *testing.T) {
-	for in, want := range map[string]int{"535.261.03": 535, "580": 580, "x.1": -1, "": -1} {
-		got, ok := majorOf(in)
-		if (want < 0) == ok || (ok && got != want) {
-			t.Errorf("majorOf(%q) = %d, %v", in, got, ok)
-		}
+// TestCompatDirRule: configure uses the rule of enable-cuda-compat and the
+// runtime (cudacompat.Select): a newer branch's regular file is used, an
+// older or equal branch, a link out of the root or a disabled mode is
+// not, and a FIFO is refused.
+func TestCompatDirRule(t *testing.T) {
+	elfLib, err := os.ReadFile("/proc/self/exe")
+	must(t, err)
+	p := &plan.Plan{Mounts: []plan.Mount{{Destination: "/usr/lib/libcuda.so.470.256.02", Kind: plan.KindFile}}}
+	tests := []struct {
+		name    string
+		image   func(root string)
+		mode    string
+		want    string
+		wantErr string
+	}{
+		{"newer branch", func(root string) { must(t, os.WriteFile(root+CompatDir+"/libcuda.so.535.261.03", elfLib, 0o644)) }, CompatLdconfig, CompatDir, ""},
+		{"newer branch, mount mode", func(root string) { must(t, os.WriteFile(root+CompatDir+"/libcuda.so.535.261.03", elfLib, 0o644)) }, CompatMount, CompatDir, ""},
+		{"newer branch, disabled", func(root string) { must(t, os.WriteFile(root+CompatDir+"/libcuda.so.535.261.03", elfLib, 0o644)) }, CompatDisabled, "", ""},
+		{"same branch", func(root string) { must(t, os.WriteFile(root+CompatDir+"/libcuda.so.470.300.01", elfLib, 0o644)) }, CompatLdconfig, "", ""},
+		{"link out of the root", func(root string) { must(t, os.Symlink("/proc/self/exe", root+CompatDir+"/libcuda.so.535.261.03")) }, CompatLdconfig, "", ""},
+		{"FIFO", func(root string) { must(t, unix.Mkfifo(root+CompatDir+"/libcuda.so.535.261.03", 0o644)) }, CompatLdconfig, "", "not a regular file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			must(t, os.MkdirAll(root+CompatDir, 0o755))
+			tc.image(root)
+			r, err := rootfs.Open(root)
+			must(t, err)
+			defer r.Close()
+			got, err := compatDir(r, p, Options{CUDACompatMode: tc.mode, DriverVersion: "470.256.02"}, slog.New(slog.DiscardHandler))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("compatDir = %q, %v; want %q", got, err, tc.want)
+			}
+		})
 	}
 }
 

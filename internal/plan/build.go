@@ -155,7 +155,7 @@ func Build(d *discover.Driver, o Options) (*Plan, error) {
 			return nil, &MIGSelectionError{Option: GrantMIGMonitor}
 		}
 	}
-	p := &Plan{}
+	p := &Plan{DriverVersion: d.Version}
 	var missing []error
 	if err := d.CheckDevices(o.GPUs); err != nil {
 		missing = append(missing, err)

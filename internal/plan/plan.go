@@ -20,6 +20,7 @@ package plan
 import (
 	"path"
 	"slices"
+	"strings"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
@@ -205,6 +206,11 @@ type Plan struct {
 	// (NVIDIA's rule), each once, in device order. The runtime adds them
 	// to process.user.additionalGids.
 	AdditionalGIDs []uint32
+	// DriverVersion is the host driver's version (580.126.09) the plan
+	// was built from, "" for a plan of CDI edits only: the runtime
+	// compares an image's CUDA compat libcuda with it
+	// (internal/cudacompat).
+	DriverVersion string `json:",omitempty"`
 	// CDI are the container edits of CDI devices (the runtime's CDI mode:
 	// NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0, cdi.k8s.io/ annotations), held
 	// verbatim as the CDI spec files give them — every field of every CDI
@@ -212,6 +218,14 @@ type Plan struct {
 	// editor after the entries above, exactly as Podman, Docker and
 	// containerd apply them (ocispec.Apply). nil: no CDI device.
 	CDI *cdispecs.ContainerEdits
+}
+
+// InjectsLibcuda reports whether p mounts a libcuda.so.<version> (compute):
+// only then can an image's CUDA compat libcuda be used over it.
+func (p *Plan) InjectsLibcuda() bool {
+	return slices.ContainsFunc(p.Mounts, func(m Mount) bool {
+		return strings.HasPrefix(path.Base(m.Destination), "libcuda.so.")
+	})
 }
 
 // Merge returns a plan holding a's entries, then b's (for a container that
@@ -235,6 +249,9 @@ func Merge(a, b *Plan) *Plan {
 		if !slices.Contains(m.AdditionalGIDs, g) {
 			m.AdditionalGIDs = append(m.AdditionalGIDs, g)
 		}
+	}
+	if m.DriverVersion == "" {
+		m.DriverVersion = b.DriverVersion
 	}
 	m.CDI = MergeCDI(a.CDI, b.CDI)
 	if m.Proc == nil {

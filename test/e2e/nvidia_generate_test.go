@@ -107,7 +107,6 @@ func TestGenerateAgainstNVIDIA(t *testing.T) {
 	skipShort(t)
 	e2e.RequireRoot(t)
 	const (
-		reasonCudaCompat = "nctk's specs do not write enable-cuda-compat yet"
 		reasonSONAME     = "nctk makes every library's SONAME link; NVIDIA leaves it to ldconfig when the library is not named by the driver version"
 		reasonAbsLinks   = "NVIDIA resolves the driver root's absolute symlinks (Debian's alternatives) on the host, not in the root, and misses what they reach; nctk resolves them in the root"
 		reasonNotCached  = "nctk finds driver libraries through ld.so.cache, as libnvidia-container; Debian's layout leaves these out of the cache (NVIDIA also takes every *.so.<version> next to libcuda)"
@@ -124,7 +123,6 @@ func TestGenerateAgainstNVIDIA(t *testing.T) {
 		soname("libnvidia-egl-gbm.so.1", "libnvidia-egl-gbm.so.1.1.0"),
 		soname("libnvidia-egl-wayland.so.1", "libnvidia-egl-wayland.so.1.1.10"),
 	}
-	compat := knownDifference{entry: "hook enable-cuda-compat --host-driver-version=535.261.03", missing: true, reason: reasonCudaCompat}
 	const cur = "/usr/lib/x86_64-linux-gnu/nvidia/current/"
 	gkeTools := []knownDifference{{entry: "mount /tmp/nvidia-mps -> /tmp/nvidia-mps", reason: reasonMPSDir}}
 	for _, b := range []string{"nvidia-cuda-mps-control", "nvidia-cuda-mps-server", "nvidia-debugdump", "nvidia-persistenced", "nvidia-smi"} {
@@ -145,8 +143,8 @@ func TestGenerateAgainstNVIDIA(t *testing.T) {
 		args  []string
 		known []knownDifference
 	}{
-		{"multiarch-graphics", graphics, nil, append([]knownDifference{compat}, eglLinks...)},
-		{"debian-graphics", fixture.Spec{Layout: fixture.Debian, GPUs: 2, Graphics: true}, nil, append([]knownDifference{compat,
+		{"multiarch-graphics", graphics, nil, eglLinks},
+		{"debian-graphics", fixture.Spec{Layout: fixture.Debian, GPUs: 2, Graphics: true}, nil, append([]knownDifference{
 			{entry: "mount /etc/nvidia/current/nvidia-drm-outputclass.conf -> /usr/share/X11/xorg.conf.d/nvidia-drm-outputclass.conf", reason: reasonAbsLinks},
 			{entry: "mount /usr/lib/nvidia/current/nvidia_drv.so -> /usr/lib/xorg/modules/drivers/nvidia_drv.so", reason: reasonAbsLinks},
 			{entry: "mount /usr/lib/nvidia/current/nvidia-debugdump -> /usr/bin/nvidia-debugdump", reason: reasonAbsLinks},
@@ -158,10 +156,10 @@ func TestGenerateAgainstNVIDIA(t *testing.T) {
 			{entry: "mount /usr/sbin/nvidia-cuda-mps-server -> /usr/sbin/nvidia-cuda-mps-server", missing: true, reason: reasonBinDir},
 			{entry: "mount /usr/sbin/nvidia-cuda-mps-server -> /usr/bin/nvidia-cuda-mps-server", reason: reasonBinDir},
 		}, eglLinks...)},
-		{"multiarch-compute", fixture.Spec{Layout: fixture.Multiarch, GPUs: 2}, nil, []knownDifference{compat}},
-		{"gke-compute", fixture.Spec{Layout: fixture.GKE, GPUs: 1, IPC: true, Firmware: true}, nil, append([]knownDifference{compat}, gkeTools...)},
-		{"multiarch-graphics-chmod", graphics, []string{"--enable-hook", "chmod"}, append([]knownDifference{compat}, eglLinks...)},
-		{"multiarch-graphics-management", graphics, []string{"--mode", "management", "--enable-hook", "chmod"}, append([]knownDifference{compat,
+		{"multiarch-compute", fixture.Spec{Layout: fixture.Multiarch, GPUs: 2}, nil, nil},
+		{"gke-compute", fixture.Spec{Layout: fixture.GKE, GPUs: 1, IPC: true, Firmware: true}, nil, gkeTools},
+		{"multiarch-graphics-chmod", graphics, []string{"--enable-hook", "chmod"}, eglLinks},
+		{"multiarch-graphics-management", graphics, []string{"--mode", "management", "--enable-hook", "chmod"}, append([]knownDifference{
 			{entry: "mount /usr/lib/x86_64-linux-gnu/libnvidia-vulkan-producer.so.535.261.03 -> /usr/lib/x86_64-linux-gnu/libnvidia-vulkan-producer.so.535.261.03",
 				missing: true, reason: reasonLibList}}, mgmtNodes...)},
 	} {

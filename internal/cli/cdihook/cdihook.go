@@ -38,6 +38,7 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/cudacompat"
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
@@ -397,7 +398,7 @@ func createSymlinks(h *hookEnv, c hookargs.CreateSymlinks) error {
 // config.DefaultLdconfig, .real preferred) confined to the container root
 // over the directories. Either way, the CUDA compat libraries that
 // enable-cuda-compat listed in ld.so.conf.d are then put first in the cache
-// again (promoteCompat), whichever hook ran first.
+// again (cudacompat.Promote), whichever hook ran first.
 func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 	ldconfigPath := u.LdconfigPath
 	if ldconfigPath == "" {
@@ -419,7 +420,7 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 			if err := r.UpdateLdCache(u.Libs, u.Folders, h.log); err != nil {
 				return err
 			}
-			return promoteCompat(r, h.log)
+			return cudacompat.Promote(r, h.log)
 		})
 		if err == nil {
 			return nil
@@ -441,7 +442,7 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 	// ldconfig puts the directories it is given ahead of those of
 	// ld.so.conf: the compat libraries enable-cuda-compat chose go first
 	// again.
-	return h.withRootAt(root, func(r *rootfs.Root) error { return promoteCompat(r, h.log) })
+	return h.withRootAt(root, func(r *rootfs.Root) error { return cudacompat.Promote(r, h.log) })
 }
 
 // disableDeviceNodeModification masks the container's

@@ -1,8 +1,7 @@
 package cdihook
 
 import (
-	"bytes"
-	"encoding/binary"
+	"github.com/nctk/nctk/internal/cudacompat"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,160 +12,6 @@ import (
 
 	"github.com/nctk/nctk/internal/ldcache"
 )
-
-// noteELF returns a small ELF64 shared object whose only section besides
-// the section names is a note section (name, type SHT_NOTE, alignment
-// align) holding one note of owner with the descriptor desc; "" as the
-// section name gives an object without sections but the names.
-func noteELF(section, owner, desc string, align uint64) []byte {
-	pad := func(b []byte, a uint64) []byte {
-		for uint64(len(b))%a != 0 {
-			b = append(b, 0)
-		}
-		return b
-	}
-	le := binary.LittleEndian
-	var note []byte
-	note = le.AppendUint32(note, uint32(len(owner)+1))
-	note = le.AppendUint32(note, uint32(len(desc)))
-	note = le.AppendUint32(note, 1)
-	note = pad(append(note, append([]byte(owner), 0)...), align)
-	note = pad(append(note, desc...), align)
-	shstr := []byte("\x00.shstrtab\x00" + section + "\x00")
-	body := append(slices.Clone(note), shstr...)
-	shoff := uint64(64 + len(body))
-	var out []byte
-	out = append(out, 0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-	out = le.AppendUint16(out, 3)  // ET_DYN
-	out = le.AppendUint16(out, 62) // x86-64
-	out = le.AppendUint32(out, 1)
-	out = le.AppendUint64(out, 0)     // entry
-	out = le.AppendUint64(out, 0)     // phoff
-	out = le.AppendUint64(out, shoff) // shoff
-	out = le.AppendUint32(out, 0)
-	out = le.AppendUint16(out, 64) // ehsize
-	out = le.AppendUint16(out, 56) // phentsize
-	out = le.AppendUint16(out, 0)  // phnum
-	out = le.AppendUint16(out, 64) // shentsize
-	nsec := uint16(3)
-	if section == "" {
-		nsec = 2
-	}
-	out = le.AppendUint16(out, nsec)
-	out = le.AppendUint16(out, 1) // shstrndx
-	out = append(out, body...)
-	shdr := func(name, typ uint32, off, size, align uint64) {
-		out = le.AppendUint32(out, name)
-		out = le.AppendUint32(out, typ)
-		out = le.AppendUint64(out, 0) // flags
-		out = le.AppendUint64(out, 0) // addr
-		out = le.AppendUint64(out, off)
-		out = le.AppendUint64(out, size)
-		out = le.AppendUint32(out, 0) // link
-		out = le.AppendUint32(out, 0) // info
-		out = le.AppendUint64(out, align)
-		out = le.AppendUint64(out, 0) // entsize
-	}
-	shdr(0, 0, 0, 0, 0)
-	shdr(1, 3, 64+uint64(len(note)), uint64(len(shstr)), 1)
-	if section != "" {
-		shdr(uint32(len("\x00.shstrtab\x00")), 7, 64, uint64(len(note)), align)
-	}
-	return out
-}
-
-const fwdNote = `{"Format":1,"CUDA Version":"13.0","Driver":[535,550,570,580],"Device":[]}`
-
-func TestReadCompatNote(t *testing.T) {
-	tests := []struct {
-		name string
-		data []byte
-		want *compatInfo
-		err  bool
-	}{
-		{"note aligned 4", noteELF(compatNote, compatNoteOwner, fwdNote, 4), &compatInfo{CUDAVersion: "13.0", Driver: []int{535, 550, 570, 580}}, false},
-		{"note aligned 8", noteELF(compatNote, compatNoteOwner, fwdNote, 8), &compatInfo{CUDAVersion: "13.0", Driver: []int{535, 550, 570, 580}}, false},
-		{"other owner", noteELF(compatNote, "Someone Else", fwdNote, 4), nil, false},
-		{"other section", noteELF(".note.other", compatNoteOwner, fwdNote, 4), nil, false},
-		{"no note", noteELF("", "", "", 4), nil, false},
-		{"bad JSON", noteELF(compatNote, compatNoteOwner, `{"CUDA Version":`, 4), nil, true},
-		{"not ELF", []byte("#!/bin/sh\n"), nil, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := readCompatNote(bytes.NewReader(tc.data))
-			if (err != nil) != tc.err {
-				t.Fatalf("err = %v, want error %v", err, tc.err)
-			}
-			if tc.want == nil && got != nil || tc.want != nil && (got == nil || got.CUDAVersion != tc.want.CUDAVersion || !slices.Equal(got.Driver, tc.want.Driver)) {
-				t.Errorf("note = %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestUseCompat(t *testing.T) {
-	note := &compatInfo{CUDAVersion: "13.0", Driver: []int{535, 550, 570, 580}}
-	tests := []struct {
-		compat, driver, cuda string
-		note                 *compatInfo
-		want                 bool
-	}{
-		// With the note: the host branch must be listed and compat newer.
-		{"590.44.01", "580.65.06", "", note, true},
-		{"590.44.01", "535.261.03", "", note, true},
-		{"590.44.01", "470.256.02", "", note, false},
-		{"590.44.01", "600.1", "", note, false},
-		{"580.65.06", "580.65.06", "", note, false},
-		{"580.65.06", "580.65.10", "", note, false},
-		{"580.65.10", "580.65.06", "", note, true},
-		{"580.95.05", "580.159.04", "", note, false}, // numeric, not string, order
-		// The note without a usable driver version: CUDA versions.
-		{"590.44.01", "", "12.8", note, true},
-		{"590.44.01", "", "13.0", note, false},
-		{"590.44.01", "bogus", "12.2", note, true},
-		{"590.44.01", "", "", note, false},
-		{"590.44.01", "bogus", "", note, false},
-		// Without the note: majors only, and never against a CUDA version.
-		{"590.44.01", "580.65.06", "", nil, true},
-		{"580.99.01", "580.65.06", "", nil, false},
-		{"570.1", "580.65.06", "", nil, false},
-		{"590.44.01", "580.65.06", "12.8", nil, false},
-		{"590.44.01", "", "12.8", nil, false},
-		{"x.y", "580.65.06", "", nil, false},
-		{"590.44.01", "580", "", nil, true},
-	}
-	for _, tc := range tests {
-		if got := useCompat(tc.compat, tc.driver, tc.cuda, tc.note, discard()); got != tc.want {
-			t.Errorf("useCompat(%q, driver %q, cuda %q, note %v) = %v, want %v", tc.compat, tc.driver, tc.cuda, tc.note != nil, got, tc.want)
-		}
-	}
-}
-
-func TestParseVersion(t *testing.T) {
-	tests := []struct {
-		in   string
-		want dotted
-		ok   bool
-	}{
-		{"580.159.04", dotted{580, 159, 4}, true},
-		{"13.0", dotted{13, 0, 0}, true},
-		{"580", dotted{580, 0, 0}, true},
-		{"v12.4.1", dotted{12, 4, 1}, true},
-		{"", dotted{}, false},
-		{"1.2.3.4", dotted{}, false},
-		{"1.2-rc1", dotted{}, false},
-		{"1..2", dotted{}, false},
-		{"-1.2", dotted{}, false},
-		{"+1.2", dotted{}, false},
-	}
-	for _, tc := range tests {
-		got, ok := parseVersion(tc.in)
-		if ok != tc.ok || ok && got != tc.want {
-			t.Errorf("parseVersion(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
-		}
-	}
-}
 
 // compatRoot is a bundle whose image has files (container path -> content)
 // and returns the bundle and its root.
@@ -211,7 +56,7 @@ func TestEnableCudaCompat(t *testing.T) {
 			if r.code != 0 {
 				t.Fatalf("exit %d: %s", r.code, r.stderr)
 			}
-			data, err := os.ReadFile(root + compatConf)
+			data, err := os.ReadFile(root + cudacompat.Conf)
 			switch {
 			case tc.dir == "" && err == nil:
 				t.Errorf("drop-in written: %q", data)
@@ -221,7 +66,7 @@ func TestEnableCudaCompat(t *testing.T) {
 			if tc.dir == "" {
 				return
 			}
-			if st, _ := os.Stat(root + compatConf); st.Mode().Perm() != 0o644 {
+			if st, _ := os.Stat(root + cudacompat.Conf); st.Mode().Perm() != 0o644 {
 				t.Errorf("drop-in mode %v, want 0644", st.Mode())
 			}
 			if conf, _ := os.ReadFile(root + "/etc/ld.so.conf"); !strings.Contains(string(conf), "include /etc/ld.so.conf.d/*.conf") {
@@ -244,7 +89,7 @@ func TestEnableCudaCompatHostile(t *testing.T) {
 		if r := run(stateFor(b), nil, "enable-cuda-compat", "--host-driver-version=580.65.06"); r.code != 0 {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
-		if _, err := os.Lstat(root + compatConf); err == nil {
+		if _, err := os.Lstat(root + cudacompat.Conf); err == nil {
 			t.Error("the host's library was used")
 		}
 	})
@@ -262,7 +107,7 @@ func TestEnableCudaCompatHostile(t *testing.T) {
 		if r := run(stateFor(b), nil, "enable-cuda-compat", "--host-driver-version=580.65.06"); r.code != 0 {
 			t.Fatalf("exit %d: %s", r.code, r.stderr)
 		}
-		if _, err := os.Stat(filepath.Join(root, host, filepath.Base(compatConf))); err != nil {
+		if _, err := os.Stat(filepath.Join(root, host, filepath.Base(cudacompat.Conf))); err != nil {
 			t.Errorf("drop-in not written inside the root: %v", err)
 		}
 	})
@@ -286,7 +131,7 @@ func TestEnableCudaCompatHostile(t *testing.T) {
 		if r.code != 1 || !strings.Contains(r.stderr, "libcuda.so.999.1.1") || !strings.Contains(r.stderr, "too large") {
 			t.Errorf("exit %d, %q", r.code, r.stderr)
 		}
-		if _, err := os.Lstat(root + compatConf); err == nil {
+		if _, err := os.Lstat(root + cudacompat.Conf); err == nil {
 			t.Error("drop-in written")
 		}
 	})
@@ -357,17 +202,4 @@ func TestCudaCompatFirstInCache(t *testing.T) {
 			}
 		})
 	}
-}
-
-// FuzzReadCompatNote: any file content is read without a panic, and a
-// note is returned only with NVIDIA's owner.
-func FuzzReadCompatNote(f *testing.F) {
-	f.Add(noteELF(compatNote, compatNoteOwner, fwdNote, 4))
-	f.Add(noteELF(compatNote, compatNoteOwner, fwdNote, 8))
-	f.Add(noteELF(compatNote, compatNoteOwner, `{"Driver":[1e9]}`, 4))
-	f.Add(noteELF("", "", "", 4))
-	f.Add([]byte("\x7fELF"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		readCompatNote(bytes.NewReader(data))
-	})
 }

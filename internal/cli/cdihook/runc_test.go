@@ -2,6 +2,7 @@ package cdihook
 
 import (
 	"bytes"
+	"github.com/nctk/nctk/internal/cudacompat"
 	"os"
 	"path/filepath"
 	"slices"
@@ -171,14 +172,14 @@ func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 		t.Error("the container's ld.so.cache lacks the library (update-ldcache --folder)")
 	}
 	if !compatGPU {
-		for _, p := range []string{compatConf, appProfileFile} {
+		for _, p := range []string{cudacompat.Conf, appProfileFile} {
 			if _, err := os.Lstat(root + p); err == nil {
 				t.Errorf("%s written in an image without compat libraries or GPU nodes", p)
 			}
 		}
 		return
 	}
-	if got, _ := os.ReadFile(root + compatConf); string(got) != "/usr/local/cuda/compat\n" {
+	if got, _ := os.ReadFile(root + cudacompat.Conf); string(got) != "/usr/local/cuda/compat\n" {
 		t.Errorf("compat drop-in = %q", got)
 	}
 	if got, want := string(readOrEmpty(root+appProfileFile)), string(appProfile(0x5)); got != want {

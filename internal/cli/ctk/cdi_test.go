@@ -136,10 +136,10 @@ func TestCDIGenerateHookLayout(t *testing.T) {
 		args    []string
 		want    []string
 	}{
-		{name: "default", want: []string{"create-symlinks ; update-ldcache ; disable-device-node-modification"}},
-		{name: "flag", args: []string{"--separate-hooks"}, want: []string{"create-symlinks", "update-ldcache", "disable-device-node-modification"}},
+		{name: "default", want: []string{"create-symlinks ; enable-cuda-compat ; update-ldcache ; disable-device-node-modification"}},
+		{name: "flag", args: []string{"--separate-hooks"}, want: []string{"create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification"}},
 		{name: "variable", environ: []string{"NVIDIA_CTK_CDI_GENERATE_SEPARATE_HOOKS=true"},
-			want: []string{"create-symlinks", "update-ldcache", "disable-device-node-modification"}},
+			want: []string{"create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"cdi", "generate", "--driver-root", root, "--nvidia-cdi-hook-path", "/usr/bin/nvidia-cdi-hook"}, tc.args...)
@@ -537,15 +537,15 @@ func TestCDIGenerateHookSelection(t *testing.T) {
 		want    []string
 	}{
 		{name: "all", args: []string{"--disable-hooks", "all"}},
-		{name: "one", args: []string{"--disable-hook", "update-ldcache"}, want: []string{"create-symlinks", "disable-device-node-modification"}},
-		{name: "list", args: []string{"--disable-hooks", "create-symlinks,disable-device-node-modification"}, want: []string{"update-ldcache"}},
+		{name: "one", args: []string{"--disable-hook", "update-ldcache"}, want: []string{"create-symlinks", "enable-cuda-compat", "disable-device-node-modification"}},
+		{name: "list", args: []string{"--disable-hooks", "create-symlinks,disable-device-node-modification,enable-cuda-compat"}, want: []string{"update-ldcache"}},
 		{name: "all but one", args: []string{"--disable-hooks", "all", "--enable-hooks", "update-ldcache"}, want: []string{"update-ldcache"}},
 		{name: "enable overrides", args: []string{"--disable-hook", "update-ldcache", "--enable-hook", "update-ldcache"},
-			want: []string{"create-symlinks", "update-ldcache", "disable-device-node-modification"}},
-		{name: "nvidia-only hooks", args: []string{"--disable-hook", "enable-cuda-compat", "--enable-hook", "chmod"},
+			want: []string{"create-symlinks", "enable-cuda-compat", "update-ldcache", "disable-device-node-modification"}},
+		{name: "compat left out, chmod enabled", args: []string{"--disable-hook", "enable-cuda-compat", "--enable-hook", "chmod"},
 			want: []string{"create-symlinks", "update-ldcache", "disable-device-node-modification"}},
 		{name: "variable", environ: []string{"NVIDIA_CTK_CDI_GENERATE_DISABLED_HOOKS=create-symlinks,update-ldcache"},
-			want: []string{"disable-device-node-modification"}},
+			want: []string{"enable-cuda-compat", "disable-device-node-modification"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"cdi", "generate", "--separate-hooks", "--driver-root", root}, tc.args...)

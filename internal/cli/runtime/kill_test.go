@@ -44,9 +44,30 @@ func newKillRig(t *testing.T) *killRig {
 	if err := os.WriteFile(k.cfg, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A Debian-like image with an ld.so.cache of its own and a driver
-	// link name that is a symlink to something else.
+	// A small ELF library standing in for a CUDA compat libcuda of a
+	// newer branch than the fixture driver's (named by its version: no
+	// ELF note, so the major decides), hard-linked into each image.
+	libs, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
+	if len(libs) == 0 {
+		t.Skip("no host libz.so.1.* to stand in for a compat libcuda")
+	}
+	compatLib := filepath.Join(t.TempDir(), "libcuda.so.999.1.1")
+	if err := os.WriteFile(compatLib, readFile(t, libs[0]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A Debian-like image with an ld.so.cache of its own, a driver link
+	// name that is a symlink to something else, and CUDA compat libraries.
 	k.image = func(root string) {
+		compat := filepath.Join(root, "usr/local/cuda/compat")
+		if err := os.MkdirAll(compat, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(compatLib, filepath.Join(compat, filepath.Base(compatLib))); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Base(compatLib), filepath.Join(compat, "libcuda.so.1")); err != nil {
+			t.Fatal(err)
+		}
 		for _, d := range []string{"etc/ld.so.conf.d", "usr/lib/x86_64-linux-gnu", "lib"} {
 			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 				t.Fatal(err)
@@ -163,6 +184,9 @@ func TestKillThenRetry(t *testing.T) {
 	wantSpec := readFile(t, filepath.Join(clean, "config.json"))
 	if _, ok := want["etc/ld.so.cache"]; !ok {
 		t.Fatalf("a clean create wrote no ld.so.cache: %v", diffSnapshots(want, pristine))
+	}
+	if _, ok := want["etc/ld.so.conf.d/00-compat-nctk.conf"]; !ok {
+		t.Fatalf("a clean create did not enable the image's CUDA compat libraries: %v", diffSnapshots(want, pristine))
 	}
 	if len(diffSnapshots(want, pristine)) < 3 {
 		t.Fatalf("a clean create changed too little to test: %v", diffSnapshots(want, pristine))

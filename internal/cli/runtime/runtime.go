@@ -10,10 +10,14 @@
 // that directory (the host kernel has the driver loaded, or the spec
 // mounts no procfs at /proc). It creates the driver symlinks and adds the
 // driver libraries to ld.so.cache in the bundle's rootfs itself (inside the
-// root, from the host files to be mounted). In CDI mode it does the same
+// root, from the host files to be mounted), and, with CUDA compat handling
+// on (config.Config.CUDACompatOn) and libcuda injected, puts the image's
+// /usr/local/cuda/compat libcuda first when it is of a newer branch than
+// the host driver (internal/cudacompat; never mounted). In CDI mode it does the same
 // for the createContainer hooks of the spec that run this installation's
 // nvidia-cdi-hook (the same file as this program; see ownHook and
-// cdispec.LiftOwnHooks): their links and ld.so.cache entries are made here
+// cdispec.LiftOwnHooks): their links, ld.so.cache entries and CUDA compat
+// step (enable-cuda-compat) are made here
 // and the hook entries are dropped, the disable-device-node-modification
 // part kept as a hook only where the container's procfs will show the
 // driver. Then it execs the low-level
@@ -38,6 +42,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,6 +51,7 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
+	"github.com/nctk/nctk/internal/cudacompat"
 	"github.com/nctk/nctk/internal/driverprobe"
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/hookargs"
@@ -252,7 +258,9 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	if err := ocispec.Apply(doc, p, hc); err != nil {
 		return err
 	}
-	root, err := prepareRootfs(rootPath, rootWork(p, own), log.Logger)
+	w := rootWork(p, own)
+	w.Compat = append(legacyCompat(p, cfg, mountPoints(spec)), own.Compat...)
+	root, err := prepareRootfs(rootPath, w, log.Logger)
 	if err != nil {
 		return err
 	}
@@ -271,12 +279,38 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 // work is what the runtime does in the container root before the
 // low-level runtime runs: symlinks, then the ld.so.cache entries of Libs
 // (read from the host files Pending mounts, or through Pending links) with
-// LdconfigDirs in the ld.so.conf.d drop-in.
+// LdconfigDirs in the ld.so.conf.d drop-in, then the image's CUDA compat
+// libraries put first where Compat finds them newer than the host driver.
 type work struct {
 	Symlinks     []hookargs.Link
 	LdconfigDirs []string
 	Libs         []string
 	Pending      rootfs.Pending
+	Compat       []hookargs.EnableCudaCompat
+}
+
+// legacyCompat is the CUDA forward-compatibility step of a plan's own
+// (legacy) injection, what NVIDIA's legacy path gets from
+// nvidia-container-cli --cuda-compat-mode=ldconfig: with compat handling on
+// (cfg.CUDACompatOn) and p injecting libcuda, the image's
+// hookargs.DefaultCudaCompatDir is compared with p's driver version. None
+// when a mount of the spec (mounts) covers that directory, or lies below
+// it: the image's directory would not be what the container sees.
+func legacyCompat(p *plan.Plan, cfg *config.Config, mounts []string) []hookargs.EnableCudaCompat {
+	if cfg == nil || p.DriverVersion == "" || !p.InjectsLibcuda() {
+		return nil
+	}
+	if !cfg.CUDACompatOn() {
+		return nil
+	}
+	dir := hookargs.DefaultCudaCompatDir
+	for _, m := range mounts {
+		m = path.Clean("/" + m)
+		if m == "/" || m == dir || strings.HasPrefix(dir, m+"/") || strings.HasPrefix(m, dir+"/") {
+			return nil
+		}
+	}
+	return []hookargs.EnableCudaCompat{{HostDriverVersion: p.DriverVersion}}
 }
 
 // rootWork is the root work of the plan p (its symlinks and libraries)
@@ -318,7 +352,7 @@ func rootWork(p *plan.Plan, own cdispec.OwnHooks) work {
 // to are removed first: the next create after a kill finishes the work and
 // gives the same root as a create that was never interrupted.
 func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) {
-	if len(w.Symlinks) == 0 && len(w.LdconfigDirs) == 0 {
+	if len(w.Symlinks) == 0 && len(w.LdconfigDirs) == 0 && len(w.Compat) == 0 {
 		return nil, nil
 	}
 	root, err := rootfs.Open(path)
@@ -332,6 +366,10 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 			if names, err = root.PendingLibraryEntries(w.Pending, w.Libs); err != nil {
 				return fmt.Errorf("update ld.so.cache: %w", err)
 			}
+		}
+		compat, err := compatDirs(root, w.Compat, log)
+		if err != nil {
+			return err
 		}
 		for _, dir := range staleDirs(w) {
 			removed, err := root.RemoveStaleTemps(dir)
@@ -347,11 +385,15 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 				return fmt.Errorf("create symlink: %w", err)
 			}
 		}
-		if len(w.LdconfigDirs) == 0 {
-			return nil
+		if len(w.LdconfigDirs) > 0 {
+			if err := root.UpdateLdCacheFor(names, w.LdconfigDirs, log); err != nil {
+				return fmt.Errorf("update ld.so.cache: %w", err)
+			}
 		}
-		if err := root.UpdateLdCacheFor(names, w.LdconfigDirs, log); err != nil {
-			return fmt.Errorf("update ld.so.cache: %w", err)
+		for _, dir := range compat {
+			if err := cudacompat.Enable(root, dir, log); err != nil {
+				return fmt.Errorf("CUDA compat libraries in %s: %w", dir, err)
+			}
 		}
 		return nil
 	}()
@@ -361,12 +403,35 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 	return root, nil
 }
 
+// compatDirs are the CUDA compat directories of steps whose image library
+// is to be used (cudacompat.Select: one readdir of each directory, and the
+// library's ELF note when there is one), each once. Nothing is changed.
+func compatDirs(root *rootfs.Root, steps []hookargs.EnableCudaCompat, log *slog.Logger) ([]string, error) {
+	var dirs []string
+	for _, c := range steps {
+		dir := c.CompatDir
+		if dir == "" {
+			dir = hookargs.DefaultCudaCompatDir
+		}
+		dir = path.Clean(dir)
+		lib, err := cudacompat.Select(root, dir, c.HostDriverVersion, c.HostCudaVersion, log)
+		if err != nil {
+			return nil, fmt.Errorf("CUDA compat libraries in %s: %w", dir, err)
+		}
+		if lib != "" && !slices.Contains(dirs, dir) {
+			log.Debug("the image's CUDA compat libraries go first", "lib", lib, "host driver", c.HostDriverVersion)
+			dirs = append(dirs, dir)
+		}
+	}
+	return dirs, nil
+}
+
 // staleDirs are the container directories prepareRootfs writes into: the
-// parents of w's symlinks and, with ld.so.cache work, /etc and
-// /etc/ld.so.conf.d.
+// parents of w's symlinks and, with ld.so.cache or CUDA compat work, /etc
+// and /etc/ld.so.conf.d.
 func staleDirs(w work) []string {
 	var dirs []string
-	if len(w.LdconfigDirs) > 0 {
+	if len(w.LdconfigDirs) > 0 || len(w.Compat) > 0 {
 		dirs = append(dirs, "/etc", "/etc/ld.so.conf.d")
 	}
 	for _, s := range w.Symlinks {
