@@ -175,7 +175,11 @@ func TestApply(t *testing.T) {
 	if got, _ := os.Readlink(c.inside(libdir + "/" + d.soname)); got != filepath.Base(d.lib) {
 		t.Errorf("%s -> %q (SONAME link)", d.soname, got)
 	}
-	entries, err := ldcache.Load(c.inside("/etc/ld.so.cache"))
+	cacheData, err := os.ReadFile(c.inside("/etc/ld.so.cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := ldcache.Parse(cacheData)
 	must(t, err)
 	found := false
 	for _, e := range entries.Entries {

@@ -42,7 +42,11 @@ func padCache(entries []ldcache.Entry, n int) []ldcache.Entry {
 // (written by ldconfig) to cacheSize entries.
 func benchRoot(b *testing.B, gpus, cacheSize int) (*fixture.Root, int) {
 	r := fixture.Build(b, fixture.Spec{Layout: fixture.Multiarch, GPUs: gpus, Compat32: true, IPC: true, Firmware: true})
-	c, err := ldcache.Load(r.HostPath(r.LDCache))
+	cacheData, err := os.ReadFile(r.HostPath(r.LDCache))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := ldcache.Parse(cacheData)
 	if err != nil {
 		b.Fatal(err)
 	}

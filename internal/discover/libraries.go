@@ -203,7 +203,7 @@ func (x *discoverer) libraries() error {
 }
 
 // loadCache reads and parses the ld.so.cache at the in-root path real, as
-// ldcache.Load does for a path.
+// hostfile.Open and ldcache.Read do for a path.
 func (x *discoverer) loadCache(real string) (*ldcache.Cache, error) {
 	l := x.root.loc(real)
 	fd, err := unix.Openat(l.dirfd, l.name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)

@@ -208,23 +208,6 @@ const MaxSize = hostfile.MaxLdCache
 // ErrTooLarge: the file is larger than MaxSize.
 var ErrTooLarge = hostfile.ErrTooLarge
 
-// Load reads and parses the cache file at path, opened with hostfile.Open
-// (a regular file of at most MaxSize bytes: a FIFO or device is refused at
-// once, a larger file before anything is read). Errors name the path:
-// "ld.so.cache /x/etc/ld.so.cache: truncated: …".
-func Load(path string) (*Cache, error) {
-	f, err := hostfile.Open(path, MaxSize)
-	if err != nil {
-		return nil, fmt.Errorf("ld.so.cache: %w", err)
-	}
-	defer f.Close()
-	c, err := Read(f)
-	if err != nil {
-		return nil, fmt.Errorf("ld.so.cache %s: %w", path, err)
-	}
-	return c, nil
-}
-
 // Read reads a cache from r (for example a file opened inside a container
 // or driver root) and parses it. If r is an *os.File it must be a regular
 // file.

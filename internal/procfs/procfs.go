@@ -66,9 +66,6 @@ func ReadDevices(path string) (Devices, error) { return read(path, ParseDevices)
 // ReadMIGMinors reads and parses a mig-minors file (MIGMinorsPath).
 func ReadMIGMinors(path string) (map[string]uint32, error) { return read(path, ParseMIGMinors) }
 
-// ReadCapAccess reads a capability access file and returns its device minor.
-func ReadCapAccess(path string) (uint32, error) { return read(path, ParseCapAccess) }
-
 // lines calls fn for each line of data (1-based numbers, without the
 // newline and a trailing CR), stopping at the first error. The lines are
 // substrings of one copy of data.

@@ -348,9 +348,6 @@ func TestReadHelpers(t *testing.T) {
 	if m, err := ReadMIGMinors(write("mig", "config 1\n")); err != nil || m["config"] != 1 {
 		t.Errorf("ReadMIGMinors = %v %v", m, err)
 	}
-	if m, err := ReadCapAccess(write("access", "DeviceFileMinor: 5\n")); err != nil || m != 5 {
-		t.Errorf("ReadCapAccess = %v %v", m, err)
-	}
 	if _, err := ReadFile(dir); err == nil {
 		t.Error("ReadFile(directory) succeeded")
 	}

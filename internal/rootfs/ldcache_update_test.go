@@ -225,7 +225,11 @@ func TestUpdateLdCacheNoCache(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("UpdateLdCache still blocked after 10s")
 			}
-			c, err := ldcache.Load(filepath.Join(root, "etc/ld.so.cache"))
+			cacheData, err := os.ReadFile(filepath.Join(root, "etc/ld.so.cache"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := ldcache.Parse(cacheData)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -189,7 +189,11 @@ func TestCudaCompatFirstInCache(t *testing.T) {
 			if r := run(stateFor(b), nil, args...); r.code != 0 {
 				t.Fatalf("exit %d: %s", r.code, r.stderr)
 			}
-			c, err := ldcache.Load(root + "/etc/ld.so.cache")
+			cacheData, err := os.ReadFile(root + "/etc/ld.so.cache")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := ldcache.Parse(cacheData)
 			must(t, err)
 			var found []string
 			for _, e := range c.Entries {

@@ -54,7 +54,11 @@ func putCompat(t *testing.T, root, src, name string) {
 // root's ld.so.cache, in cache order (the loader takes the first).
 func libcudaEntries(t *testing.T, root string) []string {
 	t.Helper()
-	c, err := ldcache.Load(filepath.Join(root, "etc/ld.so.cache"))
+	cacheData, err := os.ReadFile(filepath.Join(root, "etc/ld.so.cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ldcache.Parse(cacheData)
 	if err != nil {
 		t.Fatal(err)
 	}
