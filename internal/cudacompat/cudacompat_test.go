@@ -2,75 +2,14 @@ package cudacompat
 
 import (
 	"bytes"
-	"encoding/binary"
 	"log/slog"
 	"os"
 	"slices"
 	"testing"
 
+	"github.com/nctk/nctk/internal/cudacompat/compattest"
 	"github.com/nctk/nctk/internal/rootfs"
 )
-
-// noteELF returns a small ELF64 shared object whose only section besides
-// the section names is a note section (name, type SHT_NOTE, alignment
-// align) holding one note of owner with the descriptor desc; "" as the
-// section name gives an object without sections but the names.
-func noteELF(section, owner, desc string, align uint64) []byte {
-	pad := func(b []byte, a uint64) []byte {
-		for uint64(len(b))%a != 0 {
-			b = append(b, 0)
-		}
-		return b
-	}
-	le := binary.LittleEndian
-	var note []byte
-	note = le.AppendUint32(note, uint32(len(owner)+1))
-	note = le.AppendUint32(note, uint32(len(desc)))
-	note = le.AppendUint32(note, 1)
-	note = pad(append(note, append([]byte(owner), 0)...), align)
-	note = pad(append(note, desc...), align)
-	shstr := []byte("\x00.shstrtab\x00" + section + "\x00")
-	body := append(slices.Clone(note), shstr...)
-	shoff := uint64(64 + len(body))
-	var out []byte
-	out = append(out, 0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-	out = le.AppendUint16(out, 3)  // ET_DYN
-	out = le.AppendUint16(out, 62) // x86-64
-	out = le.AppendUint32(out, 1)
-	out = le.AppendUint64(out, 0)     // entry
-	out = le.AppendUint64(out, 0)     // phoff
-	out = le.AppendUint64(out, shoff) // shoff
-	out = le.AppendUint32(out, 0)
-	out = le.AppendUint16(out, 64) // ehsize
-	out = le.AppendUint16(out, 56) // phentsize
-	out = le.AppendUint16(out, 0)  // phnum
-	out = le.AppendUint16(out, 64) // shentsize
-	nsec := uint16(3)
-	if section == "" {
-		nsec = 2
-	}
-	out = le.AppendUint16(out, nsec)
-	out = le.AppendUint16(out, 1) // shstrndx
-	out = append(out, body...)
-	shdr := func(name, typ uint32, off, size, align uint64) {
-		out = le.AppendUint32(out, name)
-		out = le.AppendUint32(out, typ)
-		out = le.AppendUint64(out, 0) // flags
-		out = le.AppendUint64(out, 0) // addr
-		out = le.AppendUint64(out, off)
-		out = le.AppendUint64(out, size)
-		out = le.AppendUint32(out, 0) // link
-		out = le.AppendUint32(out, 0) // info
-		out = le.AppendUint64(out, align)
-		out = le.AppendUint64(out, 0) // entsize
-	}
-	shdr(0, 0, 0, 0, 0)
-	shdr(1, 3, 64+uint64(len(note)), uint64(len(shstr)), 1)
-	if section != "" {
-		shdr(uint32(len("\x00.shstrtab\x00")), 7, 64, uint64(len(note)), align)
-	}
-	return out
-}
 
 const fwdNote = `{"Format":1,"CUDA Version":"13.0","Driver":[535,550,570,580],"Device":[]}`
 
@@ -81,12 +20,12 @@ func TestReadCompatNote(t *testing.T) {
 		want *compatInfo
 		err  bool
 	}{
-		{"note aligned 4", noteELF(compatNote, compatNoteOwner, fwdNote, 4), &compatInfo{CUDAVersion: "13.0", Driver: []int{535, 550, 570, 580}}, false},
-		{"note aligned 8", noteELF(compatNote, compatNoteOwner, fwdNote, 8), &compatInfo{CUDAVersion: "13.0", Driver: []int{535, 550, 570, 580}}, false},
-		{"other owner", noteELF(compatNote, "Someone Else", fwdNote, 4), nil, false},
-		{"other section", noteELF(".note.other", compatNoteOwner, fwdNote, 4), nil, false},
-		{"no note", noteELF("", "", "", 4), nil, false},
-		{"bad JSON", noteELF(compatNote, compatNoteOwner, `{"CUDA Version":`, 4), nil, true},
+		{"note aligned 4", compattest.NoteELF(compatNote, compatNoteOwner, fwdNote, 4), &compatInfo{CUDAVersion: "13.0", Driver: []int{535, 550, 570, 580}}, false},
+		{"note aligned 8", compattest.NoteELF(compatNote, compatNoteOwner, fwdNote, 8), &compatInfo{CUDAVersion: "13.0", Driver: []int{535, 550, 570, 580}}, false},
+		{"other owner", compattest.NoteELF(compatNote, "Someone Else", fwdNote, 4), nil, false},
+		{"other section", compattest.NoteELF(".note.other", compatNoteOwner, fwdNote, 4), nil, false},
+		{"no note", compattest.NoteELF("", "", "", 4), nil, false},
+		{"bad JSON", compattest.NoteELF(compatNote, compatNoteOwner, `{"CUDA Version":`, 4), nil, true},
 		{"not ELF", []byte("#!/bin/sh\n"), nil, true},
 	}
 	for _, tc := range tests {
@@ -168,10 +107,10 @@ func TestParseVersion(t *testing.T) {
 // FuzzReadCompatNote: any file content is read without a panic, and a
 // note is returned only with NVIDIA's owner.
 func FuzzReadCompatNote(f *testing.F) {
-	f.Add(noteELF(compatNote, compatNoteOwner, fwdNote, 4))
-	f.Add(noteELF(compatNote, compatNoteOwner, fwdNote, 8))
-	f.Add(noteELF(compatNote, compatNoteOwner, `{"Driver":[1e9]}`, 4))
-	f.Add(noteELF("", "", "", 4))
+	f.Add(compattest.NoteELF(compatNote, compatNoteOwner, fwdNote, 4))
+	f.Add(compattest.NoteELF(compatNote, compatNoteOwner, fwdNote, 8))
+	f.Add(compattest.NoteELF(compatNote, compatNoteOwner, `{"Driver":[1e9]}`, 4))
+	f.Add(compattest.NoteELF("", "", "", 4))
 	f.Add([]byte("\x7fELF"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		readCompatNote(bytes.NewReader(data))

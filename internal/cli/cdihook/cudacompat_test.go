@@ -1,12 +1,14 @@
 package cdihook
 
 import (
-	"github.com/nctk/nctk/internal/cudacompat"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nctk/nctk/internal/cudacompat"
+	"github.com/nctk/nctk/internal/cudacompat/compattest"
 
 	"golang.org/x/sys/unix"
 
@@ -28,8 +30,8 @@ func compatRoot(t *testing.T, files map[string][]byte) (string, string) {
 // TestEnableCudaCompat: the drop-in is written exactly when the image's
 // compat library is to be used, and only inside the root.
 func TestEnableCudaCompat(t *testing.T) {
-	withNote := noteELF(compatNote, compatNoteOwner, fwdNote, 4)
-	noNote := noteELF("", "", "", 4)
+	withNote := compattest.NoteELF(compattest.Section, compattest.Owner, compattest.CUDA13, 4)
+	noNote := compattest.NoteELF("", "", "", 4)
 	const compat = "/usr/local/cuda/compat/"
 	tests := []struct {
 		name  string
@@ -81,7 +83,7 @@ func TestEnableCudaCompat(t *testing.T) {
 // library is refused with an error naming it; nothing on the host changes.
 func TestEnableCudaCompatHostile(t *testing.T) {
 	host := t.TempDir()
-	must(t, os.WriteFile(host+"/libcuda.so.999.1.1", noteELF("", "", "", 4), 0o644))
+	must(t, os.WriteFile(host+"/libcuda.so.999.1.1", compattest.NoteELF("", "", "", 4), 0o644))
 	t.Run("compat directory links to a host directory", func(t *testing.T) {
 		b, root := bundle(t)
 		must(t, os.MkdirAll(root+"/usr/local/cuda", 0o755))
@@ -94,7 +96,7 @@ func TestEnableCudaCompatHostile(t *testing.T) {
 		}
 	})
 	t.Run("ld.so.conf.d links to a host directory", func(t *testing.T) {
-		b, root := compatRoot(t, map[string][]byte{"/usr/local/cuda/compat/libcuda.so.590.1.1": noteELF("", "", "", 4)})
+		b, root := compatRoot(t, map[string][]byte{"/usr/local/cuda/compat/libcuda.so.590.1.1": compattest.NoteELF("", "", "", 4)})
 		must(t, os.MkdirAll(root+"/etc", 0o755))
 		must(t, os.Symlink(host, root+"/etc/ld.so.conf.d"))
 		// Dangling inside the root: refused, naming it.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/cudacompat/compattest"
 	"golang.org/x/sys/unix"
 )
 
@@ -201,7 +202,7 @@ func TestHostileHooks(t *testing.T) {
 		{name: "compat drop-in through ld.so.conf.d linked to the host",
 			image: func(t *testing.T, root, host string) {
 				must(t, os.MkdirAll(root+compat, 0o755))
-				must(t, os.WriteFile(root+compat+"/libcuda.so.999.1.1", noteELF("", "", "", 4), 0o644))
+				must(t, os.WriteFile(root+compat+"/libcuda.so.999.1.1", compattest.NoteELF("", "", "", 4), 0o644))
 				must(t, os.MkdirAll(root+"/etc", 0o755))
 				must(t, os.Symlink(host+"/etc/ld.so.conf.d", root+"/etc/ld.so.conf.d"))
 			},

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nctk/nctk/internal/cudacompat/compattest"
 )
 
 // TestHookKillThenRetry: create-symlinks killed at a random point leaves at
@@ -97,7 +99,7 @@ func TestHooksRemoveStaleTemps(t *testing.T) {
 		{"create-symlinks", lib, nil, []string{"create-symlinks", "--link", "libcuda.so.1::" + lib + "/libcuda.so"}},
 		{"enable-cuda-compat", "/etc/ld.so.conf.d", func(root string) {
 			must(t, os.MkdirAll(root+"/usr/local/cuda/compat", 0o755))
-			must(t, os.WriteFile(root+"/usr/local/cuda/compat/libcuda.so.590.1.1", noteELF("", "", "", 4), 0o644))
+			must(t, os.WriteFile(root+"/usr/local/cuda/compat/libcuda.so.590.1.1", compattest.NoteELF("", "", "", 4), 0o644))
 		}, []string{"enable-cuda-compat", "--host-driver-version=580.65.06"}},
 		{"update-application-profile", appProfileDir, func(root string) {
 			must(t, os.MkdirAll(root+"/dev", 0o755))

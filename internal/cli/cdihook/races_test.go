@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nctk/nctk/internal/cudacompat/compattest"
 	"github.com/nctk/nctk/internal/e2e"
 )
 
@@ -217,7 +218,7 @@ func TestHookRaces(t *testing.T) {
 		{name: "enable-cuda-compat, /etc/ld.so.conf.d",
 			image: func(t *testing.T, root, host string) {
 				must(t, os.MkdirAll(root+compat, 0o755))
-				must(t, os.WriteFile(root+compat+"/libcuda.so.999.1.1", noteELF("", "", "", 4), 0o644))
+				must(t, os.WriteFile(root+compat+"/libcuda.so.999.1.1", compattest.NoteELF("", "", "", 4), 0o644))
 				must(t, os.MkdirAll(root+"/etc/ld.so.conf.d", 0o755))
 			},
 			flip: "/etc/ld.so.conf.d", target: abs, sub: "/etc/ld.so.conf.d",
@@ -225,7 +226,7 @@ func TestHookRaces(t *testing.T) {
 		{name: "enable-cuda-compat, the compat directory",
 			image: func(t *testing.T, root, host string) {
 				must(t, os.MkdirAll(root+compat, 0o755))
-				must(t, os.WriteFile(root+compat+"/libcuda.so.999.1.1", noteELF("", "", "", 4), 0o644))
+				must(t, os.WriteFile(root+compat+"/libcuda.so.999.1.1", compattest.NoteELF("", "", "", 4), 0o644))
 				must(t, os.MkdirAll(root+"/etc/ld.so.conf.d", 0o755))
 			},
 			flip: compat, target: abs, sub: "/lib",

@@ -2,13 +2,15 @@ package cdihook
 
 import (
 	"bytes"
-	"github.com/nctk/nctk/internal/cudacompat"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/nctk/nctk/internal/cudacompat"
+	"github.com/nctk/nctk/internal/cudacompat/compattest"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"sigs.k8s.io/yaml"
@@ -134,7 +136,7 @@ func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 	drvDir := "/usr/local/nvidia/lib64"
 	if compatGPU {
 		must(t, os.MkdirAll(root+"/usr/local/cuda/compat", 0o755))
-		must(t, os.WriteFile(root+"/usr/local/cuda/compat/libcuda.so.590.44.01", noteELF("", "", "", 4), 0o644))
+		must(t, os.WriteFile(root+"/usr/local/cuda/compat/libcuda.so.590.44.01", compattest.NoteELF("", "", "", 4), 0o644))
 	}
 	bundle := e2e.MakeBundle(t, root, "/bin/sh", "-c", "readlink "+drvDir+"/libz.so; readlink "+drvDir+"/gbm/nvidia-drm_gbm.so")
 	e2e.EditSpec(t, bundle, func(s *specs.Spec) {

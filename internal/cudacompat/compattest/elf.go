@@ -1,15 +1,18 @@
-package cdihook
+// Package compattest builds the ELF files the tests of CUDA forward
+// compatibility read: compat libcuda stand-ins carrying (or lacking)
+// NVIDIA's forward-compatibility note. For tests only.
+package compattest
 
 import (
 	"encoding/binary"
 	"slices"
 )
 
-// noteELF returns (as internal/cudacompat's tests) a small ELF64 shared object whose only section besides
+// NoteELF returns a small ELF64 shared object whose only section besides
 // the section names is a note section (name, type SHT_NOTE, alignment
 // align) holding one note of owner with the descriptor desc; "" as the
 // section name gives an object without sections but the names.
-func noteELF(section, owner, desc string, align uint64) []byte {
+func NoteELF(section, owner, desc string, align uint64) []byte {
 	pad := func(b []byte, a uint64) []byte {
 		for uint64(len(b))%a != 0 {
 			b = append(b, 0)
@@ -66,9 +69,11 @@ func noteELF(section, owner, desc string, align uint64) []byte {
 	return out
 }
 
-// The note of a forward-compatibility libcuda (as CUDA 13.0's).
+// The note a forward-compatibility libcuda carries (as CUDA 13.0's): its
+// section, its owner and a descriptor listing the driver branches it
+// supports.
 const (
-	compatNote      = ".note.cuda.fwd_compatibility"
-	compatNoteOwner = "NVIDIA Corporation"
-	fwdNote         = `{"Format":1,"CUDA Version":"13.0","Driver":[535,550,570,580],"Device":[]}`
+	Section = ".note.cuda.fwd_compatibility"
+	Owner   = "NVIDIA Corporation"
+	CUDA13  = `{"Format":1,"CUDA Version":"13.0","Driver":[535,550,570,580],"Device":[]}`
 )
