@@ -16,17 +16,27 @@ import (
 
 // startGPUDockerd starts a private dockerd over a 2-GPU fixture driver
 // with the nvidia runtime registered and nctk's hook on its PATH (the
-// --gpus path), and imports the probe image as img.
-func startGPUDockerd(t *testing.T, img string) (*gpuHost, *e2e.Dockerd) {
+// --gpus path), and imports the probe image as img. With trixie it is
+// Debian 13's dockerd (26.1, runc 1.1) in a mount namespace of its own,
+// else the host's.
+func startGPUDockerd(t *testing.T, img string, trixie bool) (*gpuHost, *e2e.Dockerd) {
 	t.Helper()
-	host := newHost(t, fixture.Spec{Layout: "multiarch", GPUs: 2})
-	image := e2e.BuildRootfs(t, e2e.RootfsOptions{})
+	spec := fixture.Spec{Layout: "multiarch", GPUs: 2}
+	var root *e2e.EngineRoot
+	var host *gpuHost
+	if trixie {
+		root = e2e.StartTrixie(t)
+		host = trixieHost(t, root, spec)
+	} else {
+		host = newHost(t, spec)
+	}
 	d := e2e.StartDockerd(t, e2e.DockerdOptions{
+		Root:      root,
 		Runtimes:  map[string]e2e.DockerRuntime{"nvidia": {Path: tool(t, "nvidia-container-runtime")}},
 		ExtraPath: []string{binDir},
 		Env:       host.Env,
 	})
-	d.ImportImage(image, img)
+	d.ImportImage(e2e.BuildRootfs(t, e2e.RootfsOptions{}), img)
 	return host, d
 }
 
@@ -75,7 +85,7 @@ func TestDockerUserMount(t *testing.T) {
 	skipShort(t)
 	e2e.RequireRoot(t)
 	const img = "nctk-e2e:usermount"
-	host, d := startGPUDockerd(t, img)
+	host, d := startGPUDockerd(t, img, false)
 	userMount(t, host, d, img)
 }
 
@@ -85,16 +95,8 @@ func TestDockerUserMount(t *testing.T) {
 func TestTrixieDockerUserMount(t *testing.T) {
 	skipShort(t)
 	e2e.RequireRoot(t)
-	root := e2e.StartTrixie(t)
-	host := trixieHost(t, root, fixture.Spec{Layout: "multiarch", GPUs: 2})
-	d := e2e.StartDockerd(t, e2e.DockerdOptions{
-		Root:      root,
-		Runtimes:  map[string]e2e.DockerRuntime{"nvidia": {Path: tool(t, "nvidia-container-runtime")}},
-		ExtraPath: []string{binDir},
-		Env:       host.Env,
-	})
 	const img = "nctk-e2e:usermount"
-	d.ImportImage(e2e.BuildRootfs(t, e2e.RootfsOptions{}), img)
+	host, d := startGPUDockerd(t, img, true)
 	userMount(t, host, d, img)
 }
 
@@ -157,7 +159,7 @@ func TestDockerHugeEnv(t *testing.T) {
 	skipShort(t)
 	e2e.RequireRoot(t)
 	const img = "nctk-e2e:hugeenv"
-	host, d := startGPUDockerd(t, img)
+	host, d := startGPUDockerd(t, img, false)
 	hugeEnv(t, host, d, img)
 }
 
@@ -166,16 +168,8 @@ func TestDockerHugeEnv(t *testing.T) {
 func TestTrixieDockerHugeEnv(t *testing.T) {
 	skipShort(t)
 	e2e.RequireRoot(t)
-	root := e2e.StartTrixie(t)
-	host := trixieHost(t, root, fixture.Spec{Layout: "multiarch", GPUs: 2})
-	d := e2e.StartDockerd(t, e2e.DockerdOptions{
-		Root:      root,
-		Runtimes:  map[string]e2e.DockerRuntime{"nvidia": {Path: tool(t, "nvidia-container-runtime")}},
-		ExtraPath: []string{binDir},
-		Env:       host.Env,
-	})
 	const img = "nctk-e2e:hugeenv"
-	d.ImportImage(e2e.BuildRootfs(t, e2e.RootfsOptions{}), img)
+	host, d := startGPUDockerd(t, img, true)
 	hugeEnv(t, host, d, img)
 }
 

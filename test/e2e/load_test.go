@@ -359,7 +359,7 @@ func TestLoadDocker(t *testing.T) {
 	e2e.RequireRoot(t)
 	size := loadSizeFromEnv()
 	const img = "nctk-e2e:load"
-	host, d := startGPUDockerd(t, img)
+	host, d := startGPUDockerd(t, img, false)
 	libDir := e2e.LayoutDebian.LibDir()
 	run, _ := dockerProbe(d, img, libDir)
 	mounts := mountsBelow(t, d.Dir)
