@@ -115,3 +115,19 @@ func needsEscape(s string, i int, r rune) bool {
 	}
 	return r != ' ' && !unicode.IsPrint(r)
 }
+
+// Wrap returns err with its message made one line as Line does (control
+// characters escaped, at most MaxMessage bytes), still unwrapping to err:
+// for the errors of libraries that repeat a value in their messages
+// unescaped (the CDI library's name parser, for one).
+func Wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &wrapped{err}
+}
+
+type wrapped struct{ err error }
+
+func (w *wrapped) Error() string { return Line(w.err.Error(), MaxMessage) }
+func (w *wrapped) Unwrap() error { return w.err }

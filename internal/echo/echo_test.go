@@ -86,3 +86,32 @@ func FuzzText(f *testing.F) {
 		}
 	})
 }
+
+func TestWrap(t *testing.T) {
+	base := errors.New("invalid character '\r' in name \"A\r0\"\nsecond line")
+	for _, tt := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil", nil, ""},
+		{"control characters", base, `invalid character '\r' in name "A\r0"\nsecond line`},
+		{"long", errors.New(strings.Repeat("x", MaxMessage+10)), strings.Repeat("x", MaxMessage) + "… (4106 bytes)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Wrap(tt.err)
+			if tt.err == nil {
+				if got != nil {
+					t.Fatalf("Wrap(nil) = %v", got)
+				}
+				return
+			}
+			if got.Error() != tt.want {
+				t.Errorf("Wrap(%q) = %q, want %q", tt.err, got, tt.want)
+			}
+			if !errors.Is(got, tt.err) {
+				t.Errorf("Wrap(%q) does not unwrap to it", tt.err)
+			}
+		})
+	}
+}

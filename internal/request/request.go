@@ -311,7 +311,7 @@ func (r *Request) kinds(tokens []string, cfg *config.Config) ([]string, error) {
 		id, isJIT := strings.CutPrefix(t, JITKind+"=")
 		if qualified || isJIT {
 			if _, _, _, err := parser.ParseQualifiedName(t); err != nil {
-				return nil, &Error{Var: r.sourceVar(), Value: strings.Join(tokens, ","), Err: fmt.Errorf("invalid CDI device name %s: %w", echo.Quote(t), err)}
+				return nil, &Error{Var: r.sourceVar(), Value: strings.Join(tokens, ","), Err: cdiNameError(t, err)}
 			}
 		}
 		if isJIT {
@@ -421,7 +421,7 @@ func (r *Request) classify(tokens []string) error {
 	for _, t := range tokens {
 		if looksLikeCDI(t) {
 			if _, _, _, err := parser.ParseQualifiedName(t); err != nil {
-				return &Error{Var: r.sourceVar(), Value: strings.Join(tokens, ","), Err: fmt.Errorf("invalid CDI device name %s: %w", echo.Quote(t), err)}
+				return &Error{Var: r.sourceVar(), Value: strings.Join(tokens, ","), Err: cdiNameError(t, err)}
 			}
 			if !slices.Contains(r.CDIDevices, t) {
 				r.CDIDevices = append(r.CDIDevices, t)
@@ -474,7 +474,7 @@ func annotationDevices(ann map[string]string, prefixes []string) ([]string, erro
 		}
 		for _, item := range selector.Split(ann[k]) {
 			if _, _, _, err := parser.ParseQualifiedName(item); err != nil {
-				return nil, &Error{Var: "annotation " + echo.Text(k), Value: ann[k], Err: fmt.Errorf("invalid CDI device name %s: %w", echo.Quote(item), err)}
+				return nil, &Error{Var: "annotation " + echo.Text(k), Value: ann[k], Err: cdiNameError(item, err)}
 			}
 			out = append(out, item)
 		}
@@ -504,7 +504,7 @@ func mountDevices(mounts []specs.Mount) (devices, imex []string, err error) {
 				name = parts[0] + "/" + parts[1] + "=" + parts[2]
 			}
 			if _, _, _, err := parser.ParseQualifiedName(name); err != nil {
-				return nil, nil, &Error{Var: "mount", Value: m.Destination, Err: fmt.Errorf("invalid CDI device name %s: %w", echo.Quote(name), err)}
+				return nil, nil, &Error{Var: "mount", Value: m.Destination, Err: cdiNameError(name, err)}
 			}
 			devices = append(devices, name)
 		case strings.HasPrefix(rest, "imex/"):
@@ -910,4 +910,10 @@ func ParseState(data []byte) (State, error) {
 		return State{}, errors.New("OCI state: no bundle (neither \"bundle\" nor \"bundlePath\" is set)")
 	}
 	return s, nil
+}
+
+// cdiNameError is the error for a CDI device name the CDI library refused:
+// the library's message repeats the name unescaped, so it is made one line.
+func cdiNameError(name string, err error) error {
+	return fmt.Errorf("invalid CDI device name %s: %w", echo.Quote(name), echo.Wrap(err))
 }
