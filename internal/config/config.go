@@ -268,6 +268,15 @@ func Parse(data []byte, name string) (*Config, error) {
 		return nil, err
 	}
 	c.Path = name
+	// An empty list under an omitempty key is the key's absence: Render
+	// and Marshal leave it out, and a file read again must mean the same.
+	jit := &c.Runtime.Modes.JitCDI
+	if len(jit.NVCDIFeatureFlags) == 0 {
+		jit.NVCDIFeatureFlags = nil
+	}
+	if len(jit.NVCDIDisableHooks) == 0 {
+		jit.NVCDIDisableHooks = nil
+	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
