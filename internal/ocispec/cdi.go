@@ -158,7 +158,12 @@ func writeBackCDI(tree object, s, before *specs.Spec) error {
 		if err != nil {
 			return err
 		}
-		if err := setArray(proc, "env", "process.env", s.Process.Env, nil); err != nil {
+		var env []string
+		var gidsWas []uint32
+		if before.Process != nil {
+			env, gidsWas = before.Process.Env, before.Process.User.AdditionalGids
+		}
+		if err := setArray(proc, "env", "process.env", s.Process.Env, env); err != nil {
 			return err
 		}
 		if gids := s.Process.User.AdditionalGids; len(gids) > 0 {
@@ -166,7 +171,7 @@ func writeBackCDI(tree object, s, before *specs.Spec) error {
 			if err != nil {
 				return err
 			}
-			if err := setArray(user, "additionalGids", "process.user.additionalGids", gids, nil); err != nil {
+			if err := setArray(user, "additionalGids", "process.user.additionalGids", gids, gidsWas); err != nil {
 				return err
 			}
 		}
@@ -179,16 +184,21 @@ func writeBackCDI(tree object, s, before *specs.Spec) error {
 		if err != nil {
 			return err
 		}
+		was := before.Hooks
+		if was == nil {
+			was = &specs.Hooks{}
+		}
 		for _, st := range []struct {
-			name  string
-			hooks []specs.Hook
+			name       string
+			hooks, was []specs.Hook
 		}{
 			//lint:ignore SA1019 CDI specs may still carry prestart hooks.
-			{"prestart", h.Prestart},
-			{"createRuntime", h.CreateRuntime}, {"createContainer", h.CreateContainer},
-			{"startContainer", h.StartContainer}, {"poststart", h.Poststart}, {"poststop", h.Poststop},
+			{"prestart", h.Prestart, was.Prestart},
+			{"createRuntime", h.CreateRuntime, was.CreateRuntime}, {"createContainer", h.CreateContainer, was.CreateContainer},
+			{"startContainer", h.StartContainer, was.StartContainer}, {"poststart", h.Poststart, was.Poststart},
+			{"poststop", h.Poststop, was.Poststop},
 		} {
-			if err := setArray(ho, st.name, "hooks."+st.name, st.hooks, nil); err != nil {
+			if err := setArray(ho, st.name, "hooks."+st.name, st.hooks, st.was); err != nil {
 				return err
 			}
 		}
@@ -262,12 +272,17 @@ func setArray[T any](parent object, key, name string, typed, was []T) error {
 			oldTyped[i] = &t
 		}
 	}
-	g, err := toGeneric(typed)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+	out, ok := genericOf(typed)
+	if !ok {
+		g, err := toGeneric(typed)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if out, ok = g.([]any); !ok {
+			return fmt.Errorf("%s: does not encode as an array", name)
+		}
 	}
-	out, ok := g.([]any)
-	if !ok || len(out) != len(typed) {
+	if len(out) != len(typed) {
 		return fmt.Errorf("%s: does not encode as an array of %d entries", name, len(typed))
 	}
 	for k, t := range typed {
