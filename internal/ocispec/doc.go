@@ -68,7 +68,7 @@ func Parse(name string, data []byte) (*Doc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid OCI spec %s: %w", name, describe(data, err))
 	}
-	spec, cdi, err := decodeViews(data)
+	spec, cdi, err := viewsOf(tree, func() ([]byte, error) { return data, nil })
 	if err != nil {
 		return nil, fmt.Errorf("invalid OCI spec %s: %w", name, describe(data, err))
 	}
@@ -86,9 +86,13 @@ func (d *Doc) Spec() *specs.Spec {
 		// After Apply, decoded from what it wrote: only values of the
 		// fields' own types went into fields that decoded before, so this
 		// cannot fail; were it to, the view holds what did decode.
-		d.spec, d.cdi, _ = decodeViews(d.data)
+		d.spec, d.cdi, _ = viewsOf(d.tree, d.Bytes)
 		if d.spec == nil {
-			d.spec, _ = decodeSpec(d.data)
+			data, _ := d.Bytes()
+			d.spec, _ = decodeSpec(data)
+		}
+		if d.spec == nil {
+			d.spec = &specs.Spec{}
 		}
 	}
 	return d.spec
@@ -246,6 +250,26 @@ func decodeViews(data []byte) (spec, cdi *specs.Spec, err error) {
 		spec, err := decodeSpec(data)
 		return spec, nil, err
 	}
+	spec, cdi = views(&v)
+	return spec, cdi, nil
+}
+
+// viewsOf is decodeViews for a document already decoded into tree (from
+// data): converted from the tree (viewOfTree) when it can be, else decoded.
+func viewsOf(tree object, data func() ([]byte, error)) (spec, cdi *specs.Spec, err error) {
+	if v, ok := viewOfTree(tree); ok {
+		spec, cdi = views(v)
+		return spec, cdi, nil
+	}
+	b, err := data()
+	if err != nil {
+		return nil, nil, err
+	}
+	return decodeViews(b)
+}
+
+// views returns the typed view and the CDI editor's view of v.
+func views(v *fullView) (spec, cdi *specs.Spec) {
 	var proc *processView
 	if v.Process != nil {
 		proc = &v.Process.processView
@@ -267,7 +291,7 @@ func decodeViews(data []byte) (spec, cdi *specs.Spec, err error) {
 			cdi.Linux.Resources = &specs.LinuxResources{Devices: slices.Clone(l.Resources.Devices)}
 		}
 	}
-	return spec, cdi, nil
+	return spec, cdi
 }
 
 // encode renders the tree; HTML characters are left as they are.
