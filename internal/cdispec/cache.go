@@ -281,16 +281,12 @@ func storeIndex(cacheDir string, dirs []string, idx *specIndex) error {
 // library's priority and conflict rules decided what the cache holds). A
 // cacheDir that cannot be used (see checkCacheDir), and any failure to
 // write the cache, only mean no caching.
-func ResolveCached(names, specDirs []string, cacheDir string) (*cdispecs.ContainerEdits, error) {
-	e, _, err := resolveCached(names, specDirs, cacheDir, false)
-	return e, err
-}
-
-// resolveCached is ResolveCached; with libs, it also returns what
-// ld.so.cache records about the library files the edits bind-mount, by
-// host path, for those the resolved-spec cache read and that are unchanged
-// (specIndex.verifiedLibs).
-func resolveCached(names, specDirs []string, cacheDir string, libs bool) (*cdispecs.ContainerEdits, map[string]ldcache.Library, error) {
+//
+// It also returns what ld.so.cache records about the library files the
+// edits bind-mount, by host path, for those the resolved-spec cache read
+// and that are unchanged (specIndex.verifiedLibs; without a cache, each is
+// read here): the runtime then reads no ELF header of its own.
+func ResolveCached(names, specDirs []string, cacheDir string) (*cdispecs.ContainerEdits, map[string]ldcache.Library, error) {
 	if len(specDirs) == 0 {
 		specDirs = DefaultSpecDirs()
 	}
@@ -321,8 +317,8 @@ func resolveCached(names, specDirs []string, cacheDir string, libs bool) (*cdisp
 		}
 	}
 	e, err := idx.resolve(names, specDirs)
-	if err != nil || !libs {
-		return e, nil, err
+	if err != nil {
+		return nil, nil, err
 	}
 	known, stale := idx.verifiedLibs(e)
 	// Library files changed since the index read them (a driver update
