@@ -18,6 +18,7 @@ import (
 
 	"github.com/nctk/nctk/internal/atomicfile"
 	"github.com/nctk/nctk/internal/hostfile"
+	"github.com/nctk/nctk/internal/ldcache"
 )
 
 // The resolved-spec cache: what ResolveCached needs of the spec files (each
@@ -25,7 +26,12 @@ import (
 // the CDI library has loaded, validated and prioritised the files), stored
 // in one file per list of spec directories, keyed on the identity of the
 // spec files. A new process per container (the runtime) then reads one
-// small file instead of parsing and validating every spec.
+// small file instead of parsing and validating every spec. The file also
+// holds what ld.so.cache records about the shared libraries the specs
+// bind-mount (SONAME and flags, by host path), each with the identity of
+// the file it was read from (libcache.go): a create whose library files
+// are unchanged reads no ELF header, and one that finds a file changed
+// reads it and rewrites the cache file.
 //
 // The key is a hash of, per directory in order: the directory's own
 // dev/ino/mtime/ctime (or that it is absent), then every entry's name with
@@ -43,29 +49,33 @@ import (
 
 // specCacheVersion changes whenever the cache file's format or meaning
 // changes.
-const specCacheVersion = 1
+const specCacheVersion = 2
 
 // maxSpecCache bounds the cache file read.
 const maxSpecCache = 64 << 20
 
-// specIndex is a cache file: what ResolveCached needs, in a form decoded lazily
-// (the edits stay raw until a device of theirs is asked for).
+// specIndex is a cache file: what ResolveCached needs, decoded in one pass.
 type specIndex struct {
 	Version int    `json:"version"`
 	Key     string `json:"key"`
 	// Specs are the spec-level container edits of the loaded specs.
-	Specs []json.RawMessage `json:"specs"`
+	Specs []cdispecs.ContainerEdits `json:"specs"`
 	// Devices are the resolvable device names, fully qualified.
 	Devices map[string]indexedDevice `json:"devices"`
 	// Errors are the load errors (specErrors), for UnresolvedError.
 	Errors []string `json:"errors,omitempty"`
+	// Libs are what ld.so.cache records about the shared libraries the
+	// specs bind-mount (by host path), with the identity of each file when
+	// it was read: a create that finds the file unchanged reads no ELF
+	// header (see cachedLib).
+	Libs map[string]cachedLib `json:"libs,omitempty"`
 }
 
 // indexedDevice is one device: the index of its spec in specIndex.Specs
 // and its own container edits.
 type indexedDevice struct {
-	Spec  int             `json:"spec"`
-	Edits json.RawMessage `json:"edits"`
+	Spec  int                     `json:"spec"`
+	Edits cdispecs.ContainerEdits `json:"edits"`
 }
 
 // buildIndex loads the specs of dirs with the CDI library (its priority
@@ -85,25 +95,29 @@ func buildIndex(dirs []string) (*specIndex, error) {
 		s := d.GetSpec()
 		i, ok := specNo[s]
 		if !ok {
-			raw, err := json.Marshal(&s.ContainerEdits)
-			if err != nil {
-				return nil, fmt.Errorf("encode CDI spec %s: %w", s.GetPath(), err)
-			}
 			i = len(idx.Specs)
 			specNo[s] = i
-			idx.Specs = append(idx.Specs, raw)
+			idx.Specs = append(idx.Specs, s.ContainerEdits)
 		}
-		raw, err := json.Marshal(&d.ContainerEdits)
-		if err != nil {
-			return nil, fmt.Errorf("encode CDI device %s: %w", n, err)
-		}
-		idx.Devices[n] = indexedDevice{Spec: i, Edits: raw}
+		idx.Devices[n] = indexedDevice{Spec: i, Edits: d.ContainerEdits}
 	}
-	return idx, nil
+	// The edits as a cache hit gives them: carried through their JSON
+	// encoding (the spec files' entries verbatim, nothing shared with the
+	// library's cache).
+	data, err := json.Marshal(idx)
+	if err != nil {
+		return nil, fmt.Errorf("encode CDI spec cache: %w", err)
+	}
+	var out specIndex
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("encode CDI spec cache: %w", err)
+	}
+	return &out, nil
 }
 
 // resolve merges the edits of names as ResolveCached does: each spec's edits
-// once, at the first of its devices, then each device's own.
+// once, at the first of its devices, then each device's own. The result
+// shares idx's entries.
 func (idx *specIndex) resolve(names, dirs []string) (*cdispecs.ContainerEdits, error) {
 	edits := &pkgcdi.ContainerEdits{ContainerEdits: &cdispecs.ContainerEdits{}}
 	seen := map[int]bool{}
@@ -118,17 +132,9 @@ func (idx *specIndex) resolve(names, dirs []string) (*cdispecs.ContainerEdits, e
 		}
 		if !seen[d.Spec] {
 			seen[d.Spec] = true
-			var se cdispecs.ContainerEdits
-			if err := json.Unmarshal(idx.Specs[d.Spec], &se); err != nil {
-				return nil, fmt.Errorf("inject CDI devices: cached spec edits: %w", err)
-			}
-			edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &se})
+			edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &idx.Specs[d.Spec]})
 		}
-		var de cdispecs.ContainerEdits
-		if err := json.Unmarshal(d.Edits, &de); err != nil {
-			return nil, fmt.Errorf("inject CDI devices: cached edits of %s: %w", n, err)
-		}
-		edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &de})
+		edits.Append(&pkgcdi.ContainerEdits{ContainerEdits: &d.Edits})
 	}
 	if len(missing) > 0 {
 		return nil, &UnresolvedError{Devices: missing, Dirs: dirs, SpecErrors: idx.Errors, Stale: staleFor(missing, dirs)}
@@ -275,12 +281,17 @@ func storeIndex(cacheDir string, dirs []string, idx *specIndex) error {
 // library's priority and conflict rules decided what the cache holds). A
 // cacheDir that cannot be used (see checkCacheDir), and any failure to
 // write the cache, only mean no caching.
-func ResolveCached(names, specDirs []string, cacheDir string) (*cdispecs.ContainerEdits, error) {
+//
+// It also returns what ld.so.cache records about the library files the
+// edits bind-mount, by host path, for those the resolved-spec cache read
+// and that are unchanged (specIndex.verifiedLibs; without a cache, each is
+// read here): the runtime then reads no ELF header of its own.
+func ResolveCached(names, specDirs []string, cacheDir string) (*cdispecs.ContainerEdits, map[string]ldcache.Library, error) {
 	if len(specDirs) == 0 {
 		specDirs = DefaultSpecDirs()
 	}
 	if err := checkNames(names); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	key, cache := "", false
 	if cacheDir != "" {
@@ -288,20 +299,33 @@ func ResolveCached(names, specDirs []string, cacheDir string) (*cdispecs.Contain
 		key, err = specDirsKey(specDirs)
 		cache = err == nil
 	}
+	var idx *specIndex
 	if cache {
-		if idx := loadIndex(cacheDir, specDirs, key); idx != nil {
-			return idx.resolve(names, specDirs)
+		idx = loadIndex(cacheDir, specDirs, key)
+	}
+	if idx == nil {
+		var err error
+		if idx, err = buildIndex(specDirs); err != nil {
+			return nil, nil, fmt.Errorf("inject CDI devices: %w", err)
+		}
+		if cache {
+			idx.Libs = indexLibs(idx)
+			if after, err := specDirsKey(specDirs); err == nil && after == key {
+				idx.Key = key
+				_ = storeIndex(cacheDir, specDirs, idx) // a cache that cannot be written is no cache
+			}
 		}
 	}
-	idx, err := buildIndex(specDirs)
+	e, err := idx.resolve(names, specDirs)
 	if err != nil {
-		return nil, fmt.Errorf("inject CDI devices: %w", err)
+		return nil, nil, err
 	}
-	if cache {
-		if after, err := specDirsKey(specDirs); err == nil && after == key {
-			idx.Key = key
-			_ = storeIndex(cacheDir, specDirs, idx) // a cache that cannot be written is no cache
-		}
+	known, stale := idx.verifiedLibs(e)
+	// Library files changed since the index read them (a driver update
+	// that left the spec files as they were): read again once, and kept
+	// for the next create.
+	if len(stale) > 0 && idx.refreshLibs(stale, known) && cache && idx.Key == key {
+		_ = storeIndex(cacheDir, specDirs, idx)
 	}
-	return idx.resolve(names, specDirs)
+	return e, known, nil
 }

@@ -60,8 +60,8 @@ func writeCacheSpecs(t *testing.T) (root string, dirs []string) {
 func sameResolution(t *testing.T, dirs []string, cacheDir string, requests [][]string) {
 	t.Helper()
 	for _, names := range requests {
-		want, werr := ResolveCached(names, dirs, "")
-		got, gerr := ResolveCached(names, dirs, cacheDir)
+		want, _, werr := ResolveCached(names, dirs, "")
+		got, _, gerr := ResolveCached(names, dirs, cacheDir)
 		if (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()) {
 			t.Errorf("%q: error %v, want %v", names, gerr, werr)
 			continue
@@ -91,11 +91,11 @@ func TestResolveCached(t *testing.T) {
 	root, dirs := writeCacheSpecs(t)
 	cacheDir := filepath.Join(t.TempDir(), "cdi")
 
-	if e, err := ResolveCached([]string{"acme.io/x=a"}, dirs, ""); err != nil || !reflect.DeepEqual(e.Env, []string{"HIGH=1", "A=high"}) {
+	if e, _, err := ResolveCached([]string{"acme.io/x=a"}, dirs, ""); err != nil || !reflect.DeepEqual(e.Env, []string{"HIGH=1", "A=high"}) {
 		t.Fatalf("the later directory does not win: %+v, %v", e, err)
 	}
 	var ue *UnresolvedError
-	if _, err := ResolveCached([]string{"acme.io/x=dup"}, dirs, ""); !errors.As(err, &ue) {
+	if _, _, err := ResolveCached([]string{"acme.io/x=dup"}, dirs, ""); !errors.As(err, &ue) {
 		t.Fatalf("a conflicting device resolves: %v", err)
 	}
 
@@ -134,19 +134,19 @@ func TestResolveCached(t *testing.T) {
 			p := filepath.Join(root, "high/acme.yaml")
 			return os.WriteFile(p, []byte(strings.Replace(cacheSpecs["high/acme.yaml"], "A=high", "A=HIGH", 1)), 0o644)
 		}, func(t *testing.T) {
-			if e, err := ResolveCached([]string{"acme.io/x=a"}, dirs, cacheDir); err != nil || !reflect.DeepEqual(e.Env, []string{"HIGH=1", "A=HIGH"}) {
+			if e, _, err := ResolveCached([]string{"acme.io/x=a"}, dirs, cacheDir); err != nil || !reflect.DeepEqual(e.Env, []string{"HIGH=1", "A=HIGH"}) {
 				t.Errorf("stale after an edit: %+v, %v", e, err)
 			}
 		}},
 		{"file added", func() error {
 			return os.WriteFile(filepath.Join(root, "low/new.yaml"), []byte("cdiVersion: 0.5.0\nkind: acme.io/z\ndevices:\n- {name: n, containerEdits: {env: [N=1]}}\n"), 0o644)
 		}, func(t *testing.T) {
-			if _, err := ResolveCached([]string{"acme.io/z=n"}, dirs, cacheDir); err != nil {
+			if _, _, err := ResolveCached([]string{"acme.io/z=n"}, dirs, cacheDir); err != nil {
 				t.Errorf("added spec not seen: %v", err)
 			}
 		}},
 		{"file removed", func() error { return os.Remove(filepath.Join(root, "high/acme2.yaml")) }, func(t *testing.T) {
-			if e, err := ResolveCached([]string{"acme.io/x=dup"}, dirs, cacheDir); err != nil || !reflect.DeepEqual(e.Env, []string{"HIGH=1", "D=1"}) {
+			if e, _, err := ResolveCached([]string{"acme.io/x=dup"}, dirs, cacheDir); err != nil || !reflect.DeepEqual(e.Env, []string{"HIGH=1", "D=1"}) {
 				t.Errorf("conflict still there after a removal: %+v, %v", e, err)
 			}
 		}},
@@ -175,7 +175,7 @@ func TestResolveCachedTrust(t *testing.T) {
 	_, dirs := writeCacheSpecs(t)
 	cacheDir := filepath.Join(t.TempDir(), "cdi")
 	names := []string{"acme.io/x=a"}
-	if _, err := ResolveCached(names, dirs, cacheDir); err != nil {
+	if _, _, err := ResolveCached(names, dirs, cacheDir); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(cacheDir, "cdi-*.json"))
@@ -189,7 +189,7 @@ func TestResolveCachedTrust(t *testing.T) {
 		t.Fatal("cache file does not hold the device's env")
 	}
 	evil := func(t *testing.T) bool {
-		e, err := ResolveCached(names, dirs, cacheDir)
+		e, _, err := ResolveCached(names, dirs, cacheDir)
 		if err != nil {
 			t.Fatal(err)
 		}

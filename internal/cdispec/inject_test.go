@@ -50,7 +50,7 @@ func baseSpec() *specs.Spec {
 // applyNames applies the CDI device names to s as an engine does: resolved
 // by Resolve, applied by the CDI library's editor.
 func applyNames(s *specs.Spec, names, dirs []string) error {
-	e, err := ResolveCached(names, dirs, "")
+	e, _, err := ResolveCached(names, dirs, "")
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func TestResolveErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e, err := ResolveCached(tt.devs, tt.dirs, "")
+			e, _, err := ResolveCached(tt.devs, tt.dirs, "")
 			if err == nil {
 				t.Fatalf("no error, edits %+v", e)
 			}
@@ -148,7 +148,7 @@ func TestResolveErrors(t *testing.T) {
 		})
 	}
 	var ue *UnresolvedError
-	if _, err := ResolveCached([]string{"nvidia.com/gpu=9", "nvidia.com/gpu=0", "nvidia.com/gpu=9"}, []string{dir}, ""); !errors.As(err, &ue) || !slices.Equal(ue.Devices, []string{"nvidia.com/gpu=9"}) {
+	if _, _, err := ResolveCached([]string{"nvidia.com/gpu=9", "nvidia.com/gpu=0", "nvidia.com/gpu=9"}, []string{dir}, ""); !errors.As(err, &ue) || !slices.Equal(ue.Devices, []string{"nvidia.com/gpu=9"}) {
 		t.Errorf("Resolve error %v, want *UnresolvedError naming nvidia.com/gpu=9 once", err)
 	}
 	s := baseSpec()
@@ -203,7 +203,7 @@ func TestSpecFileRefused(t *testing.T) {
 			}
 			done := make(chan error, 2)
 			go func() {
-				_, err := ResolveCached([]string{"nvidia.com/gpu=0"}, []string{dir}, "")
+				_, _, err := ResolveCached([]string{"nvidia.com/gpu=0"}, []string{dir}, "")
 				done <- err
 				_, err = List([]string{dir})
 				done <- err
@@ -224,7 +224,7 @@ func TestSpecFileRefused(t *testing.T) {
 
 func TestResolve(t *testing.T) {
 	dir := specDir(t)
-	e, err := ResolveCached([]string{"nvidia.com/gpu=0"}, []string{dir}, "")
+	e, _, err := ResolveCached([]string{"nvidia.com/gpu=0"}, []string{dir}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestResolve(t *testing.T) {
 	if len(e.DeviceNodes) != 5 || len(e.Hooks) != 1 || len(e.Mounts) != 10 {
 		t.Errorf("edits: %d devices, %d hooks, %d mounts; want 5, 1, 10", len(e.DeviceNodes), len(e.Hooks), len(e.Mounts))
 	}
-	if _, err := ResolveCached([]string{"nvidia.com/gpu=9"}, []string{dir}, ""); err == nil {
+	if _, _, err := ResolveCached([]string{"nvidia.com/gpu=9"}, []string{dir}, ""); err == nil {
 		t.Error("unknown device: no error")
 	}
 }

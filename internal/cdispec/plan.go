@@ -8,9 +8,9 @@ import "github.com/nctk/nctk/internal/plan"
 // spec editor as every other request (keeping the config.json fields
 // runtime-spec does not know) and exactly as the CDI specification says.
 func PlanFor(names, specDirs []string, cacheDir string) (*plan.Plan, error) {
-	e, err := ResolveCached(names, specDirs, cacheDir)
+	e, libs, err := ResolveCached(names, specDirs, cacheDir)
 	if err != nil {
 		return nil, err
 	}
-	return &plan.Plan{CDI: e}, nil
+	return &plan.Plan{CDI: e, CDILibs: libs}, nil
 }

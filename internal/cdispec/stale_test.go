@@ -42,7 +42,7 @@ func TestResolveNamesStaleSpec(t *testing.T) {
 	if err := WriteFile(file, data); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ResolveCached([]string{"nvidia.com/gpu=0"}, []string{specDir}, ""); err != nil {
+	if _, _, err := ResolveCached([]string{"nvidia.com/gpu=0"}, []string{specDir}, ""); err != nil {
 		t.Fatalf("fresh spec: %v", err)
 	}
 	r, err := StaleSpecs([]string{specDir}, StaleOptions{})
@@ -56,7 +56,7 @@ func TestResolveNamesStaleSpec(t *testing.T) {
 	if _, err := fixture.BuildAt(dir, fixture.Spec{GPUs: 2}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = ResolveCached([]string{"nvidia.com/gpu=1"}, []string{specDir}, "")
+	_, _, err = ResolveCached([]string{"nvidia.com/gpu=1"}, []string{specDir}, "")
 	var ue *UnresolvedError
 	if !errors.As(err, &ue) {
 		t.Fatalf("Resolve: %v, want an UnresolvedError", err)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/plan"
 )
@@ -163,18 +165,16 @@ func Apply(doc *Doc, p *plan.Plan, hc HookConfig) error {
 	if !ok {
 		return fmt.Errorf("apply injection plan to %s: document is not an object", doc.name)
 	}
-	if err := edit(tree, p, hooks); err != nil {
+	if err := edit(tree, p, hooks, doc.cdi); err != nil {
 		return fmt.Errorf("apply injection plan to %s: %w", doc.name, err)
 	}
 	data, err := encode(tree)
 	if err != nil {
 		return fmt.Errorf("apply injection plan to %s: %w", doc.name, err)
 	}
-	spec, err := decodeSpec(data)
-	if err != nil {
-		return fmt.Errorf("apply injection plan to %s: edited spec does not decode: %w", doc.name, describe(data, err))
-	}
-	doc.tree, doc.spec, doc.data = tree, spec, data
+	// The typed views are decoded from data when asked for (Spec): the
+	// runtime writes data and asks for none.
+	doc.tree, doc.spec, doc.cdi, doc.data = tree, nil, nil, data
 	return nil
 }
 
@@ -239,8 +239,11 @@ func checkAbs(what, p string) error {
 	return nil
 }
 
-// edit applies the plan to the generic tree.
-func edit(tree object, p *plan.Plan, hooks []Hook) error {
+// edit applies the plan to the generic tree. view is the CDI editor's
+// typed view of tree (Doc.cdi; nil: unknown), good for the CDI edits as long
+// as the plan's other entries change nothing.
+func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec) error {
+	changed := len(p.Devices) > 0 || len(p.Mounts) > 0 || len(p.Env) > 0 || len(p.AdditionalGIDs) > 0
 	if len(p.Devices) > 0 {
 		linux, err := objectAt(tree, "linux", "linux")
 		if err != nil {
@@ -318,11 +321,15 @@ func edit(tree object, p *plan.Plan, hooks []Hook) error {
 		}
 	}
 
-	if err := editHooks(tree, hooks); err != nil {
+	hooksChanged, err := editHooks(tree, hooks)
+	if err != nil {
 		return err
 	}
 	if p.CDI != nil {
-		return applyCDI(tree, p.CDI)
+		if changed || hooksChanged {
+			view = nil
+		}
+		return applyCDI(tree, p.CDI, view)
 	}
 	return nil
 }
@@ -353,47 +360,56 @@ func addGIDs(tree object, gids []uint32) error {
 }
 
 // editHooks removes NVIDIA's prestart hook and hooks Apply emitted before,
-// then appends hooks.
-func editHooks(tree object, hooks []Hook) error {
+// then appends hooks. It reports whether it changed tree.
+func editHooks(tree object, hooks []Hook) (bool, error) {
 	hv, present := tree["hooks"]
 	if !present || hv == nil {
 		if len(hooks) == 0 {
-			return nil
+			return false, nil
 		}
 		hv = object{}
 		tree["hooks"] = hv
 	}
 	ho, ok := hv.(object)
 	if !ok {
-		return fmt.Errorf("hooks is %s, want an object", jsonKind(hv))
+		return false, fmt.Errorf("hooks is %s, want an object", jsonKind(hv))
 	}
+	changed := len(hooks) > 0
 	if pre, ok := ho["prestart"].([]any); ok {
 		kept := slices.DeleteFunc(slices.Clone(pre), isLegacyHook)
 		switch {
 		case len(kept) == len(pre):
 		case len(kept) == 0:
 			delete(ho, "prestart")
+			changed = true
 		default:
 			ho["prestart"] = kept
+			changed = true
 		}
 	}
 	cc, err := arrayAt(ho, "createContainer", "hooks.createContainer")
 	if err != nil {
-		return err
+		return false, err
 	}
+	n := len(cc)
 	cc = slices.DeleteFunc(cc, isOwnHook)
+	changed = changed || len(cc) != n
 	for _, h := range hooks {
 		cc = append(cc, object{"path": h.Path, "args": strings2any(h.Args), "env": strings2any(h.Env)})
 	}
 	if len(cc) == 0 {
-		delete(ho, "createContainer")
+		if _, ok := ho["createContainer"]; ok {
+			delete(ho, "createContainer")
+			changed = true
+		}
 	} else {
 		ho["createContainer"] = cc
 	}
 	if len(ho) == 0 {
 		delete(tree, "hooks")
+		changed = true
 	}
-	return nil
+	return changed, nil
 }
 
 // isLegacyHook reports whether a prestart hook entry runs NVIDIA's

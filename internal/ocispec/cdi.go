@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 
@@ -62,34 +63,78 @@ func (v *cdiView) spec() *specs.Spec {
 // written back into the tree; entries the edit left as they were keep their
 // generic form (and so any field runtime-spec does not know), and every
 // other field of the document is untouched. e is not changed.
-func applyCDI(tree object, e *cdispecs.ContainerEdits) error {
+//
+// view is the typed view of tree's fields the editor reads (cdiView's),
+// when the caller has it (Parse decoded it, and nothing changed them
+// since); nil: tree is encoded and decoded here. It is not changed.
+func applyCDI(tree object, e *cdispecs.ContainerEdits, view *specs.Spec) error {
 	edits := cloneCDI(e)
 	if err := edits.Validate(); err != nil {
 		return fmt.Errorf("CDI container edits: %w", err)
 	}
-	data, err := encode(tree)
-	if err != nil {
-		return err
-	}
-	var view cdiView
-	if err := json.Unmarshal(data, &view); err != nil {
-		return fmt.Errorf("CDI container edits: %w", describe(data, err))
-	}
-	s := view.spec()
-	// The editor edits the lists in place: keep the entries as they were,
-	// the typed twins of the tree's generic entries.
-	before := view.spec()
-	before.Mounts = slices.Clone(s.Mounts)
-	if s.Linux != nil {
-		before.Linux.Devices = slices.Clone(s.Linux.Devices)
-		if s.Linux.Resources != nil {
-			before.Linux.Resources = &specs.LinuxResources{Devices: slices.Clone(s.Linux.Resources.Devices)}
+	if view == nil {
+		data, err := encode(tree)
+		if err != nil {
+			return err
 		}
+		var v cdiView
+		if err := json.Unmarshal(data, &v); err != nil {
+			return fmt.Errorf("CDI container edits: %w", describe(data, err))
+		}
+		view = v.spec()
 	}
+	// The editor edits the lists in place: s is a copy, and before keeps
+	// the entries as they were, the typed twins of the tree's generic
+	// entries.
+	s, before := cloneForEdit(view), cloneForEdit(view)
 	if err := edits.Apply(s); err != nil {
 		return fmt.Errorf("CDI container edits: %w", err)
 	}
 	return writeBackCDI(tree, s, before)
+}
+
+// cloneForEdit copies the CDI editor's view v deeply enough that the
+// editor's changes to the copy (lists edited in place, entries appended or
+// replaced, groups added) leave v as it was.
+func cloneForEdit(v *specs.Spec) *specs.Spec {
+	s := &specs.Spec{Mounts: slices.Clone(v.Mounts), Hooks: cloneHooks(v.Hooks)}
+	if v.Process != nil {
+		p := *v.Process
+		p.Env = slices.Clone(p.Env)
+		p.User.AdditionalGids = slices.Clone(p.User.AdditionalGids)
+		s.Process = &p
+	}
+	if v.Linux != nil {
+		l := *v.Linux
+		l.Devices = slices.Clone(l.Devices)
+		if l.Resources != nil {
+			l.Resources = &specs.LinuxResources{Devices: slices.Clone(l.Resources.Devices)}
+		}
+		l.NetDevices = maps.Clone(l.NetDevices)
+		if l.IntelRdt != nil {
+			r := *l.IntelRdt
+			l.IntelRdt = &r
+		}
+		l.Namespaces = slices.Clone(l.Namespaces)
+		s.Linux = &l
+	}
+	return s
+}
+
+// cloneHooks copies h and its lists.
+func cloneHooks(h *specs.Hooks) *specs.Hooks {
+	if h == nil {
+		return nil
+	}
+	c := *h
+	//lint:ignore SA1019 CDI specs may still carry prestart hooks.
+	c.Prestart = slices.Clone(h.Prestart)
+	c.CreateRuntime = slices.Clone(h.CreateRuntime)
+	c.CreateContainer = slices.Clone(h.CreateContainer)
+	c.StartContainer = slices.Clone(h.StartContainer)
+	c.Poststart = slices.Clone(h.Poststart)
+	c.Poststop = slices.Clone(h.Poststop)
+	return &c
 }
 
 // cloneCDI copies e deeply enough that applying the copy (which fills in a
@@ -113,7 +158,12 @@ func writeBackCDI(tree object, s, before *specs.Spec) error {
 		if err != nil {
 			return err
 		}
-		if err := setArray(proc, "env", "process.env", s.Process.Env, nil); err != nil {
+		var env []string
+		var gidsWas []uint32
+		if before.Process != nil {
+			env, gidsWas = before.Process.Env, before.Process.User.AdditionalGids
+		}
+		if err := setArray(proc, "env", "process.env", s.Process.Env, env); err != nil {
 			return err
 		}
 		if gids := s.Process.User.AdditionalGids; len(gids) > 0 {
@@ -121,7 +171,7 @@ func writeBackCDI(tree object, s, before *specs.Spec) error {
 			if err != nil {
 				return err
 			}
-			if err := setArray(user, "additionalGids", "process.user.additionalGids", gids, nil); err != nil {
+			if err := setArray(user, "additionalGids", "process.user.additionalGids", gids, gidsWas); err != nil {
 				return err
 			}
 		}
@@ -134,16 +184,21 @@ func writeBackCDI(tree object, s, before *specs.Spec) error {
 		if err != nil {
 			return err
 		}
+		was := before.Hooks
+		if was == nil {
+			was = &specs.Hooks{}
+		}
 		for _, st := range []struct {
-			name  string
-			hooks []specs.Hook
+			name       string
+			hooks, was []specs.Hook
 		}{
 			//lint:ignore SA1019 CDI specs may still carry prestart hooks.
-			{"prestart", h.Prestart},
-			{"createRuntime", h.CreateRuntime}, {"createContainer", h.CreateContainer},
-			{"startContainer", h.StartContainer}, {"poststart", h.Poststart}, {"poststop", h.Poststop},
+			{"prestart", h.Prestart, was.Prestart},
+			{"createRuntime", h.CreateRuntime, was.CreateRuntime}, {"createContainer", h.CreateContainer, was.CreateContainer},
+			{"startContainer", h.StartContainer, was.StartContainer}, {"poststart", h.Poststart, was.Poststart},
+			{"poststop", h.Poststop, was.Poststop},
 		} {
-			if err := setArray(ho, st.name, "hooks."+st.name, st.hooks, nil); err != nil {
+			if err := setArray(ho, st.name, "hooks."+st.name, st.hooks, st.was); err != nil {
 				return err
 			}
 		}
@@ -217,12 +272,17 @@ func setArray[T any](parent object, key, name string, typed, was []T) error {
 			oldTyped[i] = &t
 		}
 	}
-	g, err := toGeneric(typed)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+	out, ok := genericOf(typed)
+	if !ok {
+		g, err := toGeneric(typed)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if out, ok = g.([]any); !ok {
+			return fmt.Errorf("%s: does not encode as an array", name)
+		}
 	}
-	out, ok := g.([]any)
-	if !ok || len(out) != len(typed) {
+	if len(out) != len(typed) {
 		return fmt.Errorf("%s: does not encode as an array of %d entries", name, len(typed))
 	}
 	for k, t := range typed {

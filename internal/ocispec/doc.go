@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 
 	"github.com/nctk/nctk/internal/atomicfile"
 	"github.com/nctk/nctk/internal/hostfile"
@@ -40,7 +41,14 @@ type object = map[string]any
 type Doc struct {
 	name string
 	tree object
+	// spec is the typed view (see Spec); nil after Apply until Spec is
+	// called.
 	spec *specs.Spec
+	// cdi is the typed view of the fields the CDI library's editor reads
+	// (cdiView's), decoded with spec from the same pass; nil when unknown
+	// (after Apply, or when one of those fields did not decode: applyCDI
+	// then decodes them itself and reports that).
+	cdi *specs.Spec
 	// data is tree's encoding when Apply made it (nil: encode on demand).
 	data []byte
 }
@@ -60,11 +68,11 @@ func Parse(name string, data []byte) (*Doc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid OCI spec %s: %w", name, describe(data, err))
 	}
-	spec, err := decodeSpec(data)
+	spec, cdi, err := viewsOf(tree, func() ([]byte, error) { return data, nil })
 	if err != nil {
 		return nil, fmt.Errorf("invalid OCI spec %s: %w", name, describe(data, err))
 	}
-	return &Doc{name: name, tree: tree, spec: spec}, nil
+	return &Doc{name: name, tree: tree, spec: spec, cdi: cdi}, nil
 }
 
 // Spec is the typed view of the configuration, for reading. It holds the
@@ -73,22 +81,38 @@ func Parse(name string, data []byte) (*Doc, error) {
 // linux.resources.devices — and nothing else (decode Bytes into a
 // specs.Spec for the whole configuration). It reflects every Apply; changes
 // made to it are not written back (edit through Apply).
-func (d *Doc) Spec() *specs.Spec { return d.spec }
+func (d *Doc) Spec() *specs.Spec {
+	if d.spec == nil {
+		// After Apply, decoded from what it wrote: only values of the
+		// fields' own types went into fields that decoded before, so this
+		// cannot fail; were it to, the view holds what did decode.
+		d.spec, d.cdi, _ = viewsOf(d.tree, d.Bytes)
+		if d.spec == nil {
+			data, _ := d.Bytes()
+			d.spec, _ = decodeSpec(data)
+		}
+		if d.spec == nil {
+			d.spec = &specs.Spec{}
+		}
+	}
+	return d.spec
+}
 
 // RootPath is the container's root directory: root.path, joined to bundle
 // (the directory holding config.json) when relative, made absolute and
 // clean. An unset root.path is an error naming the spec.
 func (d *Doc) RootPath(bundle string) (string, error) {
-	if d.spec.Root == nil || d.spec.Root.Path == "" {
+	spec := d.Spec()
+	if spec.Root == nil || spec.Root.Path == "" {
 		return "", fmt.Errorf("invalid OCI spec %s: root.path is not set", d.name)
 	}
-	p := d.spec.Root.Path
+	p := spec.Root.Path
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(bundle, p)
 	}
 	abs, err := filepath.Abs(p)
 	if err != nil {
-		return "", fmt.Errorf("OCI spec %s: root.path %s: %w", d.name, d.spec.Root.Path, err)
+		return "", fmt.Errorf("OCI spec %s: root.path %s: %w", d.name, spec.Root.Path, err)
 	}
 	return abs, nil
 }
@@ -178,17 +202,96 @@ func decodeSpec(data []byte) (*specs.Spec, error) {
 	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, err
 	}
-	s := &specs.Spec{Version: v.Version, Root: v.Root, Mounts: v.Mounts, Annotations: v.Annotations, Hooks: v.Hooks}
-	if v.Process != nil {
-		s.Process = &specs.Process{Env: v.Process.Env, Capabilities: v.Process.Capabilities}
+	return newSpec(v.Version, v.Root, v.Mounts, v.Annotations, v.Hooks, v.Process, v.Linux), nil
+}
+
+func newSpec(version string, root *specs.Root, mounts []specs.Mount, annotations map[string]string,
+	hooks *specs.Hooks, proc *processView, linux *linuxView) *specs.Spec {
+	s := &specs.Spec{Version: version, Root: root, Mounts: mounts, Annotations: annotations, Hooks: hooks}
+	if proc != nil {
+		s.Process = &specs.Process{Env: proc.Env, Capabilities: proc.Capabilities}
 	}
-	if v.Linux != nil {
-		s.Linux = &specs.Linux{Devices: v.Linux.Devices}
-		if v.Linux.Resources != nil {
-			s.Linux.Resources = &specs.LinuxResources{Devices: v.Linux.Resources.Devices}
+	if linux != nil {
+		s.Linux = &specs.Linux{Devices: linux.Devices}
+		if linux.Resources != nil {
+			s.Linux.Resources = &specs.LinuxResources{Devices: linux.Resources.Devices}
 		}
 	}
-	return s, nil
+	return s
+}
+
+// fullView is specView and cdiView in one: what Parse decodes, in one
+// pass over config.json.
+type fullView struct {
+	Version string `json:"ociVersion"`
+	Process *struct {
+		processView
+		User specs.User `json:"user"`
+	} `json:"process,omitempty"`
+	Root        *specs.Root       `json:"root,omitempty"`
+	Mounts      []specs.Mount     `json:"mounts,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Hooks       *specs.Hooks      `json:"hooks,omitempty"`
+	Linux       *struct {
+		linuxView
+		NetDevices map[string]specs.LinuxNetDevice `json:"netDevices,omitempty"`
+		IntelRdt   *specs.LinuxIntelRdt            `json:"intelRdt,omitempty"`
+		Namespaces []specs.LinuxNamespace          `json:"namespaces,omitempty"`
+	} `json:"linux,omitempty"`
+}
+
+// decodeViews decodes data's typed view (Doc.Spec) and the CDI editor's
+// view (cdiView) in one pass. A field only the CDI editor reads that does
+// not decode is no error here (config.json may have no CDI edits to
+// apply): cdi is then nil, and applyCDI decodes and reports it.
+func decodeViews(data []byte) (spec, cdi *specs.Spec, err error) {
+	var v fullView
+	if err := json.Unmarshal(data, &v); err != nil {
+		spec, err := decodeSpec(data)
+		return spec, nil, err
+	}
+	spec, cdi = views(&v)
+	return spec, cdi, nil
+}
+
+// viewsOf is decodeViews for a document already decoded into tree (from
+// data): converted from the tree (viewOfTree) when it can be, else decoded.
+func viewsOf(tree object, data func() ([]byte, error)) (spec, cdi *specs.Spec, err error) {
+	if v, ok := viewOfTree(tree); ok {
+		spec, cdi = views(v)
+		return spec, cdi, nil
+	}
+	b, err := data()
+	if err != nil {
+		return nil, nil, err
+	}
+	return decodeViews(b)
+}
+
+// views returns the typed view and the CDI editor's view of v.
+func views(v *fullView) (spec, cdi *specs.Spec) {
+	var proc *processView
+	if v.Process != nil {
+		proc = &v.Process.processView
+	}
+	var linux *linuxView
+	if v.Linux != nil {
+		linux = &v.Linux.linuxView
+	}
+	spec = newSpec(v.Version, v.Root, v.Mounts, v.Annotations, v.Hooks, proc, linux)
+	// The CDI view shares nothing with spec: the editor works on a copy
+	// (cloneForEdit), and spec's lists stay as decoded.
+	cdi = &specs.Spec{Mounts: slices.Clone(v.Mounts), Hooks: cloneHooks(v.Hooks)}
+	if v.Process != nil {
+		cdi.Process = &specs.Process{Env: slices.Clone(v.Process.Env), User: v.Process.User}
+	}
+	if l := v.Linux; l != nil {
+		cdi.Linux = &specs.Linux{Devices: slices.Clone(l.Devices), NetDevices: l.NetDevices, IntelRdt: l.IntelRdt, Namespaces: l.Namespaces}
+		if l.Resources != nil {
+			cdi.Linux.Resources = &specs.LinuxResources{Devices: slices.Clone(l.Resources.Devices)}
+		}
+	}
+	return spec, cdi
 }
 
 // encode renders the tree; HTML characters are left as they are.

@@ -18,6 +18,7 @@
 package plan
 
 import (
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -218,6 +219,11 @@ type Plan struct {
 	// editor after the entries above, exactly as Podman, Docker and
 	// containerd apply them (ocispec.Apply). nil: no CDI device.
 	CDI *cdispecs.ContainerEdits
+	// CDILibs are what ld.so.cache records about host library files CDI
+	// mounts (by host path), known already (cdispec.PlanFor takes them
+	// from its resolved-spec cache when the files are unchanged); the
+	// runtime reads the others.
+	CDILibs map[string]ldcache.Library
 }
 
 // InjectsLibcuda reports whether p mounts a libcuda.so.<version> (compute):
@@ -254,6 +260,13 @@ func Merge(a, b *Plan) *Plan {
 		m.DriverVersion = b.DriverVersion
 	}
 	m.CDI = MergeCDI(a.CDI, b.CDI)
+	if len(b.CDILibs) > 0 {
+		m.CDILibs = maps.Clone(a.CDILibs)
+		if m.CDILibs == nil {
+			m.CDILibs = map[string]ldcache.Library{}
+		}
+		maps.Copy(m.CDILibs, b.CDILibs)
+	}
 	if m.Proc == nil {
 		m.Proc = b.Proc
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // TestPending: the plan's file mounts (with what discovery knows of them)
@@ -34,6 +35,24 @@ func TestPending(t *testing.T) {
 	}
 	if got := pending(p); !reflect.DeepEqual(got, want) {
 		t.Errorf("pending = %+v,\nwant %+v", got, want)
+	}
+
+	// CDI bind mounts, with what the resolved-spec cache knows of their
+	// host files (plan.Plan.CDILibs).
+	c := &plan.Plan{
+		CDI: &cdispecs.ContainerEdits{Mounts: []*cdispecs.Mount{
+			{HostPath: "/drv/libnvidia-ml.so.535.1", ContainerPath: "/usr/lib64/libnvidia-ml.so.535.1", Options: []string{"ro", "bind"}},
+			{HostPath: "/drv/libcuda.so.535.1", ContainerPath: "/usr/lib64/libcuda.so.535.1", Type: "bind"},
+			{HostPath: "tmpfs", ContainerPath: "/tmp", Type: "tmpfs"},
+		}},
+		CDILibs: map[string]ldcache.Library{"/drv/libcuda.so.535.1": *lib},
+	}
+	want = rootfs.Pending{Files: []rootfs.PendingFile{
+		{Path: "/usr/lib64/libnvidia-ml.so.535.1", Source: "/drv/libnvidia-ml.so.535.1"},
+		{Path: "/usr/lib64/libcuda.so.535.1", Source: "/drv/libcuda.so.535.1", Library: lib},
+	}}
+	if got := pending(c); !reflect.DeepEqual(got, want) {
+		t.Errorf("CDI: pending = %+v,\nwant %+v", got, want)
 	}
 }
 

@@ -456,7 +456,11 @@ func pending(p *plan.Plan) rootfs.Pending {
 	if p.CDI != nil {
 		for _, m := range p.CDI.Mounts {
 			if m != nil && (m.Type == "" || m.Type == "bind") && filepath.IsAbs(m.HostPath) {
-				out.Files = append(out.Files, rootfs.PendingFile{Path: m.ContainerPath, Source: m.HostPath})
+				f := rootfs.PendingFile{Path: m.ContainerPath, Source: m.HostPath}
+				if lib, ok := p.CDILibs[m.HostPath]; ok {
+					f.Library = &lib
+				}
+				out.Files = append(out.Files, f)
 			}
 		}
 	}
