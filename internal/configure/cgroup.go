@@ -127,10 +127,10 @@ type cgroupDir struct {
 
 // findDeviceCgroup locates the device cgroup of the process whose
 // /proc/PID/cgroup is cgroupData, given the mount table of the caller
-// (mountinfoData) and the prefix under which those mounts are visible
+// (mounts, its parsed self/mountinfo) and the prefix under which those mounts are visible
 // (procRoot, "" for the host). A devices controller line means cgroup v1;
 // otherwise the unified "0::" line means v2 (as NVIDIA decides).
-func findDeviceCgroup(cgroupData, mountinfoData []byte, procRoot string) (cgroupDir, error) {
+func findDeviceCgroup(cgroupData []byte, mounts []mountEntry, procRoot string) (cgroupDir, error) {
 	entries, err := parseProcCgroup(cgroupData)
 	if err != nil {
 		return cgroupDir{}, err
@@ -153,10 +153,6 @@ func findDeviceCgroup(cgroupData, mountinfoData []byte, procRoot string) (cgroup
 	}
 	if want == nil {
 		return cgroupDir{}, errors.New("no devices or unified cgroup entries found")
-	}
-	mounts, err := parseMountinfo(mountinfoData)
-	if err != nil {
-		return cgroupDir{}, err
 	}
 	var notUnder []string
 	for _, m := range mounts {
@@ -235,20 +231,16 @@ func (d *deviceCgroup) Close() {
 	}
 }
 
-// lookupDeviceCgroup reads the files findDeviceCgroup needs: the
-// container's PID/cgroup and our own self/mountinfo, both in proc (the
-// /proc of procRoot, "" for the host's), and opens the directory found.
-func lookupDeviceCgroup(proc *procDir, procRoot string, pid int) (*deviceCgroup, error) {
+// lookupDeviceCgroup reads the container's PID/cgroup in proc (the /proc
+// of procRoot, "" for the host's), finds the device cgroup with our own
+// mount table self (readSelfMounts) and opens the directory found.
+func lookupDeviceCgroup(proc *procDir, procRoot string, pid int, self []mountEntry) (*deviceCgroup, error) {
 	cgRel := path.Join(strconv.Itoa(pid), "cgroup")
 	cgData, err := proc.readFile(cgRel)
 	if err != nil {
 		return nil, err
 	}
-	miData, err := proc.readFile("self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	d, err := findDeviceCgroup(cgData, miData, procRoot)
+	d, err := findDeviceCgroup(cgData, self, procRoot)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", proc.name(cgRel), err)
 	}

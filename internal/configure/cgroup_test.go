@@ -78,7 +78,7 @@ func TestFindDeviceCgroup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := findDeviceCgroup([]byte(tt.cgroup), []byte(tt.mountinfo), tt.procRoot)
+			got, err := findDeviceCgroup([]byte(tt.cgroup), parsedMounts(t, tt.mountinfo), tt.procRoot)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
 					t.Errorf("err = %v, want %q", err, tt.err)
@@ -99,7 +99,7 @@ func TestFindDeviceCgroupStandaloneSymlink(t *testing.T) {
 	if err := os.Symlink("/", filepath.Join(root, "sys")); err != nil {
 		t.Fatal(err)
 	}
-	got, err := findDeviceCgroup([]byte("5:devices:/docker/abc\n"), []byte(mountinfoV1), root)
+	got, err := findDeviceCgroup([]byte("5:devices:/docker/abc\n"), parsedMounts(t, mountinfoV1), root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,11 @@ func FuzzFindDeviceCgroup(f *testing.F) {
 	f.Add([]byte("5:devices:/a\n"), []byte("35 30 0:31 /a\\040b /x rw - cgroup cgroup rw,devices\n"))
 	f.Add([]byte("0:devices:/"), []byte("0 0 0 / / 0 - cgroup 0 devices")) // the root itself is inside it
 	f.Fuzz(func(t *testing.T, cg, mi []byte) {
-		d, err := findDeviceCgroup(cg, mi, "/p")
+		mounts, err := parseMountinfo(mi)
+		if err != nil {
+			return
+		}
+		d, err := findDeviceCgroup(cg, mounts, "/p")
 		if err == nil && d.Dir != "/p" && !strings.HasPrefix(d.Dir, "/p/") {
 			t.Fatalf("cgroup dir %q outside the proc root", d.Dir)
 		}
@@ -162,7 +166,7 @@ func FuzzFindDeviceCgroup(f *testing.F) {
 
 func BenchmarkFindDeviceCgroup(b *testing.B) {
 	cg := []byte("12:pids:/docker/abc\n5:devices:/docker/abc\n0::/\n")
-	mi := []byte(strings.Repeat("22 1 254:0 / /var/lib/docker/overlay2/x/merged rw - overlay overlay rw\n", 50) + mountinfoV1)
+	mi := parsedMounts(b, strings.Repeat("22 1 254:0 / /var/lib/docker/overlay2/x/merged rw - overlay overlay rw\n", 50)+mountinfoV1)
 	for b.Loop() {
 		if _, err := findDeviceCgroup(cg, mi, ""); err != nil {
 			b.Fatal(err)
@@ -180,4 +184,14 @@ func FuzzDevicesList(f *testing.F) {
 			t.Fatalf("%q grants write access without a w", data)
 		}
 	})
+}
+
+// parsedMounts parses a mountinfo text the test wrote.
+func parsedMounts(t testing.TB, data string) []mountEntry {
+	t.Helper()
+	m, err := parseMountinfo([]byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -159,7 +159,11 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 	// The container's mounts (the engine made them before this hook) and
 	// ours: what lies below a mount of a host directory is never created
 	// or changed (checkUserMounts).
-	mounts, err := readMountTables(proc, c)
+	self, err := readSelfMounts(proc)
+	if err != nil {
+		return &phase.Error{Phase: phase.Container, Err: err}
+	}
+	mounts, err := readMountTables(proc, c, self)
 	if err != nil {
 		return &phase.Error{Phase: phase.Container, Err: err}
 	}
@@ -168,7 +172,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 	if useCgroup {
 		// The directory is opened (and in standalone mode checked) once;
 		// the rules are written through that descriptor.
-		if cg, err = lookupDeviceCgroup(proc, c.ProcRoot, c.PID); err != nil {
+		if cg, err = lookupDeviceCgroup(proc, c.ProcRoot, c.PID, self); err != nil {
 			return &phase.Error{Phase: phase.Container, Err: err}
 		}
 		defer cg.Close()

@@ -43,17 +43,14 @@ type mountTables struct {
 	host []mountEntry
 }
 
-// newMountTables parses the container's /proc/PID/mountinfo and the
-// caller's /proc/self/mountinfo for the container root rootfs (a path in
-// the container's namespace, before pivot_root).
-func newMountTables(containerInfo, hostInfo []byte, rootfs string) (*mountTables, error) {
+// newMountTables parses the container's /proc/PID/mountinfo for the
+// container root rootfs (a path in the container's namespace, before
+// pivot_root), beside the caller's mount table h (its parsed
+// /proc/self/mountinfo).
+func newMountTables(containerInfo []byte, h []mountEntry, rootfs string) (*mountTables, error) {
 	c, err := parseMountinfo(containerInfo)
 	if err != nil {
 		return nil, fmt.Errorf("container mount table: %w", err)
-	}
-	h, err := parseMountinfo(hostInfo)
-	if err != nil {
-		return nil, fmt.Errorf("mount table: %w", err)
 	}
 	t := &mountTables{rootfs: path.Clean(rootfs), container: c, byID: make(map[uint64]mountEntry, len(c))}
 	for _, m := range c {
@@ -197,19 +194,30 @@ func checkUserMounts(r *rootfs.Root, t *mountTables, paths []plannedPath) error 
 	return nil
 }
 
+// readSelfMounts reads and parses the caller's mount table
+// (self/mountinfo) through proc: once per Apply, for the user-mount check
+// and the device cgroup lookup.
+func readSelfMounts(proc *procDir) ([]mountEntry, error) {
+	data, err := proc.readFile("self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	m, err := parseMountinfo(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", proc.name("self/mountinfo"), err)
+	}
+	return m, nil
+}
+
 // readMountTables reads the container's mount table (/proc/PID/mountinfo)
-// and the caller's (self/mountinfo) through proc.
-func readMountTables(proc *procDir, c Container) (*mountTables, error) {
+// through proc, beside the caller's (self, readSelfMounts).
+func readMountTables(proc *procDir, c Container, self []mountEntry) (*mountTables, error) {
 	rel := path.Join(strconv.Itoa(c.PID), "mountinfo")
 	ci, err := proc.readFile(rel)
 	if err != nil {
 		return nil, err
 	}
-	hi, err := proc.readFile("self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	t, err := newMountTables(ci, hi, c.Rootfs)
+	t, err := newMountTables(ci, self, c.Rootfs)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", proc.name(rel), err)
 	}
