@@ -17,16 +17,23 @@ import (
 // it has none), reading through the caller-owned head buffer buf (nil: a
 // new one), so that discovery reads every library through one buffer.
 func readSONAME(l loc, buf *[4096]byte) (string, error) {
-	var soname string
-	err := withELF(l, buf, func(r io.ReaderAt, size int64) error {
-		lib, err := ldcache.Inspect(r, size)
-		soname = lib.SONAME
-		return err
-	})
+	lib, err := inspectELF(l, buf)
 	if err != nil {
 		return "", fmt.Errorf("read ELF SONAME of %s: %w", l.host, err)
 	}
-	return soname, nil
+	return lib.SONAME, nil
+}
+
+// inspectELF returns what ld.so.cache records about the shared object at
+// l (ldcache.Inspect: its SONAME and flags), reading through buf as
+// readSONAME does.
+func inspectELF(l loc, buf *[4096]byte) (ldcache.Library, error) {
+	var lib ldcache.Library
+	err := withELF(l, buf, func(r io.ReaderAt, size int64) (err error) {
+		lib, err = ldcache.Inspect(r, size)
+		return err
+	})
+	return lib, err
 }
 
 // readABITag returns the GNU ABI note of the shared object at l (see

@@ -3,13 +3,10 @@ package discover
 import (
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"slices"
 	"sort"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/ldcache"
@@ -166,7 +163,7 @@ func (x *discoverer) addGraphicsLib(p string) bool {
 	if slices.ContainsFunc(x.d.Graphics, func(f File) bool { return f.HostPath == host }) {
 		return true
 	}
-	lib, err := inspectLibrary(x.root.loc(real))
+	lib, err := inspectELF(x.root.loc(real), &x.elfBuf)
 	if err != nil {
 		x.warn("graphics library %s: %v", p, err)
 		return false
@@ -174,25 +171,6 @@ func (x *discoverer) addGraphicsLib(p string) bool {
 	x.d.Graphics = append(x.d.Graphics, File{Name: path.Base(p), Capability: caps.Graphics, Path: real,
 		HostPath: host, SONAME: lib.SONAME, CacheFlags: lib.Flags, Library: true})
 	return true
-}
-
-// inspectLibrary reads the SONAME and ld.so.cache flags of the library at
-// l, as ldconfig would record them.
-func inspectLibrary(l loc) (ldcache.Library, error) {
-	fd, err := unix.Openat(l.dirfd, l.name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return ldcache.Library{}, &fs.PathError{Op: "open", Path: l.host, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), l.host)
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ldcache.Library{}, err
-	}
-	if !fi.Mode().IsRegular() {
-		return ldcache.Library{}, fmt.Errorf("%s: not a regular file", l.host)
-	}
-	return ldcache.Inspect(f, fi.Size())
 }
 
 // libcudaDirs are the directories of the 64-bit libcuda (NVIDIA's driver

@@ -4,12 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"slices"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/hostfile"
@@ -206,15 +203,10 @@ func (x *discoverer) libraries() error {
 // hostfile.Open and ldcache.Read do for a path.
 func (x *discoverer) loadCache(real string) (*ldcache.Cache, error) {
 	l := x.root.loc(real)
-	fd, err := unix.Openat(l.dirfd, l.name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	f, err := hostfile.OpenAt(l.dirfd, l.name, l.host, ldcache.MaxSize)
 	if err != nil {
-		return nil, fmt.Errorf("ld.so.cache: %w", &fs.PathError{Op: "open", Path: l.host, Err: err})
-	}
-	if err := hostfile.CheckFD(fd, l.host, ldcache.MaxSize); err != nil {
-		unix.Close(fd)
 		return nil, fmt.Errorf("ld.so.cache: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), l.host)
 	defer f.Close()
 	c, err := ldcache.Read(f)
 	if err != nil {

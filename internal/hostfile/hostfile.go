@@ -90,6 +90,17 @@ func Open(path string, limit int64) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
+// OpenAt is Open for the file name relative to the directory descriptor
+// dirfd (unix.AT_FDCWD: the working directory); display is the file's name
+// in errors and the os.File's.
+func OpenAt(dirfd int, name, display string, limit int64) (*os.File, error) {
+	fd, _, err := openAt(dirfd, name, display, limit)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), display), nil
+}
+
 // OpenFD is Open without the os.File: the bare descriptor (no poller
 // registration, fewer system calls), for callers that read it with pread
 // and close it themselves.

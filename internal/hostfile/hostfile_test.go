@@ -240,4 +240,19 @@ func TestReadFileAt(t *testing.T) {
 		!strings.Contains(err.Error(), "/shown/proc/missing") {
 		t.Errorf("missing: %v, want ErrNotExist naming /shown/proc/missing", err)
 	}
+	// OpenAt: the same checks, an *os.File named as shown.
+	f, err := OpenAt(fd, "proc/version", "/shown/proc/version", MaxProc)
+	if err != nil || f.Name() != "/shown/proc/version" {
+		t.Fatalf("OpenAt = %v, %v", f, err)
+	}
+	f.Close()
+	within(t, 2*time.Second, func() {
+		_, err = OpenAt(fd, "proc/fifo", "/shown/proc/fifo", MaxProc)
+	})
+	if !errors.Is(err, ErrNotRegular) {
+		t.Errorf("OpenAt FIFO: %v, want ErrNotRegular", err)
+	}
+	if _, err := OpenAt(fd, "proc/version", "/shown/proc/version", 4); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("OpenAt over the limit: %v, want ErrTooLarge", err)
+	}
 }
