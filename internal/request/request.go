@@ -45,6 +45,7 @@ import (
 	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/mod/semver"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/nctk/nctk/internal/caps"
@@ -638,75 +639,24 @@ func legacyRequirement(v string) (requirements.Expr, error) {
 	return requirements.Expr{Source: c.String(), Alternatives: []requirements.Alternative{{c}}}, nil
 }
 
-// cudaMajorMinor reads a CUDA_VERSION value: an optional "v", then a
-// semantic version whose minor and patch may be left out (then 0) and
-// which may carry a pre-release and build suffix only after a patch;
-// numbers have no leading zeros.
+// cudaMajorMinor reads a CUDA_VERSION value as NVIDIA's hook does: "v"
+// optional, then a semantic version (golang.org/x/mod/semver: minor and
+// patch may be left out, a pre-release or build suffix only after a patch,
+// no leading zeros) whose major and minor fit in 32 bits.
 func cudaMajorMinor(v string) (major, minor uint64, ok bool) {
-	v = strings.TrimPrefix(v, "v")
-	v, build, hasBuild := strings.Cut(v, "+")
-	if hasBuild && !semverIdents(build, false) {
+	sv := "v" + strings.TrimPrefix(v, "v")
+	if !semver.IsValid(sv) {
 		return 0, 0, false
 	}
-	v, pre, hasPre := strings.Cut(v, "-")
-	if hasPre && !semverIdents(pre, true) {
+	maj, min, _ := strings.Cut(strings.TrimPrefix(semver.MajorMinor(sv), "v"), ".")
+	major, err := strconv.ParseUint(maj, 10, 32)
+	if err != nil {
 		return 0, 0, false
 	}
-	parts := strings.Split(v, ".")
-	if len(parts) > 3 || (hasPre || hasBuild) && len(parts) != 3 {
+	if minor, err = strconv.ParseUint(min, 10, 32); err != nil {
 		return 0, 0, false
 	}
-	nums := make([]uint64, 2)
-	for i, p := range parts {
-		if !semverNumber(p) {
-			return 0, 0, false
-		}
-		if i < 2 {
-			n, err := strconv.ParseUint(p, 10, 32)
-			if err != nil {
-				return 0, 0, false
-			}
-			nums[i] = n
-		}
-	}
-	return nums[0], nums[1], true
-}
-
-// semverNumber: digits, no leading zero but "0" itself.
-func semverNumber(s string) bool {
-	if s == "" || len(s) > 1 && s[0] == '0' {
-		return false
-	}
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// semverIdents: dot-separated identifiers of [0-9A-Za-z-]; in a
-// pre-release a numeric identifier has no leading zero.
-func semverIdents(s string, pre bool) bool {
-	for _, id := range strings.Split(s, ".") {
-		if id == "" {
-			return false
-		}
-		numeric := true
-		for _, c := range id {
-			switch {
-			case c >= '0' && c <= '9':
-			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '-':
-				numeric = false
-			default:
-				return false
-			}
-		}
-		if pre && numeric && !semverNumber(id) {
-			return false
-		}
-	}
-	return true
+	return major, minor, true
 }
 
 // mig reads the MIG config/monitor requests, which only privileged
