@@ -198,7 +198,7 @@ func liftPart(part []string, w *OwnHooks, keepInContainer bool, mountPoints moun
 		if dir == "" {
 			dir = hookargs.DefaultCudaCompatDir
 		}
-		if h.ContainerSpec != "" || !path.IsAbs(dir) || mountPoints.under(dir, true) || mountPoints.below(dir) ||
+		if h.ContainerSpec != "" || !path.IsAbs(dir) || mountPoints.hides(dir) ||
 			mountPoints.under("/etc/ld.so.cache", true) || mountPoints.under("/etc/ld.so.conf.d/x", true) || mountPoints.under("/etc/ld.so.conf", true) {
 			return false, false
 		}
@@ -245,6 +245,15 @@ func (s mountSet) under(p string, orAt bool) bool {
 	}
 	return false
 }
+
+// MountsHide reports whether one of the container mount points mounts
+// lies at or above the container directory dir, or below it: what the
+// image has in dir is then not what the container sees (the CUDA compat
+// directory, for one).
+func MountsHide(mounts []string, dir string) bool { return newMountSet(mounts).hides(dir) }
+
+// hides is MountsHide for the set.
+func (s mountSet) hides(dir string) bool { return s.under(dir, true) || s.below(dir) }
 
 // below reports whether one of the mount points lies below the container
 // directory dir.

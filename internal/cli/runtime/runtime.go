@@ -42,7 +42,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -303,12 +302,8 @@ func legacyCompat(p *plan.Plan, cfg *config.Config, mounts []string) []hookargs.
 	if !cfg.CUDACompatOn() {
 		return nil
 	}
-	dir := hookargs.DefaultCudaCompatDir
-	for _, m := range mounts {
-		m = path.Clean("/" + m)
-		if m == "/" || m == dir || strings.HasPrefix(dir, m+"/") || strings.HasPrefix(m, dir+"/") {
-			return nil
-		}
+	if cdispec.MountsHide(mounts, hookargs.DefaultCudaCompatDir) {
+		return nil
 	}
 	return []hookargs.EnableCudaCompat{{HostDriverVersion: p.DriverVersion}}
 }
