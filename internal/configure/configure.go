@@ -28,7 +28,7 @@
 //     and, when the image may have CUDA compat libraries, the host ldconfig
 //     copied into a sealed memfd;
 //  3. in the container: a check that nothing below lies under a mount of a
-//     host directory (a user volume: UserMountError), then proc view, bind mounts (ro, nosuid, nodev; devices
+//     host directory (a user volume: plan.UserMountError), then proc view, bind mounts (ro, nosuid, nodev; devices
 //     ro, nosuid, noexec), symlinks, device nodes — all through
 //     internal/rootfs, resolved inside the container root;
 //  4. device cgroup rules for exactly the plan's devices (v1 devices.allow

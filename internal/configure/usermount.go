@@ -13,25 +13,6 @@ import (
 	"github.com/nctk/nctk/internal/rootfs"
 )
 
-// UserMountError is returned (inside a phase.Mount error) when a path that
-// configure would create or change in the container (a driver file's mount
-// point, a driver symlink, a device node's mount point, ld.so.cache, the
-// ld.so.conf.d drop-in) lies below a mount of a host directory, such as a
-// user volume over the image's library directory (`docker run -v
-// /host/dir:/usr/lib/x86_64-linux-gnu --gpus all`). Configure runs after
-// the engine made its mounts, so the change would land in the host
-// directory; it is refused before anything changes.
-type UserMountError struct {
-	Path        string // the container path configure would create or change
-	Destination string // the mount's container path
-	Source      string // the host path it shows (else "SOURCE:ROOT" from mountinfo)
-}
-
-func (e *UserMountError) Error() string {
-	return fmt.Sprintf("%s is below the mount of host path %s at %s: GPU driver files are not created in a mounted host directory; mount the volume elsewhere",
-		e.Path, e.Source, e.Destination)
-}
-
 // mountTables are the container's mount table and the caller's, read
 // before the container's namespace is entered.
 type mountTables struct {
@@ -150,7 +131,7 @@ func plannedPaths(p *plan.Plan, opts Options, compat string) []plannedPath {
 	return out
 }
 
-// checkUserMounts returns a *UserMountError for the first of paths that
+// checkUserMounts returns a *plan.UserMountError for the first of paths that
 // lies below a mount of a host file system in the container root r (the
 // directory where it would be created is looked up inside the root, and
 // its mount found by id in t). It changes nothing.
@@ -188,7 +169,7 @@ func checkUserMounts(r *rootfs.Root, t *mountTables, paths []plannedPath) error 
 			return fmt.Errorf("%s: the mount holding %s (id %d) is not in the container's mount table; retry", pp.path, dir, id)
 		}
 		if src, host := t.hostSource(m); host {
-			return &UserMountError{Path: path.Clean(pp.path), Destination: strings.TrimPrefix(path.Clean(m.MountPoint), t.rootfs), Source: src}
+			return &plan.UserMountError{Path: path.Clean(pp.path), Destination: strings.TrimPrefix(path.Clean(m.MountPoint), t.rootfs), Source: src}
 		}
 	}
 	return nil

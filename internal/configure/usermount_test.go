@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/nctk/nctk/internal/phase"
+	"github.com/nctk/nctk/internal/plan"
 )
 
 // treeOf describes every object below dir (type and mode, content or link
@@ -123,7 +124,7 @@ func TestApplyUserMount(t *testing.T) {
 				must(t, err)
 				return
 			}
-			var ue *UserMountError
+			var ue *plan.UserMountError
 			var pe *phase.Error
 			if !errors.As(err, &ue) || !errors.As(err, &pe) || pe.Phase != phase.Mount {
 				t.Fatalf("Apply = %v, want a mount error wrapping a UserMountError", err)

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -12,25 +11,7 @@ import (
 	"github.com/nctk/nctk/internal/plan"
 )
 
-// UserMountError is returned (wrapped) when a path the plan creates in the
-// container (a driver file's mount point, a driver symlink) lies below a
-// bind mount the spec already has from a host path, such as a user volume
-// over the image's library directory (`-v /host/dir:/usr/lib/x86_64-linux-gnu`).
-// The low-level runtime would create the mount points in that host
-// directory, and the symlinks made in the image would be hidden; the
-// create is refused instead.
-type UserMountError struct {
-	Path        string // the container path the plan creates
-	Destination string // the user mount's container path
-	Source      string // the user mount's host path
-}
-
-func (e *UserMountError) Error() string {
-	return fmt.Sprintf("%s is below the bind mount of host path %s at %s: GPU driver files are not created in a mounted host directory; mount the volume elsewhere",
-		e.Path, e.Source, e.Destination)
-}
-
-// checkUserMounts returns a *UserMountError when one of the paths p and
+// checkUserMounts returns a *plan.UserMountError when one of the paths p and
 // own create in the container (p's mounts, p's CDI mounts, p's and own's
 // symlinks) is strictly below the destination of one of mounts that binds
 // a host path. mounts are the spec's own mounts, before p is applied.
@@ -66,7 +47,7 @@ func checkUserMounts(mounts []specs.Mount, p *plan.Plan, own cdispec.OwnHooks) e
 		for _, m := range binds {
 			dst := path.Clean("/" + m.Destination)
 			if dst == "/" || strings.HasPrefix(cp, dst+"/") {
-				return &UserMountError{Path: cp, Destination: dst, Source: m.Source}
+				return &plan.UserMountError{Path: cp, Destination: dst, Source: m.Source}
 			}
 		}
 	}

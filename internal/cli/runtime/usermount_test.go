@@ -118,12 +118,12 @@ func TestCheckUserMounts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := checkUserMounts([]specs.Mount{tt.mount}, p, own)
-			var ue *UserMountError
+			var ue *plan.UserMountError
 			switch {
 			case tt.want == "" && err != nil:
 				t.Errorf("unexpected error: %v", err)
 			case tt.want != "" && !errors.As(err, &ue):
-				t.Errorf("err = %v, want a UserMountError", err)
+				t.Errorf("err = %v, want a plan.UserMountError", err)
 			case tt.want != "" && (ue.Path != tt.want || ue.Source != tt.mount.Source):
 				t.Errorf("err = %+v, want path %s from %s", ue, tt.want, tt.mount.Source)
 			}

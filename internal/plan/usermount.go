@@ -1,0 +1,23 @@
+package plan
+
+import "fmt"
+
+// UserMountError reports that a path a plan creates or changes in the
+// container (a driver file's mount point, a driver symlink, a device
+// node's mount point, ld.so.cache, the ld.so.conf.d drop-in) lies below a
+// mount of a host directory, such as a user volume over the image's
+// library directory (`docker run -v /host/dir:/usr/lib/x86_64-linux-gnu`):
+// the mount points would be created in that host directory, and files made
+// in the image would be hidden. The runtime (from config.json's bind
+// mounts) and configure (from the container's mount table) refuse such a
+// container with it before anything changes.
+type UserMountError struct {
+	Path        string // the container path the plan creates or changes
+	Destination string // the mount's container path
+	Source      string // the host path it shows (configure: "SOURCE:ROOT" from mountinfo when no host mount shows it)
+}
+
+func (e *UserMountError) Error() string {
+	return fmt.Sprintf("%s is below the mount of host path %s at %s: GPU driver files are not created in a mounted host directory; mount the volume elsewhere",
+		e.Path, e.Source, e.Destination)
+}
