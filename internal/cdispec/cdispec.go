@@ -467,7 +467,7 @@ func libcudaDirs(p *plan.Plan) []string {
 // links below /dev (the GPU's /dev/dri/by-path links), unless
 // create-symlinks is disabled: one hook per device, as NVIDIA's.
 func withDevHooks(e cdi.ContainerEdits, p *plan.Plan, hc ocispec.HookConfig, o Options) cdi.ContainerEdits {
-	h := ocispec.DevSymlinksHook(p.DevSymlinks)
+	h := ocispec.SymlinksHook(p.DevSymlinks)
 	if h != nil && !slices.Contains(o.DisabledHooks, AllHooks) && !slices.Contains(o.DisabledHooks, hookargs.NameCreateSymlinks) {
 		args := hookargs.CommandFor(hc.Path, hookargs.Command(*h))
 		e.Hooks = append(e.Hooks, &cdi.Hook{HookName: "createContainer", Path: hc.Path, Args: args, Env: hookargs.Env()})

@@ -70,14 +70,10 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 		return nil
 	}
 	var hs []hookargs.Hook
-	if len(p.Symlinks) > 0 && !hc.RootfsDone {
-		h := hookargs.CreateSymlinks{}
-		for _, s := range p.Symlinks {
-			h.Links = append(h.Links, hookargs.Link{Target: s.Target, Path: s.Link})
-		}
-		hs = append(hs, h)
+	if h := SymlinksHook(p.Symlinks); h != nil && !hc.RootfsDone {
+		hs = append(hs, *h)
 	}
-	if h := DevSymlinksHook(p.DevSymlinks); h != nil {
+	if h := SymlinksHook(p.DevSymlinks); h != nil {
 		hs = append(hs, *h)
 	}
 	if len(p.LdconfigDirs) > 0 && !hc.RootfsDone {
@@ -97,10 +93,10 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 	return hooks
 }
 
-// DevSymlinksHook is the create-symlinks hook that makes links below /dev
-// (plan.Plan.DevSymlinks) in the container's /dev once the low-level
-// runtime has set it up; nil for no link.
-func DevSymlinksHook(links []plan.Symlink) *hookargs.CreateSymlinks {
+// SymlinksHook is the create-symlinks hook that makes links (the plan's
+// Symlinks, or its DevSymlinks in the container's /dev once the low-level
+// runtime has set it up); nil for no link.
+func SymlinksHook(links []plan.Symlink) *hookargs.CreateSymlinks {
 	if len(links) == 0 {
 		return nil
 	}
