@@ -287,37 +287,36 @@ func Render(d *discover.Driver, sel selector.Selection, o Options) (*cdi.Spec, e
 		return a.MIG.Index - b.MIG.Index
 	})
 
-	opts := o
 	var devices []device
 	for _, g := range gpus {
 		if !g.MIGEnabled {
-			o := base
-			o.GPUs = []discover.GPU{g}
-			p, err := plan.Build(d, o)
+			po := base
+			po.GPUs = []discover.GPU{g}
+			p, err := plan.Build(d, po)
 			if err != nil {
 				return nil, fmt.Errorf("render CDI spec: %w", err)
 			}
 			idx := strconv.Itoa(g.Index)
 			devices = append(devices, device{
 				names: deviceNames(strategies, idx, "gpu"+idx, g.UUID),
-				edits: withDevHooks(deviceEdits(p, common), p, hc, opts),
+				edits: withDevHooks(deviceEdits(p, common), p, hc, o),
 			})
 		}
 		for _, m := range migs {
 			if m.Parent.Index != g.Index {
 				continue
 			}
-			o := base
-			o.GPUs = []discover.GPU{m.Parent}
-			o.MIG = []selector.SelectedMIG{m}
-			p, err := plan.Build(d, o)
+			po := base
+			po.GPUs = []discover.GPU{m.Parent}
+			po.MIG = []selector.SelectedMIG{m}
+			p, err := plan.Build(d, po)
 			if err != nil {
 				return nil, fmt.Errorf("render CDI spec: %w", err)
 			}
 			idx := fmt.Sprintf("%d:%d", g.Index, m.MIG.Index)
 			devices = append(devices, device{
 				names: deviceNames(strategies, idx, "mig"+idx, m.MIG.UUID),
-				edits: withDevHooks(deviceEdits(p, common), p, hc, opts),
+				edits: withDevHooks(deviceEdits(p, common), p, hc, o),
 			})
 		}
 	}
@@ -436,7 +435,7 @@ func hooks(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []string) [
 			Args: hookargs.Command(hookargs.UpdateApplicationProfile{}), Env: hookargs.Env()})
 	}
 	hs = slices.DeleteFunc(hs, func(h ocispec.Hook) bool {
-		return slices.Contains(disabled, AllHooks) || len(h.Args) > 1 && slices.Contains(disabled, h.Args[1])
+		return len(h.Args) > 1 && hookDisabled(disabled, h.Args[1])
 	})
 	if chain {
 		hs = ocispec.Chain(hs)
@@ -463,12 +462,18 @@ func libcudaDirs(p *plan.Plan) []string {
 	return dirs
 }
 
+// hookDisabled reports whether the hook name is left out of the spec
+// (Options.DisabledHooks: by name, or AllHooks).
+func hookDisabled(disabled []string, name string) bool {
+	return slices.Contains(disabled, AllHooks) || slices.Contains(disabled, name)
+}
+
 // withDevHooks adds to a device's edits e the hook that makes its plan's
 // links below /dev (the GPU's /dev/dri/by-path links), unless
 // create-symlinks is disabled: one hook per device, as NVIDIA's.
 func withDevHooks(e cdi.ContainerEdits, p *plan.Plan, hc ocispec.HookConfig, o Options) cdi.ContainerEdits {
 	h := ocispec.SymlinksHook(p.DevSymlinks)
-	if h != nil && !slices.Contains(o.DisabledHooks, AllHooks) && !slices.Contains(o.DisabledHooks, hookargs.NameCreateSymlinks) {
+	if h != nil && !hookDisabled(o.DisabledHooks, hookargs.NameCreateSymlinks) {
 		args := hookargs.CommandFor(hc.Path, hookargs.Command(*h))
 		e.Hooks = append(e.Hooks, &cdi.Hook{HookName: "createContainer", Path: hc.Path, Args: args, Env: hookargs.Env()})
 	}
@@ -483,7 +488,7 @@ func withDevHooks(e cdi.ContainerEdits, p *plan.Plan, hc ocispec.HookConfig, o O
 // in node order, made 0755; nil when there is none or the hook is not
 // asked for.
 func chmodHook(nodes []*cdi.DeviceNode, hc ocispec.HookConfig, o Options) *cdi.Hook {
-	if !o.Chmod || slices.Contains(o.DisabledHooks, AllHooks) || slices.Contains(o.DisabledHooks, hookargs.NameChmod) {
+	if !o.Chmod || hookDisabled(o.DisabledHooks, hookargs.NameChmod) {
 		return nil
 	}
 	h := hookargs.Chmod{Mode: 0o755}
