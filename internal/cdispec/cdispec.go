@@ -70,9 +70,6 @@ const (
 	// from injecting the driver a second time into a container that got
 	// its devices through CDI.
 	VoidEnv = "NVIDIA_VISIBLE_DEVICES=void"
-	// LibcudaDirEnv names the container directories holding
-	// libcuda.so.<driver version>, ':'-joined, as NVIDIA's specs do.
-	LibcudaDirEnv = "NVIDIA_CTK_LIBCUDA_DIR"
 	// MaxCompatVersion is the newest cdiVersion Podman 4.3 (CDI library
 	// v0.5) reads; Render never needs more.
 	MaxCompatVersion = "0.5.0"
@@ -383,8 +380,8 @@ func deviceNames(strategies []NameStrategy, index, typeIndex, uuid string) []str
 // the environment.
 func commonEdits(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []string) cdi.ContainerEdits {
 	e := cdi.ContainerEdits{Env: []string{VoidEnv}}
-	if dirs := libcudaDirs(p); len(dirs) > 0 {
-		e.Env = append(e.Env, LibcudaDirEnv+"="+strings.Join(dirs, ":"))
+	if kv := p.LibcudaDirEnv(); kv != "" {
+		e.Env = append(e.Env, kv)
 	}
 	for _, kv := range p.Env {
 		if !slices.Contains(e.Env, kv) {
@@ -446,20 +443,6 @@ func hooks(p *plan.Plan, hc ocispec.HookConfig, chain bool, disabled []string) [
 		out = append(out, &cdi.Hook{HookName: "createContainer", Path: h.Path, Args: args, Env: slices.Clone(h.Env)})
 	}
 	return out
-}
-
-// libcudaDirs are the container directories holding libcuda.so.<version>.
-func libcudaDirs(p *plan.Plan) []string {
-	var dirs []string
-	for _, m := range p.Mounts {
-		b := path.Base(m.Destination)
-		if m.Kind == plan.KindFile && strings.HasPrefix(b, "libcuda.so.") && strings.Count(b, ".") > 2 {
-			if d := path.Dir(m.Destination); !slices.Contains(dirs, d) {
-				dirs = append(dirs, d)
-			}
-		}
-	}
-	return dirs
 }
 
 // hookDisabled reports whether the hook name is left out of the spec

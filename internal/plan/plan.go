@@ -306,3 +306,26 @@ func (p *Plan) LdcacheLibs() []string {
 	}
 	return out
 }
+
+// LibcudaDirEnvName names the container directories holding
+// libcuda.so.<driver version>, ':'-joined, as NVIDIA's specs and its
+// per-container (jit-cdi) devices set it.
+const LibcudaDirEnvName = "NVIDIA_CTK_LIBCUDA_DIR"
+
+// LibcudaDirEnv returns LibcudaDirEnvName=<the container directories of the
+// plan's libcuda.so.<version> mounts>, "" when the plan mounts no libcuda.
+func (p *Plan) LibcudaDirEnv() string {
+	var dirs []string
+	for _, m := range p.Mounts {
+		b := path.Base(m.Destination)
+		if m.Kind == KindFile && strings.HasPrefix(b, "libcuda.so.") && strings.Count(b, ".") > 2 {
+			if d := path.Dir(m.Destination); !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	if len(dirs) == 0 {
+		return ""
+	}
+	return LibcudaDirEnvName + "=" + strings.Join(dirs, ":")
+}

@@ -135,6 +135,13 @@ func Run(ctx context.Context, j Job) (*Result, error) {
 		}
 		return nil, &phase.Error{Phase: ph, Err: err}
 	}
+	// NVIDIA's per-container devices tell the container where libcuda is,
+	// as its written specs do.
+	if req.PerContainer {
+		if kv := p.LibcudaDirEnv(); kv != "" && !slices.Contains(p.Env, kv) {
+			p.Env = append(p.Env, kv)
+		}
+	}
 	// The plan names the driver's files by path; make sure the driver is
 	// still the one discovery read (its root not renamed away or replaced
 	// meanwhile, the same kernel module, every planned file there) before

@@ -139,6 +139,10 @@ type Request struct {
 	NoPersistenced, NoFabricManager, NoGSPFirmware bool
 	// Privileged: CAP_SYS_ADMIN is in the bounding set.
 	Privileged bool
+	// PerContainer: the devices are the runtime's own, built per container
+	// (NVIDIA's jit-cdi: mode jit-cdi, or names of JITKind), whose
+	// environment carries NVIDIA_CTK_LIBCUDA_DIR as NVIDIA's does.
+	PerContainer bool
 	// Legacy: a legacy CUDA image (CUDA_VERSION set, NVIDIA_REQUIRE_CUDA
 	// not).
 	Legacy bool
@@ -325,6 +329,7 @@ func (r *Request) kinds(tokens []string, cfg *config.Config) ([]string, error) {
 	if jit && other {
 		return nil, &Error{Var: r.sourceVar(), Value: strings.Join(tokens, ","), Err: ErrJITMixed}
 	}
+	r.PerContainer = jit || cfg.Runtime.Mode == config.ModeJitCDI
 	return out, nil
 }
 

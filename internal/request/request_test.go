@@ -516,3 +516,30 @@ func TestDuplicateDevices(t *testing.T) {
 		t.Errorf("devices %q, CDI devices %q", r.Devices, r.CDIDevices)
 	}
 }
+
+// TestPerContainer: the runtime's own per-container devices (NVIDIA's
+// jit-cdi mode, or names of JITKind in cdi mode) are marked, so that the
+// planner gives them the environment NVIDIA's do; nothing else is.
+func TestPerContainer(t *testing.T) {
+	for _, tc := range []struct {
+		mode, devices string
+		want          bool
+	}{
+		{config.ModeLegacy, "0", false},
+		{config.ModeLegacy, "all", false},
+		{config.ModeCDI, "nvidia.com/gpu=0", false},
+		{config.ModeCDI, JITKind + "=0", true},
+		{config.ModeJitCDI, "0", true},
+		{config.ModeJitCDI, "all", true},
+	} {
+		cfg := config.Default()
+		cfg.Runtime.Mode = tc.mode
+		r, err := FromSpec(spec(false, "NVIDIA_VISIBLE_DEVICES="+tc.devices), cfg)
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.mode, tc.devices, err)
+		}
+		if r.PerContainer != tc.want {
+			t.Errorf("%s %s: PerContainer = %v, want %v", tc.mode, tc.devices, r.PerContainer, tc.want)
+		}
+	}
+}
