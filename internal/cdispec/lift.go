@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nctk/nctk/internal/appprofile"
+
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nctk/nctk/internal/hookargs"
@@ -29,9 +31,29 @@ type OwnHooks struct {
 	// the hooks give (update-ldcache puts them first again after its own
 	// entries).
 	Compat []hookargs.EnableCudaCompat
+	// AppProfile: an update-application-profile part was taken out; the
+	// caller writes the profile for the device nodes config.json gives the
+	// container (internal/appprofile), which are then all its /dev holds
+	// (LiftOptions.DevicesKnown).
+	AppProfile bool
 	// Hooks is how many hook parts were taken out (a chain counts each
 	// part).
 	Hooks int
+}
+
+// LiftOptions say what LiftOwnHooks may take out of the container.
+type LiftOptions struct {
+	// KeepInContainer keeps disable-device-node-modification as a hook (the
+	// host's procfs has the driver's params file for it to mask); without
+	// it, the part is dropped.
+	KeepInContainer bool
+	// Mounts are the container paths the caller's spec mounts.
+	Mounts []string
+	// DevicesKnown: the container's /dev will hold exactly the device nodes
+	// of its config.json (nothing is bind-mounted at or below /dev), so
+	// update-application-profile can be done from them before the
+	// container exists. Without it, that part stays a hook.
+	DevicesKnown bool
 }
 
 // LiftOwnHooks takes the work of nctk's own hooks out of the CDI edits e
@@ -47,9 +69,11 @@ type OwnHooks struct {
 //     lifted: their links, compat directories, folders and libraries go to
 //     OwnHooks;
 //   - noop is dropped;
+//   - update-application-profile is lifted (OwnHooks.AppProfile) when
+//     o.DevicesKnown and no mount hides the profile's directory;
 //   - disable-device-node-modification must run in the container (it
 //     masks a file of the container's procfs): it stays as a hook with
-//     keepInContainer, and is dropped without (no driver in the host's
+//     o.KeepInContainer, and is dropped without (no driver in the host's
 //     procfs, so the hook would have nothing to mask);
 //   - anything else (update-ldcache without --lib, which runs ldconfig over
 //     whole folders; mount-proc-driver; hooks this version does not know;
@@ -64,15 +88,19 @@ type OwnHooks struct {
 // stages are left alone. The remaining parts of a
 // partly lifted chain stay as one hook with the same path, env and timeout.
 // e is not modified; when nothing is lifted, e itself is returned.
-func LiftOwnHooks(e *cdispecs.ContainerEdits, own func(hookPath string) bool, keepInContainer bool, mounts []string) (*cdispecs.ContainerEdits, OwnHooks) {
+func LiftOwnHooks(e *cdispecs.ContainerEdits, own func(hookPath string) bool, o LiftOptions) (*cdispecs.ContainerEdits, OwnHooks) {
 	var w OwnHooks
 	if e == nil || len(e.Hooks) == 0 {
 		return e, w
 	}
-	mountPoints := newMountSet(mounts)
+	mountPoints := newMountSet(o.Mounts)
 	for _, m := range e.Mounts {
 		if m != nil {
-			mountPoints[path.Clean("/"+m.ContainerPath)] = true
+			cp := path.Clean("/" + m.ContainerPath)
+			mountPoints[cp] = true
+			if strings.HasPrefix(cp+"/", "/dev/") {
+				o.DevicesKnown = false // the spec mounts something in /dev
+			}
 		}
 	}
 	var kept []*cdispecs.Hook
@@ -90,7 +118,7 @@ func LiftOwnHooks(e *cdispecs.ContainerEdits, own func(hookPath string) bool, ke
 		}
 		var rest [][]string
 		for i, part := range parts {
-			keep, ok := liftPart(part, &w, keepInContainer, mountPoints)
+			keep, ok := liftPart(part, &w, o, mountPoints)
 			if !ok {
 				stopped = true
 				rest = append(rest, parts[i:]...)
@@ -158,10 +186,10 @@ func ownChain(h *cdispecs.Hook, own func(string) bool) (prefix []string, parts [
 
 // liftPart lifts one hook part into w: ok false when it cannot be lifted,
 // keep when it stays a hook (disable-device-node-modification with
-// keepInContainer); otherwise the part is done by the caller or dropped.
+// o.KeepInContainer); otherwise the part is done by the caller or dropped.
 // A part that writes at or below one of mountPoints is not lifted: made
 // before the mounts, its files would be hidden by the mount.
-func liftPart(part []string, w *OwnHooks, keepInContainer bool, mountPoints mountSet) (keep, ok bool) {
+func liftPart(part []string, w *OwnHooks, o LiftOptions, mountPoints mountSet) (keep, ok bool) {
 	hook, err := hookargs.Parse(part)
 	if err != nil {
 		return false, false
@@ -207,9 +235,16 @@ func liftPart(part []string, w *OwnHooks, keepInContainer bool, mountPoints moun
 		if h.ContainerSpec != "" {
 			return false, false
 		}
-		if keepInContainer {
+		if o.KeepInContainer {
 			return true, true
 		}
+	case hookargs.UpdateApplicationProfile:
+		// Written from config.json's device nodes: only when they are the
+		// container's /dev, and the profile's directory is the image's.
+		if h.ContainerSpec != "" || !o.DevicesKnown || mountPoints.hides(appprofile.Dir) {
+			return false, false
+		}
+		w.AppProfile = true
 	case hookargs.Noop:
 	default:
 		return false, false

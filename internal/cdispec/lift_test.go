@@ -27,8 +27,11 @@ func TestLiftOwnHooks(t *testing.T) {
 		hooks  []*cdispecs.Hook
 		mounts []string
 		keep   bool
-		want   []*cdispecs.Hook // nil: e returned unchanged
-		work   OwnHooks
+		// devUnknown: the container's /dev is not only config.json's nodes.
+		devUnknown bool
+		specMounts []string         // the edits' own mounts (container paths)
+		want       []*cdispecs.Hook // nil: e returned unchanged
+		work       OwnHooks
 	}{
 		{name: "chain, proc hook kept", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+ld+" ; "+ddnm)}, keep: true,
 			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm)}, work: lifted},
@@ -40,8 +43,18 @@ func TestLiftOwnHooks(t *testing.T) {
 		{name: "update-ldcache without --lib stops", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links), hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook noop")},
 			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook noop")},
 			work: OwnHooks{Links: lifted.Links, Hooks: 1}},
-		{name: "unknown hook in a chain keeps the rest", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; update-application-profile ; "+ld)},
-			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-application-profile ; "+ld)}, work: OwnHooks{Links: lifted.Links, Hooks: 1}},
+		{name: "unknown hook in a chain keeps the rest", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; chmod --mode 0755 --path /x ; "+ld)},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook chmod --mode 0755 --path /x ; "+ld)}, work: OwnHooks{Links: lifted.Links, Hooks: 1}},
+		{name: "update-application-profile lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+ddnm+" ; update-application-profile")},
+			want: []*cdispecs.Hook{}, work: OwnHooks{Links: lifted.Links, AppProfile: true, Hooks: 3}},
+		{name: "update-application-profile after the proc hook stays", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+ddnm+" ; update-application-profile")}, keep: true,
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm+" ; update-application-profile")}, work: OwnHooks{Links: lifted.Links, Hooks: 1}},
+		{name: "update-application-profile, /dev not known: stays", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; update-application-profile")}, devUnknown: true,
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-application-profile")}, work: OwnHooks{Links: lifted.Links, Hooks: 1}},
+		{name: "update-application-profile, the spec mounts in /dev: stays", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; update-application-profile")}, specMounts: []string{"/dev/nvidia0"},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-application-profile")}, work: OwnHooks{Links: lifted.Links, Hooks: 1}},
+		{name: "update-application-profile, /etc/nvidia mounted: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-application-profile")}, mounts: []string{"/etc/nvidia"}},
+		{name: "update-application-profile with --container-spec: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-application-profile --container-spec /x.json")}},
 		{name: "enable-cuda-compat in the chain lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+compat+" ; "+ld+" ; "+ddnm)},
 			want: []*cdispecs.Hook{}, work: OwnHooks{Links: lifted.Links, LdconfigDirs: lifted.LdconfigDirs, Libs: lifted.Libs,
 				Compat: []hookargs.EnableCudaCompat{{HostDriverVersion: "470.256.02"}}, Hooks: 4}},
@@ -61,7 +74,10 @@ func TestLiftOwnHooks(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &cdispecs.ContainerEdits{Hooks: tc.hooks, Env: []string{"X=1"}}
-			got, work := LiftOwnHooks(e, isOwn, tc.keep, tc.mounts)
+			for _, m := range tc.specMounts {
+				e.Mounts = append(e.Mounts, &cdispecs.Mount{HostPath: m, ContainerPath: m})
+			}
+			got, work := LiftOwnHooks(e, isOwn, LiftOptions{KeepInContainer: tc.keep, Mounts: tc.mounts, DevicesKnown: !tc.devUnknown})
 			if tc.want == nil {
 				if got != e || !reflect.DeepEqual(work, OwnHooks{}) {
 					t.Errorf("lifted %+v from %+v, want nothing", work, tc.hooks)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/appprofile"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,7 +53,7 @@ func TestUpdateApplicationProfile(t *testing.T) {
 			if r := run(stateFor(b), nil, "update-application-profile"); r.code != 0 {
 				t.Fatalf("exit %d: %s", r.code, r.stderr)
 			}
-			data, err := os.ReadFile(root + appProfileFile)
+			data, err := os.ReadFile(root + appprofile.File)
 			if tc.want == "" {
 				if err == nil {
 					t.Errorf("profile written: %s", data)
@@ -62,10 +63,10 @@ func TestUpdateApplicationProfile(t *testing.T) {
 			if string(data) != tc.want {
 				t.Errorf("profile = %s, %v\nwant      %s", data, err, tc.want)
 			}
-			if st, _ := os.Stat(root + appProfileFile); st.Mode().Perm() != 0o444 {
+			if st, _ := os.Stat(root + appprofile.File); st.Mode().Perm() != 0o444 {
 				t.Errorf("profile mode %v, want 0444", st.Mode())
 			}
-			if st, _ := os.Stat(root + appProfileDir); st.Mode().Perm() != 0o555 {
+			if st, _ := os.Stat(root + appprofile.Dir); st.Mode().Perm() != 0o555 {
 				t.Errorf("profile directory mode %v, want 0555", st.Mode())
 			}
 		})

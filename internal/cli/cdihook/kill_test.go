@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/cudacompat/compattest"
 )
 
@@ -101,7 +102,7 @@ func TestHooksRemoveStaleTemps(t *testing.T) {
 			must(t, os.MkdirAll(root+"/usr/local/cuda/compat", 0o755))
 			must(t, os.WriteFile(root+"/usr/local/cuda/compat/libcuda.so.590.1.1", compattest.NoteELF("", "", "", 4), 0o644))
 		}, []string{"enable-cuda-compat", "--host-driver-version=580.65.06"}},
-		{"update-application-profile", appProfileDir, func(root string) {
+		{"update-application-profile", appprofile.Dir, func(root string) {
 			must(t, os.MkdirAll(root+"/dev", 0o755))
 		}, []string{"update-application-profile"}},
 	}

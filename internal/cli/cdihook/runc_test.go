@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/cudacompat"
 	"github.com/nctk/nctk/internal/cudacompat/compattest"
 
@@ -174,7 +175,7 @@ func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 		t.Error("the container's ld.so.cache lacks the library (update-ldcache --folder)")
 	}
 	if !compatGPU {
-		for _, p := range []string{cudacompat.Conf, appProfileFile} {
+		for _, p := range []string{cudacompat.Conf, appprofile.File} {
 			if _, err := os.Lstat(root + p); err == nil {
 				t.Errorf("%s written in an image without compat libraries or GPU nodes", p)
 			}
@@ -184,7 +185,7 @@ func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 	if got, _ := os.ReadFile(root + cudacompat.Conf); string(got) != "/usr/local/cuda/compat\n" {
 		t.Errorf("compat drop-in = %q", got)
 	}
-	if got, want := string(readOrEmpty(root+appProfileFile)), string(appProfile(0x5)); got != want {
+	if got, want := string(readOrEmpty(root+appprofile.File)), string(appprofile.Content(0x5)); got != want {
 		t.Errorf("application profile = %q, want %q", got, want)
 	}
 }
@@ -202,7 +203,7 @@ func TestRuncApplicationProfile(t *testing.T) {
 	self, err := os.Executable()
 	must(t, err)
 	root := e2e.BuildRootfs(t, e2e.RootfsOptions{NoCudaprobe: true})
-	bundle := e2e.MakeBundle(t, root, "/bin/cat", appProfileFile)
+	bundle := e2e.MakeBundle(t, root, "/bin/cat", appprofile.File)
 	e2e.EditSpec(t, bundle, func(s *specs.Spec) {
 		for _, minor := range []int64{1, 5} {
 			s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: "/dev/nvidia" + strconv.FormatInt(minor, 10), Type: "c", Major: 195, Minor: minor})
@@ -218,7 +219,7 @@ func TestRuncApplicationProfile(t *testing.T) {
 	if !res.OK() {
 		t.Fatalf("container failed: %s", res)
 	}
-	if want := string(appProfile(0x22)); strings.TrimSpace(res.Stdout) != want {
+	if want := string(appprofile.Content(0x22)); strings.TrimSpace(res.Stdout) != want {
 		t.Errorf("profile in the container: %q, want %q", res.Stdout, want)
 	}
 }

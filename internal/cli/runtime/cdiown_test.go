@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/cli/cdihook"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/hookargs"
@@ -180,6 +181,108 @@ func TestCDIModeOwnHooks(t *testing.T) {
 			}
 			if g, _ := os.ReadFile(filepath.Join(root, "etc/ld.so.cache")); !bytes.Contains(g, []byte("/usr/local/nvidia/lib64/libz.so.1")) || bytes.Equal(g, hostCache) {
 				t.Error("ld.so.cache lacks the library")
+			}
+		})
+	}
+}
+
+// TestCDIModeOwnAppProfile: update-application-profile of the runtime's own
+// hook is done by the runtime from the device nodes config.json gives the
+// container (its /dev holds exactly those) and leaves config.json; the
+// profile is the hook's for the same nodes. It stays a hook when the
+// container's /dev holds more (a bind mount there), and when an earlier
+// part of the chain stays in the container.
+func TestCDIModeOwnAppProfile(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), hookargs.Binary)
+	if err := os.Symlink(self, link); err != nil {
+		t.Fatal(err)
+	}
+	const spec = `cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+containerEdits:
+  deviceNodes:
+  - {path: /dev/nvidiactl, type: c, major: 195, minor: 255}
+  hooks:
+  - hookName: createContainer
+    path: HOOK
+    args: [nvidia-cdi-hook, CHAIN]
+    env: [NVIDIA_CTK_DEBUG=false]
+devices:
+- name: "0"
+  containerEdits:
+    deviceNodes:
+    - {path: /dev/nvidia3, type: c, major: 195, minor: 3}
+- name: "1"
+  containerEdits:
+    deviceNodes:
+    - {path: /dev/nvidia5, type: c, major: 195, minor: 5}
+`
+	const ddnm, uap = hookargs.NameDisableDeviceNodeModification, hookargs.NameUpdateApplicationProfile
+	for _, tc := range []struct {
+		name      string
+		chain     []string
+		devices   string
+		hostProc  bool
+		devMount  bool   // config.json bind-mounts a node into /dev
+		wantMask  uint64 // 0: no profile written by the runtime
+		wantHooks []string
+	}{
+		{name: "lifted, one GPU", chain: []string{uap}, devices: "nvidia.com/gpu=0", wantMask: 1 << 3},
+		{name: "lifted, two GPUs", chain: []string{ddnm, uap}, devices: "nvidia.com/gpu=0,nvidia.com/gpu=1", wantMask: 1<<3 | 1<<5},
+		{name: "after the proc hook: stays", chain: []string{ddnm, uap}, devices: "nvidia.com/gpu=0", hostProc: true,
+			wantHooks: []string{ddnm + " ; " + uap}},
+		{name: "a bind mount in /dev: stays", chain: []string{uap}, devices: "nvidia.com/gpu=0", devMount: true,
+			wantHooks: []string{uap}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			specDir := t.TempDir()
+			quoted := strings.Join(tc.chain, `, ";", `)
+			mustWrite(t, filepath.Join(specDir, "nvidia.yaml"), strings.NewReplacer("HOOK", link, "CHAIN", quoted).Replace(spec))
+			base := strings.Replace(cdiBaseSpec, `"example.com/keep": "yes"`, `"example.com/keep": "yes", "cdi.k8s.io/test": "`+tc.devices+`"`, 1)
+			if tc.devMount {
+				base = strings.Replace(base, `"mounts": [`, `"mounts": [{"destination": "/dev/nvidia7", "type": "bind", "source": "/dev/null", "options": ["rbind"]},`, 1)
+			}
+			bundle := writeBundle(t, base)
+			h := newHarness(t)
+			h.rt.Self = self
+			h.rt.planner = defaultPlanner()
+			if !tc.hostProc {
+				h.rt.ProcDriverDir = filepath.Join(t.TempDir(), "nope")
+			}
+			h.rt.LoadConfig = func(*app.Env) (*config.Config, error) {
+				c := config.Default()
+				c.Runtime.Runtimes = []string{h.runc}
+				c.Runtime.Modes.CDI.SpecDirs = []string{specDir}
+				return c, nil
+			}
+			if code := h.run("create", "--bundle", bundle, "ctr"); code != 0 {
+				t.Fatalf("exit %d: %s", code, h.stderr.String())
+			}
+			doc, err := ocispec.Load(filepath.Join(bundle, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, hk := range doc.Spec().Hooks.CreateContainer {
+				if hk.Path != "/usr/bin/other" {
+					got = append(got, strings.Join(hk.Args[1:], " "))
+				}
+			}
+			if !slices.Equal(got, tc.wantHooks) {
+				t.Errorf("createContainer hooks %q, want %q", got, tc.wantHooks)
+			}
+			data, err := os.ReadFile(filepath.Join(bundle, "rootfs", appprofile.File))
+			switch {
+			case tc.wantMask == 0 && err == nil:
+				t.Errorf("the runtime wrote the profile a hook writes: %s", data)
+			case tc.wantMask != 0 && err != nil:
+				t.Errorf("no profile: %v", err)
+			case tc.wantMask != 0 && string(data) != string(appprofile.Content(tc.wantMask)):
+				t.Errorf("profile %s, want %s", data, appprofile.Content(tc.wantMask))
 			}
 		})
 	}

@@ -42,12 +42,14 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/cudacompat"
@@ -235,7 +237,8 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	var own cdispec.OwnHooks
 	if p.CDI != nil {
 		q := *p
-		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), inContainer, mountPoints(spec))
+		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), cdispec.LiftOptions{
+			KeepInContainer: inContainer, Mounts: mountPoints(spec), DevicesKnown: !bindsInDev(spec)})
 		p = &q
 	}
 	if err := checkUserMounts(spec.Mounts, p, own); err != nil {
@@ -259,6 +262,13 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	}
 	w := rootWork(p, own)
 	w.Compat = append(legacyCompat(p, cfg, mountPoints(spec)), own.Compat...)
+	if own.AppProfile {
+		// The device nodes runc will make are all the container's /dev
+		// will hold (LiftOptions.DevicesKnown): config.json's, now that
+		// the edits are in.
+		w.AppProfile = true
+		w.AppProfileMask = gpuMask(doc.Spec(), log.Logger)
+	}
 	root, err := prepareRootfs(rootPath, w, log.Logger)
 	if err != nil {
 		return err
@@ -286,6 +296,11 @@ type work struct {
 	Libs         []string
 	Pending      rootfs.Pending
 	Compat       []hookargs.EnableCudaCompat
+	// AppProfile: write the driver application profile for the GPUs of
+	// AppProfileMask (update-application-profile done here; none when the
+	// mask is zero).
+	AppProfile     bool
+	AppProfileMask uint64
 }
 
 // legacyCompat is the CUDA forward-compatibility step of a plan's own
@@ -347,7 +362,7 @@ func rootWork(p *plan.Plan, own cdispec.OwnHooks) work {
 // to are removed first: the next create after a kill finishes the work and
 // gives the same root as a create that was never interrupted.
 func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) {
-	if len(w.Symlinks) == 0 && len(w.LdconfigDirs) == 0 && len(w.Compat) == 0 {
+	if len(w.Symlinks) == 0 && len(w.LdconfigDirs) == 0 && len(w.Compat) == 0 && !w.AppProfile {
 		return nil, nil
 	}
 	root, err := rootfs.Open(path)
@@ -388,6 +403,11 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 		for _, dir := range compat {
 			if err := cudacompat.Enable(root, dir, log); err != nil {
 				return fmt.Errorf("CUDA compat libraries in %s: %w", dir, err)
+			}
+		}
+		if w.AppProfile {
+			if err := appprofile.Write(root, w.AppProfileMask); err != nil {
+				return fmt.Errorf("application profile: %w", err)
 			}
 		}
 		return nil
@@ -434,7 +454,49 @@ func staleDirs(w work) []string {
 			dirs = append(dirs, d)
 		}
 	}
+	if w.AppProfile && w.AppProfileMask != 0 {
+		dirs = append(dirs, appprofile.Dir)
+	}
 	return dirs
+}
+
+// bindsInDev reports whether spec bind-mounts something at or below /dev:
+// the container's /dev then holds more than the device nodes of
+// linux.devices (a host /dev, a node mounted from the host).
+func bindsInDev(spec *specs.Spec) bool {
+	for _, m := range spec.Mounts {
+		d := path.Clean("/" + m.Destination)
+		if d != "/dev" && !strings.HasPrefix(d, "/dev/") {
+			continue
+		}
+		if m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") {
+			return true
+		}
+	}
+	return false
+}
+
+// gpuMask is the application profile's mask of the GPUs among spec's
+// device nodes (/dev/nvidiaN character devices), what
+// update-application-profile reads from the container's /dev; a minor the
+// profile cannot express is left out with a warning, as the hook does.
+func gpuMask(spec *specs.Spec, log *slog.Logger) uint64 {
+	if spec.Linux == nil {
+		return 0
+	}
+	var mask uint64
+	for _, d := range spec.Linux.Devices {
+		dir, name := path.Split(path.Clean("/" + d.Path))
+		if dir != "/dev/" || (d.Type != "c" && d.Type != "u") || !appprofile.IsGPUNode(name) {
+			continue
+		}
+		if d.Minor < 0 || d.Minor >= appprofile.MaxMinor {
+			log.Warn("GPU device minor out of the application profile's range; left out", "node", d.Path, "minor", d.Minor)
+			continue
+		}
+		mask |= 1 << d.Minor
+	}
+	return mask
 }
 
 // pending is what p creates in the container root, as
