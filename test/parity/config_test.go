@@ -42,14 +42,7 @@ func TestConfigCommand(t *testing.T) {
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "XDG_CONFIG_HOME=" + dir}
 		var stdout, stderr strings.Builder
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		rc := 0
-		if err := cmd.Run(); err != nil {
-			ee, ok := err.(*exec.ExitError)
-			if !ok {
-				t.Fatal(err)
-			}
-			rc = ee.ExitCode()
-		}
+		rc := exitCode(t, fmt.Sprint(args), cmd.Run())
 		t.Logf("%q: exit %d\n%s", args, rc, stderr.String())
 		result := stdout.String()
 		where := "stdout"

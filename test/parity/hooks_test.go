@@ -351,14 +351,7 @@ exit $rc`
 		cmd.Env = append(hookargs.Env(), "ROOT="+root, "OUT="+observed)
 		cmd.Stdin = strings.NewReader(state)
 		out, err := cmd.CombinedOutput()
-		rc := 0
-		if err != nil {
-			ee, ok := err.(*exec.ExitError)
-			if !ok {
-				t.Fatalf("%v: %v", step, err)
-			}
-			rc = ee.ExitCode()
-		}
+		rc := exitCode(t, fmt.Sprint(step), err)
 		t.Logf("%s %s: exit %d\n%s", strings.Join(prog, " "), strings.Join(step, " "), rc, out)
 		if rc == 125 {
 			t.Fatalf("setting up the mount namespace: %s", out)

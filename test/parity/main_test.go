@@ -1,9 +1,11 @@
 package parity
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -109,4 +111,19 @@ func golden(t *testing.T, name, got string, norm, expect func(string) string) {
 	if w != g {
 		t.Errorf("nctk differs from NVIDIA 1.20 (%s):\n%s", path, lineDiff(w, g))
 	}
+}
+
+// exitCode is the exit status in err, what running a command returned: 0
+// for nil. A command that could not run at all fails the test, naming
+// what.
+func exitCode(t *testing.T, what string, err error) int {
+	t.Helper()
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return ee.ExitCode()
 }

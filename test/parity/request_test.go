@@ -83,14 +83,7 @@ func TestHookRequest(t *testing.T) {
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 		cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"ociVersion":"1.0.2","id":"parity","status":"creating","pid":1,"bundle":%q}`, bundle))
 		output, err := cmd.CombinedOutput()
-		rc := 0
-		if err != nil {
-			ee, ok := err.(*exec.ExitError)
-			if !ok {
-				t.Fatalf("%s: %v", c.name, err)
-			}
-			rc = ee.ExitCode()
-		}
+		rc := exitCode(t, c.name, err)
 		t.Logf("%s: exit %d\n%s", c.name, rc, output)
 		argv, err := os.ReadFile(out)
 		switch {

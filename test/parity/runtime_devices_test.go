@@ -12,26 +12,9 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/fixture"
 )
-
-// featureNodes are the feature-gated devices TestRuntimeDevices makes in
-// its driver root: path, major, minor, mode, group.
-var featureNodes = []struct {
-	path         string
-	major, minor uint32
-	mode         uint32
-	gid          int
-}{
-	{"/dev/nvidia-fs0", 240, 0, 0o666, 0},
-	{"/dev/infiniband/uverbs0", 231, 192, 0o660, 4242},
-	{"/dev/infiniband/rdma_cm", 10, 58, 0o666, 0},
-	{"/dev/gdrdrv", 238, 0, 0o660, 4343},
-	{"/dev/nvidia-nvswitchctl", 236, 255, 0o666, 0},
-	{"/dev/nvidia-nvswitch0", 236, 0, 0o600, 0},
-}
 
 // TestRuntimeDevices runs nvidia-container-runtime's create on each case of
 // testdata/request/runtime-devices.txt and compares with NVIDIA's runtime
@@ -51,25 +34,10 @@ var featureNodes = []struct {
 func TestRuntimeDevices(t *testing.T) {
 	runtime := tool(t, "nvidia-container-runtime")
 	needRoot(t)
-	fx := fixture.Build(t, fixture.Spec{GPUs: 2})
+	fx := fixture.Build(t, fixture.Spec{GPUs: 2, Features: true})
 	if !fx.DeviceNodes {
 		t.Skipf("fixture root without device nodes: %s", fx.NoDeviceNodesReason)
 	}
-	for _, n := range featureNodes {
-		p := filepath.Join(fx.Path, n.path)
-		mkdir(t, fx.Path, filepath.Dir(n.path))
-		if err := unix.Mknod(p, unix.S_IFCHR|n.mode, int(unix.Mkdev(n.major, n.minor))); err != nil {
-			t.Fatalf("mknod %s: %v", p, err)
-		}
-		if err := os.Chmod(p, os.FileMode(n.mode)); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(p, 0, n.gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mkdir(t, fx.Path, "/run/udev/data")
-	write(t, fx.Path, "/etc/cufile.json", "{}\n", 0o644)
 	// GPU index 0's node: a node the container user (1000) cannot open
 	// gets its group added to the process.
 	gpu0 := fx.HostPath(fx.GPUs[0].DevicePath)
@@ -210,14 +178,7 @@ path = %q
 	cmd.Dir = run
 	cmd.Env = env
 	output, err := cmd.CombinedOutput()
-	rc := 0
-	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
-			t.Fatalf("%s: %v", c.line, err)
-		}
-		rc = ee.ExitCode()
-	}
+	rc := exitCode(t, c.line, err)
 	t.Logf("%s: exit %d\n%s", c.line, rc, output)
 	var s strings.Builder
 	fmt.Fprintf(&s, "exit: %s\n", exitClass(rc))

@@ -36,14 +36,7 @@ func TestRuntimeArgv(t *testing.T) {
 		cmd.Dir = filepath.Join(dir, "cwd")
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "XDG_CONFIG_HOME=" + filepath.Join(dir, "xdg"), "STUB_OUT=" + out}
 		output, err := cmd.CombinedOutput()
-		rc := 0
-		if err != nil {
-			ee, ok := err.(*exec.ExitError)
-			if !ok {
-				t.Fatalf("%q: %v", args, err)
-			}
-			rc = ee.ExitCode()
-		}
+		rc := exitCode(t, fmt.Sprintf("%q", args), err)
 		t.Logf("%q: exit %d\n%s", args, rc, output)
 		var edited []string
 		for _, name := range bundles {

@@ -105,18 +105,7 @@ func TestCDIModeOwnHooks(t *testing.T) {
 			}
 			mustWrite(t, filepath.Join(bundle, "rootfs/etc/ld.so.cache"), string(hostCache))
 
-			h := newHarness(t)
-			h.rt.Self = self
-			h.rt.planner = defaultPlanner()
-			if !tc.hostProc {
-				h.rt.ProcDriverDir = filepath.Join(t.TempDir(), "nope")
-			}
-			h.rt.LoadConfig = func(*app.Env) (*config.Config, error) {
-				c := config.Default()
-				c.Runtime.Runtimes = []string{h.runc}
-				c.Runtime.Modes.CDI.SpecDirs = []string{specDir}
-				return c, nil
-			}
+			h := cdiOwnHarness(t, self, specDir, tc.hostProc)
 			if code := h.run("create", "--bundle", bundle, "ctr"); code != 0 {
 				t.Fatalf("exit %d: %s", code, h.stderr.String())
 			}
@@ -193,14 +182,7 @@ func TestCDIModeOwnHooks(t *testing.T) {
 // container's /dev holds more (a bind mount there), and when an earlier
 // part of the chain stays in the container.
 func TestCDIModeOwnAppProfile(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	link := filepath.Join(t.TempDir(), hookargs.Binary)
-	if err := os.Symlink(self, link); err != nil {
-		t.Fatal(err)
-	}
+	self, link := ownHookLink(t)
 	const spec = `cdiVersion: 0.5.0
 kind: nvidia.com/gpu
 containerEdits:
@@ -247,32 +229,11 @@ devices:
 				base = strings.Replace(base, `"mounts": [`, `"mounts": [{"destination": "/dev/nvidia7", "type": "bind", "source": "/dev/null", "options": ["rbind"]},`, 1)
 			}
 			bundle := writeBundle(t, base)
-			h := newHarness(t)
-			h.rt.Self = self
-			h.rt.planner = defaultPlanner()
-			if !tc.hostProc {
-				h.rt.ProcDriverDir = filepath.Join(t.TempDir(), "nope")
-			}
-			h.rt.LoadConfig = func(*app.Env) (*config.Config, error) {
-				c := config.Default()
-				c.Runtime.Runtimes = []string{h.runc}
-				c.Runtime.Modes.CDI.SpecDirs = []string{specDir}
-				return c, nil
-			}
+			h := cdiOwnHarness(t, self, specDir, tc.hostProc)
 			if code := h.run("create", "--bundle", bundle, "ctr"); code != 0 {
 				t.Fatalf("exit %d: %s", code, h.stderr.String())
 			}
-			doc, err := ocispec.Load(filepath.Join(bundle, "config.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, hk := range doc.Spec().Hooks.CreateContainer {
-				if hk.Path != "/usr/bin/other" {
-					got = append(got, strings.Join(hk.Args[1:], " "))
-				}
-			}
-			if !slices.Equal(got, tc.wantHooks) {
+			if got := ownHooksLeft(t, bundle); !slices.Equal(got, tc.wantHooks) {
 				t.Errorf("createContainer hooks %q, want %q", got, tc.wantHooks)
 			}
 			data, err := os.ReadFile(filepath.Join(bundle, "rootfs", appprofile.File))
@@ -286,4 +247,59 @@ devices:
 			}
 		})
 	}
+}
+
+// cdiOwnHarness is a harness whose runtime runs in CDI mode over the specs
+// in specDir with the production planner, self as its own executable (so
+// that hooks linked to it are its own); without hostProc the host shows no
+// /proc/driver/nvidia.
+func cdiOwnHarness(t *testing.T, self, specDir string, hostProc bool) *harness {
+	t.Helper()
+	h := newHarness(t)
+	h.rt.Self = self
+	h.rt.planner = defaultPlanner()
+	if !hostProc {
+		h.rt.ProcDriverDir = filepath.Join(t.TempDir(), "nope")
+	}
+	h.rt.LoadConfig = func(*app.Env) (*config.Config, error) {
+		c := config.Default()
+		c.Runtime.Runtimes = []string{h.runc}
+		c.Runtime.Modes.CDI.SpecDirs = []string{specDir}
+		return c, nil
+	}
+	return h
+}
+
+// ownHooksLeft returns the args (after the program name) of the
+// createContainer hooks in bundle's config.json, the engine's own
+// (/usr/bin/other) left out.
+func ownHooksLeft(t *testing.T, bundle string) []string {
+	t.Helper()
+	doc, err := ocispec.Load(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, hk := range doc.Spec().Hooks.CreateContainer {
+		if hk.Path != "/usr/bin/other" {
+			got = append(got, strings.Join(hk.Args[1:], " "))
+		}
+	}
+	return got
+}
+
+// ownHookLink returns the test binary (the runtime's own executable in the
+// tests) and a link to it named nvidia-cdi-hook: a hook path the runtime
+// takes for its own.
+func ownHookLink(t *testing.T) (self, link string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	link = filepath.Join(t.TempDir(), hookargs.Binary)
+	if err := os.Symlink(self, link); err != nil {
+		t.Fatal(err)
+	}
+	return self, link
 }

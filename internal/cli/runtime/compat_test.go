@@ -200,14 +200,7 @@ func TestLegacyCudaCompat(t *testing.T) {
 func TestCDIModeOwnCompat(t *testing.T) {
 	newer, older := compatLibs(t)
 	name := filepath.Base(older)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	link := filepath.Join(t.TempDir(), hookargs.Binary)
-	if err := os.Symlink(self, link); err != nil {
-		t.Fatal(err)
-	}
+	self, link := ownHookLink(t)
 	const dir = "/usr/local/nvidia/lib64"
 	hookCmd := hookargs.Command(
 		hookargs.CreateSymlinks{Links: []hookargs.Link{{Target: name, Path: dir + "/libcuda.so.1"}}},
@@ -231,15 +224,7 @@ func TestCDIModeOwnCompat(t *testing.T) {
 	root := filepath.Join(bundle, "rootfs")
 	mustWrite(t, filepath.Join(root, "etc/ld.so.cache"), string(hostCache))
 	putCompat(t, root, newer, filepath.Base(newer))
-	h := newHarness(t)
-	h.rt.Self = self
-	h.rt.planner = defaultPlanner()
-	h.rt.LoadConfig = func(*app.Env) (*config.Config, error) {
-		c := config.Default()
-		c.Runtime.Runtimes = []string{h.runc}
-		c.Runtime.Modes.CDI.SpecDirs = []string{specDir}
-		return c, nil
-	}
+	h := cdiOwnHarness(t, self, specDir, true)
 	if code := h.run("create", "--bundle", bundle, "ctr"); code != 0 {
 		t.Fatalf("exit %d: %s", code, h.stderr.String())
 	}

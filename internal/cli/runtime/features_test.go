@@ -11,58 +11,20 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/fixture"
 )
 
-type featureNode struct {
-	path         string
-	major, minor uint32
-	mode, gid    uint32
-}
-
-// featureNodes are the nodes of NVIDIA's feature-gated devices made in the
-// fixture root: path, major, minor, mode, group.
-var featureNodes = []featureNode{
-	{"/dev/nvidia-fs0", 240, 0, 0o666, 0},
-	{"/dev/infiniband/uverbs0", 231, 192, 0o660, 4242},
-	{"/dev/infiniband/rdma_cm", 10, 58, 0o666, 0},
-	{"/dev/gdrdrv", 238, 0, 0o660, 4343},
-	{"/dev/nvidia-nvswitchctl", 236, 255, 0o666, 0},
-	{"/dev/nvidia-nvswitch0", 236, 0, 0o600, 0},
-}
-
-// featureRoot is a one-GPU fixture driver root with featureNodes, the
-// udev database and cuFile's configuration.
+// featureRoot is a one-GPU fixture driver root with the feature-gated
+// devices (fixture.FeatureNodes), the udev database and cuFile's
+// configuration.
 func featureRoot(t *testing.T) *fixture.Root {
 	t.Helper()
-	fx := fixture.Build(t, fixture.Spec{GPUs: 1})
+	fx := fixture.Build(t, fixture.Spec{GPUs: 1, Features: true})
 	if !fx.DeviceNodes {
 		t.Skipf("fixture root without device nodes: %s", fx.NoDeviceNodesReason)
-	}
-	for _, n := range featureNodes {
-		p := filepath.Join(fx.Path, n.path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Mknod(p, unix.S_IFCHR|n.mode, int(unix.Mkdev(n.major, n.minor))); err != nil {
-			t.Skipf("mknod %s: %v", n.path, err)
-		}
-		if err := os.Chmod(p, os.FileMode(n.mode)); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(p, 0, int(n.gid)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.MkdirAll(filepath.Join(fx.Path, "run/udev/data"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(fx.Path, "etc/cufile.json"), []byte("{}\n"), 0o644); err != nil {
-		t.Fatal(err)
 	}
 	return fx
 }
@@ -155,16 +117,16 @@ func TestRuntimeFeatures(t *testing.T) {
 			}, nil)
 			var got []string
 			for _, p := range devicePaths(s) {
-				if slices.ContainsFunc(featureNodes, func(n featureNode) bool { return n.path == p }) {
+				if slices.ContainsFunc(fixture.FeatureNodes, func(n fixture.FeatureNode) bool { return n.Path == p }) {
 					got = append(got, p)
 				}
 			}
 			if !reflect.DeepEqual(got, tt.nodes) {
 				t.Errorf("feature nodes %q, want %q", got, tt.nodes)
 			}
-			for _, n := range featureNodes {
-				if slices.Contains(tt.nodes, n.path) != allowed(s, n.major, n.minor) {
-					t.Errorf("%s: cgroup rule %v, want %v", n.path, !slices.Contains(tt.nodes, n.path), slices.Contains(tt.nodes, n.path))
+			for _, n := range fixture.FeatureNodes {
+				if slices.Contains(tt.nodes, n.Path) != allowed(s, n.Major, n.Minor) {
+					t.Errorf("%s: cgroup rule %v, want %v", n.Path, !slices.Contains(tt.nodes, n.Path), slices.Contains(tt.nodes, n.Path))
 				}
 			}
 			var mounts []string
