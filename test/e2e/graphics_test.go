@@ -12,6 +12,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 )
@@ -26,6 +27,7 @@ done
 for f in ` + strings.Join(files, " ") + `; do
 	if [ -r "$f" ]; then echo "file $f $(md5sum < "$f" | cut -d' ' -f1)"; fi
 done
+if [ -r ` + appprofile.File + ` ]; then echo "profile $(cat ` + appprofile.File + `)"; fi
 echo graphics-probe-done
 `
 }
@@ -82,6 +84,8 @@ func TestRuncGraphics(t *testing.T) {
 		t.Fatalf("want has no %s line: %q", gbm, want)
 	}
 	specDir := engCDISpec(t, f.host)
+	withProfile := append(slices.Clone(want), "profile "+string(appprofile.Content(1<<g.Minor)))
+	slices.Sort(withProfile)
 
 	for _, tc := range []struct {
 		name string
@@ -91,7 +95,10 @@ func TestRuncGraphics(t *testing.T) {
 	}{
 		{"legacy/graphics,display", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics,display"}, noGBM, false},
 		{"legacy/all", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"}, want, false},
-		{"cdi/nvidia.com/gpu=1", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, want, false},
+		// The spec's update-application-profile: EGL limited to GPU 1
+		// (written by the runtime, or by the hook on a host with a
+		// loaded driver).
+		{"cdi/nvidia.com/gpu=1", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, withProfile, false},
 		{"legacy/compute", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, nil, false},
 		{"prestart-hook/graphics,display", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics,display"}, noGBM, true},
 	} {
@@ -127,7 +134,7 @@ func TestRuncGraphics(t *testing.T) {
 			}
 			var got []string
 			for _, l := range strings.Split(out, "\n") {
-				if strings.HasPrefix(l, "node ") || strings.HasPrefix(l, "link ") || strings.HasPrefix(l, "file ") {
+				if strings.HasPrefix(l, "node ") || strings.HasPrefix(l, "link ") || strings.HasPrefix(l, "file ") || strings.HasPrefix(l, "profile ") {
 					got = append(got, strings.TrimSpace(l))
 				}
 			}
