@@ -13,8 +13,8 @@ import (
 // runs of decimal digits compare by their numeric value (libfoo.so.9 <
 // libfoo.so.10), a digit sorts after any other byte, and other bytes compare
 // by value (as C's char: signed on x86, unsigned elsewhere). Numeric runs
-// wrap at 32 bits as glibc's int arithmetic does. The result is negative,
-// zero or positive.
+// wrap at 32 bits as glibc's int arithmetic does; their difference does not
+// (see below). The result is negative, zero or positive.
 func LibCmp(a, b string) int {
 	signed := charIsSigned(runtime.GOARCH)
 	i, j := 0, 0
@@ -35,7 +35,13 @@ func LibCmp(a, b string) int {
 				vb = vb*10 + int32(b[j]-'0')
 				j++
 			}
-			if d := va - vb; d != 0 {
+			// glibc returns val1 - val2 as an int, which overflows for
+			// values 2^31 or more apart (numbers of ten digits and more,
+			// which no library has): the comparison is then not an order
+			// at all and no sort can satisfy it. The difference is taken
+			// without overflow, an order on the wrapped values, the same
+			// as glibc's for every number below 2^30.
+			if d := int64(va) - int64(vb); d != 0 {
 				return int(d)
 			}
 		case isDigit(ca):
