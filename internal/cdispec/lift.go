@@ -204,8 +204,7 @@ func liftPart(part []string, w *OwnHooks, o LiftOptions, mountPoints mountSet) (
 		// The libraries are read before the mounts exist: from the host
 		// file of a mount at their exact path, else inside the root; one
 		// below a mount point (a directory mount) is not there yet.
-		if h.ContainerSpec != "" || len(h.Libs) == 0 || mountPoints.under("/etc/ld.so.cache", true) ||
-			mountPoints.under("/etc/ld.so.conf.d/x", true) || mountPoints.under("/etc/ld.so.conf", true) ||
+		if h.ContainerSpec != "" || len(h.Libs) == 0 || mountPoints.hidesLdcache() ||
 			slices.ContainsFunc(h.Libs, func(l string) bool { return mountPoints.under(l, false) }) {
 			return false, false
 		}
@@ -222,12 +221,7 @@ func liftPart(part []string, w *OwnHooks, o LiftOptions, mountPoints mountSet) (
 	case hookargs.EnableCudaCompat:
 		// It reads the image's compat directory and writes ld.so.conf.d
 		// and ld.so.cache: none may be hidden by a mount.
-		dir := h.CompatDir
-		if dir == "" {
-			dir = hookargs.DefaultCudaCompatDir
-		}
-		if h.ContainerSpec != "" || !path.IsAbs(dir) || mountPoints.hides(dir) ||
-			mountPoints.under("/etc/ld.so.cache", true) || mountPoints.under("/etc/ld.so.conf.d/x", true) || mountPoints.under("/etc/ld.so.conf", true) {
+		if dir := h.Dir(); h.ContainerSpec != "" || !path.IsAbs(dir) || mountPoints.hides(dir) || mountPoints.hidesLdcache() {
 			return false, false
 		}
 		w.Compat = append(w.Compat, h)
@@ -286,6 +280,12 @@ func (s mountSet) under(p string, orAt bool) bool {
 // image has in dir is then not what the container sees (the CUDA compat
 // directory, for one).
 func MountsHide(mounts []string, dir string) bool { return newMountSet(mounts).hides(dir) }
+
+// hidesLdcache reports whether a mount covers what an ld.so.cache update
+// writes: /etc/ld.so.cache, /etc/ld.so.conf and the ld.so.conf.d drop-ins.
+func (s mountSet) hidesLdcache() bool {
+	return s.under("/etc/ld.so.cache", true) || s.under("/etc/ld.so.conf.d/x", true) || s.under("/etc/ld.so.conf", true)
+}
 
 // hides is MountsHide for the set.
 func (s mountSet) hides(dir string) bool { return s.under(dir, true) || s.below(dir) }

@@ -50,19 +50,19 @@ const (
 )
 
 // Select returns the container path of the image's compat libcuda in dir
-// (Find) when it is to be used over a host driver of version hostDriver
-// supporting CUDA hostCuda (Newer), "" otherwise. Errors are those of
-// Find and Newer: a compat library that is not a regular file, or too
+// (find) when it is to be used over a host driver of version hostDriver
+// supporting CUDA hostCuda (newer), "" otherwise. Errors are those of
+// find and newer: a compat library that is not a regular file, or too
 // large, is refused.
 func Select(r *rootfs.Root, dir, hostDriver, hostCuda string, log *slog.Logger) (string, error) {
 	if hostDriver == "" && hostCuda == "" {
 		return "", nil
 	}
-	lib, err := Find(r, dir, log)
+	lib, err := find(r, dir, log)
 	if err != nil || lib == "" {
 		return "", err
 	}
-	use, err := Newer(r, lib, hostDriver, hostCuda, log)
+	use, err := newer(r, lib, hostDriver, hostCuda, log)
 	if err != nil || !use {
 		return "", err
 	}
@@ -82,11 +82,11 @@ func Enable(r *rootfs.Root, dir string, log *slog.Logger) error {
 	return Promote(r, log)
 }
 
-// Find returns the container path of the one regular file named
+// find returns the container path of the one regular file named
 // libcuda.so.*.* in dir, or "" (with a log line) when dir is missing or
 // holds none or several. Symlinks of that name are not counted (as
 // NVIDIA's hook); a FIFO, socket or device of that name is an error.
-func Find(r *rootfs.Root, dir string, log *slog.Logger) (string, error) {
+func find(r *rootfs.Root, dir string, log *slog.Logger) (string, error) {
 	names, err := r.ReadDir(dir)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 		log.Debug("no CUDA compat directory in the container", "dir", dir)
@@ -125,9 +125,9 @@ func Find(r *rootfs.Root, dir string, log *slog.Logger) (string, error) {
 	return "", nil
 }
 
-// Newer opens the compat library lib (a regular file of at most
+// newer opens the compat library lib (a regular file of at most
 // hostfile.MaxLibrary bytes) and decides with useCompat.
-func Newer(r *rootfs.Root, lib, hostDriver, hostCuda string, log *slog.Logger) (bool, error) {
+func newer(r *rootfs.Root, lib, hostDriver, hostCuda string, log *slog.Logger) (bool, error) {
 	f, err := r.OpenRegular(lib, hostfile.MaxLibrary)
 	if err != nil {
 		return false, fmt.Errorf("CUDA compat library: %w", err)

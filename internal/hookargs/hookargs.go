@@ -296,6 +296,15 @@ type EnableCudaCompat struct {
 // Name implements Hook.
 func (EnableCudaCompat) Name() string { return NameEnableCudaCompat }
 
+// Dir is the container directory of the compat libraries: CompatDir, or
+// DefaultCudaCompatDir when it is "", cleaned.
+func (h EnableCudaCompat) Dir() string {
+	if h.CompatDir == "" {
+		return DefaultCudaCompatDir
+	}
+	return path.Clean(h.CompatDir)
+}
+
 // Args implements Hook.
 func (h EnableCudaCompat) Args() []string {
 	out := []string{h.Name()}

@@ -424,11 +424,7 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 func compatDirs(root *rootfs.Root, steps []hookargs.EnableCudaCompat, log *slog.Logger) ([]string, error) {
 	var dirs []string
 	for _, c := range steps {
-		dir := c.CompatDir
-		if dir == "" {
-			dir = hookargs.DefaultCudaCompatDir
-		}
-		dir = path.Clean(dir)
+		dir := c.Dir()
 		lib, err := cudacompat.Select(root, dir, c.HostDriverVersion, c.HostCudaVersion, log)
 		if err != nil {
 			return nil, fmt.Errorf("CUDA compat libraries in %s: %w", dir, err)
