@@ -1,6 +1,7 @@
 package appprofile
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -51,5 +52,18 @@ func TestWrite(t *testing.T) {
 		if st.Mode().Perm() != mode {
 			t.Errorf("%s: mode %v, want %v", p, st.Mode().Perm(), mode)
 		}
+	}
+}
+
+func TestMaskAdd(t *testing.T) {
+	var m Mask
+	for _, n := range []struct {
+		name  string
+		minor int64
+	}{{"nvidia3", 3}, {"nvidiactl", 255}, {"nvidia-uvm", 0}, {"nvidia70", 70}, {"nvidia0", 0}, {"nvidia9", -1}} {
+		m.Add(n.name, n.minor, slog.New(slog.DiscardHandler))
+	}
+	if m != 0b1001 {
+		t.Errorf("mask %#x, want 0x9 (GPUs 0 and 3; control nodes and minors out of range left out)", uint64(m))
 	}
 }

@@ -228,10 +228,12 @@ type Plan struct {
 
 // InjectsLibcuda reports whether p mounts a libcuda.so.<version> (compute):
 // only then can an image's CUDA compat libcuda be used over it.
-func (p *Plan) InjectsLibcuda() bool {
-	return slices.ContainsFunc(p.Mounts, func(m Mount) bool {
-		return strings.HasPrefix(path.Base(m.Destination), "libcuda.so.")
-	})
+func (p *Plan) InjectsLibcuda() bool { return slices.ContainsFunc(p.Mounts, isLibcuda) }
+
+// isLibcuda reports whether m mounts the driver's libcuda.so.<version>.
+func isLibcuda(m Mount) bool {
+	b := path.Base(m.Destination)
+	return m.Kind == KindFile && strings.HasPrefix(b, "libcuda.so.") && strings.Count(b, ".") > 2
 }
 
 // Merge returns a plan holding a's entries, then b's (for a container that
@@ -317,11 +319,8 @@ const LibcudaDirEnvName = "NVIDIA_CTK_LIBCUDA_DIR"
 func (p *Plan) LibcudaDirEnv() string {
 	var dirs []string
 	for _, m := range p.Mounts {
-		b := path.Base(m.Destination)
-		if m.Kind == KindFile && strings.HasPrefix(b, "libcuda.so.") && strings.Count(b, ".") > 2 {
-			if d := path.Dir(m.Destination); !slices.Contains(dirs, d) {
-				dirs = append(dirs, d)
-			}
+		if d := path.Dir(m.Destination); isLibcuda(m) && !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
 		}
 	}
 	if len(dirs) == 0 {

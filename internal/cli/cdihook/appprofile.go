@@ -12,9 +12,8 @@ import (
 )
 
 // updateApplicationProfile writes appprofile.File with the minors of the
-// container's GPU device nodes (/dev/nvidiaN character devices; minors from
-// appprofile.MaxMinor on cannot be expressed and are left out with a
-// warning). A container without GPU nodes gets no file.
+// container's GPU device nodes (/dev/nvidiaN character devices, added to
+// an appprofile.Mask). A container without GPU nodes gets no file.
 func updateApplicationProfile(h *hookEnv, u hookargs.UpdateApplicationProfile) error {
 	return h.withRoot(u.ContainerSpec, func(r *rootfs.Root) error {
 		h.removeStale(r, appprofile.Dir)
@@ -26,7 +25,7 @@ func updateApplicationProfile(h *hookEnv, u hookargs.UpdateApplicationProfile) e
 			return err
 		}
 		slices.Sort(names)
-		var mask uint64
+		var mask appprofile.Mask
 		for _, n := range names {
 			if !appprofile.IsGPUNode(n) {
 				continue
@@ -35,15 +34,9 @@ func updateApplicationProfile(h *hookEnv, u hookargs.UpdateApplicationProfile) e
 			if err != nil {
 				return err
 			}
-			if st.Mode&unix.S_IFMT != unix.S_IFCHR {
-				continue
+			if st.Mode&unix.S_IFMT == unix.S_IFCHR {
+				mask.Add(n, int64(unix.Minor(st.Rdev)), h.log)
 			}
-			minor := unix.Minor(st.Rdev)
-			if minor >= appprofile.MaxMinor {
-				h.log.Warn("GPU device minor out of the profile's range; left out", "node", "/dev/"+n, "minor", minor)
-				continue
-			}
-			mask |= 1 << minor
 		}
 		if mask == 0 {
 			h.log.Debug("no GPU device nodes in the container; no application profile")

@@ -209,8 +209,8 @@ devices:
 		chain     []string
 		devices   string
 		hostProc  bool
-		devMount  bool   // config.json bind-mounts a node into /dev
-		wantMask  uint64 // 0: no profile written by the runtime
+		devMount  bool            // config.json bind-mounts a node into /dev
+		wantMask  appprofile.Mask // 0: no profile written by the runtime
 		wantHooks []string
 	}{
 		{name: "lifted, one GPU", chain: []string{uap}, devices: "nvidia.com/gpu=0", wantMask: 1 << 3},

@@ -42,7 +42,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -235,10 +234,11 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	// nvidia-cdi-hook: their links and ld.so.cache entries are made here,
 	// and the hook entries leave config.json.
 	var own cdispec.OwnHooks
+	mounts := mountPoints(spec)
 	if p.CDI != nil {
 		q := *p
 		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), cdispec.LiftOptions{
-			KeepInContainer: inContainer, Mounts: mountPoints(spec), DevicesKnown: !bindsInDev(spec)})
+			KeepInContainer: inContainer, Mounts: mounts, DevicesKnown: !bindsInDev(spec)})
 		p = &q
 	}
 	if err := checkUserMounts(spec.Mounts, p, own); err != nil {
@@ -261,7 +261,7 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 		return err
 	}
 	w := rootWork(p, own)
-	w.Compat = append(legacyCompat(p, cfg, mountPoints(spec)), own.Compat...)
+	w.Compat = append(legacyCompat(p, cfg, mounts), own.Compat...)
 	if own.AppProfile {
 		// The device nodes runc will make are all the container's /dev
 		// will hold (LiftOptions.DevicesKnown): config.json's, now that
@@ -300,7 +300,7 @@ type work struct {
 	// AppProfileMask (update-application-profile done here; none when the
 	// mask is zero).
 	AppProfile     bool
-	AppProfileMask uint64
+	AppProfileMask appprofile.Mask
 }
 
 // legacyCompat is the CUDA forward-compatibility step of a plan's own
@@ -311,13 +311,8 @@ type work struct {
 // when a mount of the spec (mounts) covers that directory, or lies below
 // it: the image's directory would not be what the container sees.
 func legacyCompat(p *plan.Plan, cfg *config.Config, mounts []string) []hookargs.EnableCudaCompat {
-	if cfg == nil || p.DriverVersion == "" || !p.InjectsLibcuda() {
-		return nil
-	}
-	if !cfg.CUDACompatOn() {
-		return nil
-	}
-	if cdispec.MountsHide(mounts, hookargs.DefaultCudaCompatDir) {
+	if cfg == nil || !cfg.CUDACompatOn() || p.DriverVersion == "" || !p.InjectsLibcuda() ||
+		cdispec.MountsHide(mounts, hookargs.DefaultCudaCompatDir) {
 		return nil
 	}
 	return []hookargs.EnableCudaCompat{{HostDriverVersion: p.DriverVersion}}
@@ -456,41 +451,19 @@ func staleDirs(w work) []string {
 	return dirs
 }
 
-// bindsInDev reports whether spec bind-mounts something at or below /dev:
-// the container's /dev then holds more than the device nodes of
-// linux.devices (a host /dev, a node mounted from the host).
-func bindsInDev(spec *specs.Spec) bool {
-	for _, m := range spec.Mounts {
-		d := path.Clean("/" + m.Destination)
-		if d != "/dev" && !strings.HasPrefix(d, "/dev/") {
-			continue
-		}
-		if m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") {
-			return true
-		}
-	}
-	return false
-}
-
 // gpuMask is the application profile's mask of the GPUs among spec's
 // device nodes (/dev/nvidiaN character devices), what
-// update-application-profile reads from the container's /dev; a minor the
-// profile cannot express is left out with a warning, as the hook does.
-func gpuMask(spec *specs.Spec, log *slog.Logger) uint64 {
+// update-application-profile reads from the container's /dev once runc
+// has made them.
+func gpuMask(spec *specs.Spec, log *slog.Logger) appprofile.Mask {
+	var mask appprofile.Mask
 	if spec.Linux == nil {
-		return 0
+		return mask
 	}
-	var mask uint64
 	for _, d := range spec.Linux.Devices {
-		dir, name := path.Split(path.Clean("/" + d.Path))
-		if dir != "/dev/" || (d.Type != "c" && d.Type != "u") || !appprofile.IsGPUNode(name) {
-			continue
+		if dir, name := path.Split(path.Clean("/" + d.Path)); dir == "/dev/" && (d.Type == "c" || d.Type == "u") {
+			mask.Add(name, d.Minor, log)
 		}
-		if d.Minor < 0 || d.Minor >= appprofile.MaxMinor {
-			log.Warn("GPU device minor out of the application profile's range; left out", "node", d.Path, "minor", d.Minor)
-			continue
-		}
-		mask |= 1 << d.Minor
 	}
 	return mask
 }

@@ -54,11 +54,22 @@ func checkUserMounts(mounts []specs.Mount, p *plan.Plan, own cdispec.OwnHooks) e
 	return nil
 }
 
-// isHostBind reports whether m binds a host path (type bind, or a bind or
-// rbind option, with an absolute source).
-func isHostBind(m specs.Mount) bool {
-	if !path.IsAbs(m.Source) {
-		return false
-	}
+// isHostBind reports whether m binds a host path (isBind, with an
+// absolute source).
+func isHostBind(m specs.Mount) bool { return path.IsAbs(m.Source) && isBind(m) }
+
+// isBind reports whether m is a bind mount: type bind, or a bind or rbind
+// option.
+func isBind(m specs.Mount) bool {
 	return m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")
+}
+
+// bindsInDev reports whether spec bind-mounts something at or below /dev:
+// the container's /dev then holds more than the device nodes of
+// linux.devices (a host /dev, a node mounted from the host).
+func bindsInDev(spec *specs.Spec) bool {
+	return slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool {
+		d := path.Clean("/" + m.Destination)
+		return (d == "/dev" || strings.HasPrefix(d, "/dev/")) && isBind(m)
+	})
 }
