@@ -98,6 +98,23 @@ func (d *Doc) Spec() *specs.Spec {
 	return d.spec
 }
 
+// Devices is linux.devices as the configuration holds it now, Apply's
+// edits included: what Spec().Linux.Devices gives, without converting the
+// rest of the document after an Apply.
+func (d *Doc) Devices() []specs.LinuxDevice {
+	if d.spec == nil {
+		c := conv{ok: true}
+		linux, _ := d.tree["linux"].(object)
+		if devs := c.devices(linux["devices"]); c.ok {
+			return devs
+		}
+	}
+	if s := d.Spec(); s.Linux != nil {
+		return s.Linux.Devices
+	}
+	return nil
+}
+
 // RootPath is the container's root directory: root.path, joined to bundle
 // (the directory holding config.json) when relative, made absolute and
 // clean. An unset root.path is an error naming the spec.

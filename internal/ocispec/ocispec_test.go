@@ -729,3 +729,26 @@ func TestHooksDevSymlinks(t *testing.T) {
 		t.Error("an empty plan has hooks")
 	}
 }
+
+// TestDevices: Doc.Devices gives linux.devices as Spec does, before an
+// Apply and after one (converted from the tree alone), and nil without.
+func TestDevices(t *testing.T) {
+	doc, _ := loadTestdata(t, "docker-gpus.json")
+	if got, want := doc.Devices(), doc.Spec().Linux.Devices; !reflect.DeepEqual(got, want) || len(got) != 1 {
+		t.Fatalf("before Apply: %+v, want %+v", got, want)
+	}
+	if err := Apply(doc, testPlan(), HookConfig{Path: hookPath, InProcessLdcache: true}); err != nil {
+		t.Fatal(err)
+	}
+	got := doc.Devices()
+	if want := doc.Spec().Linux.Devices; !reflect.DeepEqual(got, want) || len(got) != 3 {
+		t.Fatalf("after Apply: %+v, want %+v", got, want)
+	}
+	bare, err := Parse("bare", []byte(`{"ociVersion":"1.0.2","root":{"path":"rootfs"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := bare.Devices(); d != nil {
+		t.Errorf("no linux: %+v", d)
+	}
+}

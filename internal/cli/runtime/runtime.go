@@ -267,7 +267,7 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 		// will hold (LiftOptions.DevicesKnown): config.json's, now that
 		// the edits are in.
 		w.AppProfile = true
-		w.AppProfileMask = gpuMask(doc.Spec(), log.Logger)
+		w.AppProfileMask = gpuMask(doc.Devices(), log.Logger)
 	}
 	root, err := prepareRootfs(rootPath, w, log.Logger)
 	if err != nil {
@@ -451,16 +451,13 @@ func staleDirs(w work) []string {
 	return dirs
 }
 
-// gpuMask is the application profile's mask of the GPUs among spec's
-// device nodes (/dev/nvidiaN character devices), what
+// gpuMask is the application profile's mask of the GPUs among devices
+// (config.json's linux.devices: the /dev/nvidiaN character devices), what
 // update-application-profile reads from the container's /dev once runc
 // has made them.
-func gpuMask(spec *specs.Spec, log *slog.Logger) appprofile.Mask {
+func gpuMask(devices []specs.LinuxDevice, log *slog.Logger) appprofile.Mask {
 	var mask appprofile.Mask
-	if spec.Linux == nil {
-		return mask
-	}
-	for _, d := range spec.Linux.Devices {
+	for _, d := range devices {
 		if dir, name := path.Split(path.Clean("/" + d.Path)); dir == "/dev/" && (d.Type == "c" || d.Type == "u") {
 			mask.Add(name, d.Minor, log)
 		}
