@@ -19,7 +19,8 @@
 #      UUID, model (name), brand ("Product Brand"), architecture (compute_cap)
 #   4. libraries: every file named *.so.<driver version> that the dynamic linker
 #      cache (ldconfig -p) points at, for NVIDIA's library names, must appear in
-#      `list --libraries --compat32`, and nothing else may
+#      `list --libraries --compat32`, and no other library may (the graphics
+#      files nctk lists there too are shown, not compared)
 #   5. with --nvidia-cli: `list` of both CLIs, line by line
 #
 # Exit status: 0 when everything agrees, 1 on a mismatch, 2 when a tool is missing.
@@ -141,13 +142,20 @@ expected=$(ldconfig -p -C "$cache" 2>/dev/null | grep -E "^[[:space:]]*($names)\
 		r=$(readlink -f "$root/$p" 2>/dev/null) || continue
 		case "$r" in *".$smi_driver") echo "$r" ;; esac
 	done | sort -u)
-listed=$("$cli" --root="$root" list --libraries --compat32 2>/dev/null | sort -u)
+# nctk's --libraries also lists the graphics files (Vulkan ICD, EGL vendor
+# JSON, X.Org modules and their configs) a graphics container gets; they are shown,
+# not compared.
+listed_all=$("$cli" --root="$root" list --libraries --compat32 2>/dev/null | sort -u)
+is_lib='^[^ ]*/[^/]+\.so(\.[^/]*)?$'
+listed=$(printf '%s\n' "$listed_all" | grep -E "$is_lib" | grep -v /xorg/ || true)
+graphics=$(printf '%s\n' "$listed_all" | grep -vE "$is_lib" | grep . ; printf '%s\n' "$listed_all" | grep /xorg/ || true)
 missing=$(comm -23 <(printf '%s\n' "$expected") <(printf '%s\n' "$listed") | grep . || true)
 extra=$(comm -13 <(printf '%s\n' "$expected") <(printf '%s\n' "$listed") | grep . || true)
 say "driver libraries in the cache: $(printf '%s\n' "$expected" | grep -c .); listed by nctk: $(printf '%s\n' "$listed" | grep -c .)"
 if [ -n "$missing" ]; then say "MISMATCH  not listed by nctk:"; say "$missing"; fail=1; fi
 if [ -n "$extra" ]; then say "MISMATCH  listed by nctk but not a driver library in the cache:"; say "$extra"; fail=1; fi
 [ -z "$missing$extra" ] && say "ok        every driver library is listed, nothing else"
+[ -n "$graphics" ] && say "info      graphics files nctk also lists (not compared):" && say "$graphics"
 
 say ""
 say "## nctk nvidia-container-cli list"

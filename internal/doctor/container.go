@@ -95,6 +95,7 @@ func driverLibPrefixes() []string {
 // shippedLib is a driver library file found in the image.
 type shippedLib struct {
 	path, version string
+	empty         bool // a zero-length placeholder, not a library
 }
 
 // driverLibsIn lists the regular driver library files of a directory of
@@ -107,7 +108,7 @@ func driverLibsIn(fsys containerFiles, dir string) []shippedLib {
 		}
 		for _, pre := range driverLibPrefixes() {
 			if v, ok := strings.CutPrefix(e.name, pre); ok && v != "1" && strings.Contains(v, ".") {
-				out = append(out, shippedLib{path: path.Join(dir, e.name), version: v})
+				out = append(out, shippedLib{path: path.Join(dir, e.name), version: v, empty: e.size == 0})
 			}
 		}
 	}
@@ -140,8 +141,25 @@ func checkImageDriverLibs(h *hostState) []Finding {
 		seen[real] = true
 		found = append(found, driverLibsIn(b.files, d)...)
 	}
+	var libs, empty []shippedLib
+	for _, l := range found {
+		if l.empty {
+			empty = append(empty, l)
+		} else {
+			libs = append(libs, l)
+		}
+	}
+	out := []Finding{shippedLibsFinding(libs, host)}
+	if len(empty) > 0 {
+		out = append(out, placeholdersFinding(empty, host))
+	}
+	return out
+}
+
+// shippedLibsFinding judges the image's own driver library files.
+func shippedLibsFinding(found []shippedLib, host string) Finding {
 	if len(found) == 0 {
-		return []Finding{{Severity: OK, Problem: "the image ships no driver libraries"}}
+		return Finding{Severity: OK, Problem: "the image ships no driver libraries"}
 	}
 	sev, other := Warning, []string{}
 	var names []string
@@ -156,10 +174,36 @@ func checkImageDriverLibs(h *hostState) []Finding {
 	if len(other) > 0 {
 		problem += fmt.Sprintf(" (version %s, the host driver is %s)", other[0], host)
 	}
-	return []Finding{{Severity: sev, Problem: problem,
+	return Finding{Severity: sev, Problem: problem,
 		Breaks: `the image's copies shadow or clash with the host's: "Failed to initialize NVML: Driver/library version mismatch", CUDA error 35 or 803`,
 		Fix:    "rebuild the image without the driver packages (e.g. apt-get purge 'libnvidia-compute-*' libcuda1, or delete the files): the runtime injects the host's",
-		Values: map[string]string{"files": strings.Join(names, ","), "host_driver": host}}}
+		Values: map[string]string{"files": strings.Join(names, ","), "host_driver": host}}
+}
+
+// placeholdersFinding judges empty driver library files: the mount points
+// a GPU container leaves in its writable layer (kept by docker commit, or
+// in a bundle's rootfs used again). The runtime mounts the host's file
+// over one of the host's version; one of another version stays empty, and
+// the image's links (libcuda.so.1) may lead to it.
+func placeholdersFinding(empty []shippedLib, host string) Finding {
+	var names, stale []string
+	for _, l := range empty {
+		names = append(names, l.path)
+		if host != "" && l.version != host {
+			stale = append(stale, l.path)
+		}
+	}
+	values := map[string]string{"files": strings.Join(names, ","), "host_driver": host}
+	if len(stale) == 0 {
+		return Finding{Severity: OK,
+			Problem: fmt.Sprintf("the image holds empty mount points of the host driver's libraries (%s): the runtime mounts the host's files over them", abbreviate(names, 2)),
+			Values:  values}
+	}
+	return Finding{Severity: Warning,
+		Problem: fmt.Sprintf("the image holds empty driver library files of another driver version: %s (the host driver is %s)", abbreviate(stale, 4), host),
+		Breaks:  `they are mount points a GPU container left behind (docker commit of a running GPU container keeps them): nothing is mounted over them on this host, and a link such as libcuda.so.1 that still leads to one fails with "file too short"`,
+		Fix:     "delete the empty files (and links to them) from the image, or rebuild it from its Dockerfile instead of committing a running GPU container",
+		Values:  values}
 }
 
 // checkImageLibc: the driver's libraries need glibc.

@@ -506,6 +506,22 @@ func TestBrokenHosts(t *testing.T) {
 				values: func(r *fixture.Root) map[string]string {
 					return map[string]string{"files": "/usr/lib/x86_64-linux-gnu/libcuda.so.470.82.01", "host_driver": r.LibVersion}
 				}}},
+		{name: "image holds empty mount points of another driver (a committed GPU container)",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, map[string]string{"/usr/lib/x86_64-linux-gnu/libcuda.so.470.82.01": ""})
+			},
+			want: want{check: "container.driver-libraries", sev: Warning, problem: "empty driver library files of another driver version", breaks: "file too short",
+				values: func(r *fixture.Root) map[string]string {
+					return map[string]string{"files": "/usr/lib/x86_64-linux-gnu/libcuda.so.470.82.01", "host_driver": r.LibVersion}
+				}}},
+		{name: "image holds empty mount points of the host driver",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, map[string]string{"/usr/local/nvidia/lib64/libcuda.so." + r.LibVersion: ""})
+			},
+			want: want{check: "container.driver-libraries", sev: OK, problem: "empty mount points of the host driver's libraries",
+				values: func(r *fixture.Root) map[string]string {
+					return map[string]string{"files": "/usr/local/nvidia/lib64/libcuda.so." + r.LibVersion, "host_driver": r.LibVersion}
+				}}},
 		{name: "musl image",
 			setup: func(t *testing.T, r *fixture.Root, o *Options) {
 				o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all"}, map[string]string{"/lib/ld-musl-x86_64.so.1": "x"})

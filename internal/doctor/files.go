@@ -37,6 +37,7 @@ type containerFiles interface {
 type dirEntry struct {
 	name    string
 	regular bool
+	size    int64 // a regular file's size
 }
 
 // fileData is an open regular file of the container's tree.
@@ -85,7 +86,13 @@ func (r rootfsFiles) list(p string) []dirEntry {
 	}
 	out := make([]dirEntry, 0, len(entries))
 	for _, e := range entries {
-		out = append(out, dirEntry{name: e.Name(), regular: e.Type().IsRegular()})
+		d := dirEntry{name: e.Name(), regular: e.Type().IsRegular()}
+		if d.regular {
+			if fi, err := e.Info(); err == nil {
+				d.size = fi.Size()
+			}
+		}
+		out = append(out, d)
 	}
 	return out
 }

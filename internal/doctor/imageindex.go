@@ -218,7 +218,8 @@ func (x *imageIndex) list(p string) []dirEntry {
 	slices.Sort(names)
 	out := make([]dirEntry, 0, len(names))
 	for _, c := range names {
-		out = append(out, dirEntry{name: c, regular: x.entries[path.Join(real, c)].kind == kindRegular})
+		ce := x.entries[path.Join(real, c)]
+		out = append(out, dirEntry{name: c, regular: ce.kind == kindRegular, size: ce.size})
 	}
 	return out
 }

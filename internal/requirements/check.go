@@ -210,11 +210,20 @@ func summarize(fs []Failure) string {
 }
 
 // describeHost lists the host values: "driver 580.159.04, CUDA 13.0, GPU 0
-// (GPU-…) brand Nvidia arch 9.0".
+// (GPU-…) brand Nvidia arch 9.0" (brand and arch when known).
 func describeHost(f Facts) string {
 	parts := []string{"driver " + orUnknown(f.Driver), "CUDA " + orUnknown(f.CUDA)}
 	for _, d := range f.Devices {
-		parts = append(parts, fmt.Sprintf("%s brand %s arch %s", d.name(), orUnknown(d.Brand), orUnknown(d.Arch)))
+		// Brand and arch are read only when a requirement tests them
+		// (they need NVML); unread, they are left out, not "unknown".
+		s := d.name()
+		if d.Brand != "" {
+			s += " brand " + d.Brand
+		}
+		if d.Arch != "" {
+			s += " arch " + d.Arch
+		}
+		parts = append(parts, s)
 	}
 	if len(f.Devices) == 0 {
 		parts = append(parts, "no GPU selected")

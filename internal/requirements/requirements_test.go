@@ -269,6 +269,24 @@ func TestUnsatisfiedMessageAlternatives(t *testing.T) {
 	}
 }
 
+// Brand and arch are read only when a requirement tests them: unread,
+// the host line leaves them out rather than calling them unknown.
+func TestUnsatisfiedMessageUnreadDeviceFacts(t *testing.T) {
+	f := h100
+	f.Devices = []DeviceFacts{{Index: "0", UUID: "GPU-8c1c8a5b-62c8-4a39-5a9e-0f1d6e1f3b2a"}}
+	err := Check(parsed(t, "cuda>=99.0"), f)
+	if err == nil {
+		t.Fatal("want error")
+	}
+	msg := err.Error()
+	if want := "host: driver 580.159.04, CUDA 13.0, GPU 0 (GPU-8c1c8a5b-62c8-4a39-5a9e-0f1d6e1f3b2a);"; !strings.Contains(msg, want) {
+		t.Errorf("message\n%s\nlacks\n%s", msg, want)
+	}
+	if strings.Contains(msg, "unknown") {
+		t.Errorf("message names unread facts unknown: %s", msg)
+	}
+}
+
 func TestUnsatisfiedMessageByKey(t *testing.T) {
 	tests := []struct {
 		req  string
