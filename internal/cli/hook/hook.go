@@ -215,7 +215,11 @@ func prestart(e *app.Env, configPath string, debug bool, log *slog.Logger, exec 
 		log.Warn("only CDI devices requested; they are injected by the runtime, not by this hook", "devices", req.CDIDevices)
 		return nil
 	}
-	cli, searchPath, err := findCLI(cfg, e.Getenv("PATH"))
+	cfgPath := configPath
+	if cfgPath == "" {
+		cfgPath, _ = config.Path(e.Environ)
+	}
+	cli, searchPath, err := findCLI(cfg, e.Getenv("PATH"), cfgPath)
 	if err != nil {
 		return err
 	}
@@ -315,8 +319,9 @@ func cliArgs(cfg *config.Config, req request.Request, debug bool, pid int, rootf
 // findCLI returns nvidia-container-cli's path: nvidia-container-cli.path,
 // or the first match in the driver root's standard directories, the
 // standard directories and the hook's PATH. It also returns that search
-// path, which becomes the CLI's PATH.
-func findCLI(cfg *config.Config, hookPath string) (string, string, error) {
+// path, which becomes the CLI's PATH. cfgPath is the config file the hook
+// read, which the error names.
+func findCLI(cfg *config.Config, hookPath, cfgPath string) (string, string, error) {
 	var dirs []string
 	add := func(d string) {
 		if filepath.IsAbs(d) && !slices.Contains(dirs, d) {
@@ -344,7 +349,7 @@ func findCLI(cfg *config.Config, hookPath string) (string, string, error) {
 	if p, ok := lookpath.Find(CLIName, dirs); ok {
 		return p, searchPath, nil
 	}
-	return "", "", fmt.Errorf("%s not found in %s (set nvidia-container-cli.path in %s)", CLIName, searchPath, config.DefaultPath)
+	return "", "", fmt.Errorf("%s not found in %s (set nvidia-container-cli.path in %s)", CLIName, searchPath, cfgPath)
 }
 
 // cliEnv is the CLI's explicit environment: PATH, the hook-environment

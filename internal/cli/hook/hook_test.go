@@ -261,10 +261,20 @@ func TestPrestartErrors(t *testing.T) {
 			}
 		})
 	}
-	// CLI not found anywhere.
-	c := runHook(t, state(1, good), []string{"PATH=/nonexistent"}, "-config", writeConfig(t, "[nvidia-container-cli]\nroot = \"/nonexistent-root\"\n"), "prestart")
-	if _, err := exec.LookPath("/usr/bin/" + CLIName); err != nil && (c.code != 1 || !strings.Contains(c.errot, "not found")) {
-		t.Errorf("no CLI: exit %d, %q", c.code, c.errot)
+	// CLI not found anywhere: the error names the config file the hook
+	// read (-config, or $NVIDIA_CTK_CONFIG_FILE_PATH) for the fix.
+	if _, err := exec.LookPath("/usr/bin/" + CLIName); err == nil {
+		t.Logf("skipping the no-CLI case: this host has /usr/bin/%s", CLIName)
+		return
+	}
+	noCLI := writeConfig(t, "[nvidia-container-cli]\nroot = \"/nonexistent-root\"\n")
+	for _, c := range []call{
+		runHook(t, state(1, good), []string{"PATH=/nonexistent"}, "-config", noCLI, "prestart"),
+		runHook(t, state(1, good), []string{"PATH=/nonexistent", "NVIDIA_CTK_CONFIG_FILE_PATH=" + noCLI}, "prestart"),
+	} {
+		if want := "not found in /nonexistent-root/usr/local/sbin:"; c.code != 1 || !strings.Contains(c.errot, want) || !strings.Contains(c.errot, "set nvidia-container-cli.path in "+noCLI+")") {
+			t.Errorf("no CLI: exit %d, %q; want the search path and %s named", c.code, c.errot, noCLI)
+		}
 	}
 }
 
