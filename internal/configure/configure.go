@@ -237,6 +237,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		rollback()
 		return &phase.Error{Phase: phase.Mount, Err: err}
 	}
+	log.Debug("container root changed", "mounts", len(p.Mounts), "devices", len(p.Devices), "symlinks", len(p.Symlinks)+len(p.DevSymlinks))
 
 	var change cgroupChange
 	if useCgroup {

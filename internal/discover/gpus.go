@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"github.com/nctk/nctk/internal/devnum"
 	"github.com/nctk/nctk/internal/hostfile"
 	"github.com/nctk/nctk/internal/procfs"
+	"github.com/nctk/nctk/internal/runcache"
+	"golang.org/x/sys/unix"
 )
 
 // gpus enumerates /proc/driver/nvidia/gpus/*/information, orders the GPUs
@@ -108,7 +111,7 @@ func (x *discoverer) mig() error {
 	// 4,322-line table on real hosts, scanned without building it).
 	var minors map[string]uint32
 	if len(byMinor) > 0 {
-		minors, err = readMIGMinorsOf(x.procAt(procfs.MIGMinorsPath), func(m uint32) bool { _, ok := byMinor[m]; return ok }, len(byMinor))
+		minors, err = x.migMinorsOf(byMinor)
 		if err != nil && !isNotExist(err) {
 			x.warn("cannot read MIG capability minors: %v", err)
 		}
@@ -265,6 +268,86 @@ func (x *discoverer) imexChannels() error {
 	}
 	slices.SortFunc(x.d.IMEXChannels, func(a, b DeviceNode) int { return int(a.Minor) - int(b.Minor) })
 	return nil
+}
+
+// migMinorsKind names the MIG capability minors' entries in the cache.
+const migMinorsKind = "migminors"
+
+// migMinorsOf returns the mig-minors entries of the capability nodes in
+// byMinor. The kernel builds that table (about 100 KiB) again for every
+// open, a few milliseconds even for its first lines: the answer is kept
+// in the probe's cache directory (runcache), keyed on the kernel module,
+// the boot, the minors asked for and, where the table is not procfs (a
+// fixture), its file identity.
+func (x *discoverer) migMinorsOf(byMinor map[uint32]DeviceNode) (map[string]uint32, error) {
+	p := x.procAt(procfs.MIGMinorsPath)
+	dir, key := x.migMinorsCache(p, byMinor)
+	if dir != nil {
+		var m map[string]uint32
+		if dir.Load(migMinorsKind, key, &m) {
+			return m, nil
+		}
+	}
+	m, err := readMIGMinorsOf(p, func(m uint32) bool { _, ok := byMinor[m]; return ok }, len(byMinor))
+	if err == nil && dir != nil {
+		if err := dir.Store(migMinorsKind, key, m); err != nil {
+			x.log.Debug("MIG capability minors not cached", "err", err)
+		}
+	}
+	return m, err
+}
+
+// migMinorsCache returns the cache directory and key for the mig-minors
+// answer about byMinor, or nil when it is not cached.
+func (x *discoverer) migMinorsCache(p string, byMinor map[uint32]DeviceNode) (*runcache.Dir, string) {
+	cfg := x.opts.ProbeConfig
+	if cfg.NoCache {
+		return nil, ""
+	}
+	dirName := cfg.CacheDir
+	if dirName == "" {
+		dirName = runcache.DefaultDir(os.Getenv)
+	}
+	k := struct {
+		Path    string           `json:"path"`
+		Module  string           `json:"module"`
+		Boot    string           `json:"boot"`
+		Minors  []uint32         `json:"minors"`
+		Regular *runcache.FileID `json:"file,omitempty"`
+	}{Path: p, Module: x.d.Version}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(p, &fs); err != nil {
+		return nil, ""
+	}
+	if fs.Type != unix.PROC_SUPER_MAGIC {
+		id, err := runcache.Identify(p)
+		if err != nil {
+			return nil, ""
+		}
+		k.Regular = &id
+	} else {
+		// A module loaded again after a reboot has the same version;
+		// /run is empty then, but other cache directories need not be.
+		b, err := os.ReadFile(x.procAt("/proc/sys/kernel/random/boot_id"))
+		if err != nil {
+			return nil, ""
+		}
+		k.Boot = strings.TrimSpace(string(b))
+	}
+	for m := range byMinor {
+		k.Minors = append(k.Minors, m)
+	}
+	slices.Sort(k.Minors)
+	key, err := runcache.Key(k)
+	if err != nil {
+		return nil, ""
+	}
+	dir, note := runcache.Open(dirName)
+	if dir == nil {
+		x.log.Debug("MIG capability minors not cached", "reason", note)
+		return nil, ""
+	}
+	return dir, key
 }
 
 // maxMIGMinorsBytes bounds how much of the mig-minors file is read (about

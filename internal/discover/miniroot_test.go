@@ -783,3 +783,70 @@ func TestIPCAndFirmwareSearch(t *testing.T) {
 		})
 	}
 }
+
+// TestMIGMinorsCached: the names of the capability nodes' minors are kept
+// in the cache directory (the kernel rebuilds the whole mig-minors table
+// for every open) and used while the table is the same; a changed table is
+// read again; NoCache neither reads nor writes the cache.
+func TestMIGMinorsCached(t *testing.T) {
+	m := newMiniRoot(t)
+	m.driver("535.261.03")
+	m.writeCache()
+	m.chardev("/dev/nvidiactl", 195, 255)
+	m.gpu("0000:41:00.0", 0, "GPU-00000000-0000-0000-0000-000000000041")
+	m.chardev("/dev/nvidia0", 195, 0)
+	m.chardev("/dev/nvidia-caps/nvidia-cap1", 241, 1)
+	m.chardev("/dev/nvidia-caps/nvidia-cap2", 241, 2)
+	m.file("/proc/driver/nvidia-caps/mig-minors", "config 1\nmonitor 2\n", 0o444)
+	cache := t.TempDir()
+	run := func(noCache bool) *Driver {
+		t.Helper()
+		d, err := m.discover(func(o *Options) { o.ProbeConfig.CacheDir, o.ProbeConfig.NoCache = cache, noCache })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	entries := func() []string {
+		t.Helper()
+		e, err := filepath.Glob(filepath.Join(cache, migMinorsKind+"-*.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	if d := run(true); d.MIGConfig.Minor != 1 || len(entries()) != 0 {
+		t.Fatalf("NoCache: config %+v, cache files %q", d.MIGConfig, entries())
+	}
+	if d := run(false); d.MIGConfig.Minor != 1 || d.MIGMonitor.Minor != 2 {
+		t.Fatalf("config %+v monitor %+v", d.MIGConfig, d.MIGMonitor)
+	}
+	files := entries()
+	if len(files) != 1 {
+		t.Fatalf("cache files %q, want one", files)
+	}
+	// An entry with other values for the same key is what a second
+	// discovery reports: it did not read the table.
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := strings.NewReplacer(`"config":1`, `"config":2`, `"monitor":2`, `"monitor":1`).Replace(string(data))
+	if swapped == string(data) {
+		t.Fatalf("unexpected cache entry %s", data)
+	}
+	if err := os.WriteFile(files[0], []byte(swapped), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if d := run(false); d.MIGConfig.Minor != 2 || d.MIGMonitor.Minor != 1 {
+		t.Errorf("cached entry not used: config %+v monitor %+v", d.MIGConfig, d.MIGMonitor)
+	}
+	// A new table (another driver) is another key.
+	m.file("/proc/driver/nvidia-caps/mig-minors", "config 1\nmonitor 2\ngpu0/gi0/access 3\n", 0o444)
+	if d := run(false); d.MIGConfig.Minor != 1 || d.MIGMonitor.Minor != 2 {
+		t.Errorf("stale entry used after the table changed: config %+v monitor %+v", d.MIGConfig, d.MIGMonitor)
+	}
+	if n := len(entries()); n != 2 {
+		t.Errorf("%d cache files, want 2", n)
+	}
+}

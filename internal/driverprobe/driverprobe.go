@@ -33,6 +33,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nctk/nctk/internal/runcache"
 )
 
 // ChildArg is the hidden argv[1] that turns an nctk binary into a probe child.
@@ -186,7 +188,7 @@ type Config struct {
 	Executable string
 	// Timeout bounds the child; 0 means DefaultTimeout.
 	Timeout time.Duration
-	// CacheDir holds cached results; "" means DefaultCacheDir(os.Getenv).
+	// CacheDir holds cached results; "" means runcache.DefaultDir(os.Getenv).
 	CacheDir string
 	// NoCache disables reading and writing the cache.
 	NoCache bool
@@ -214,7 +216,7 @@ func Probe(ctx context.Context, req Request, cfg Config) (*Result, error) {
 	if !cfg.NoCache {
 		dir := cfg.CacheDir
 		if dir == "" {
-			dir = DefaultCacheDir(os.Getenv)
+			dir = runcache.DefaultDir(os.Getenv)
 		}
 		c, note = openCache(dir, req)
 		if c != nil {

@@ -237,7 +237,19 @@ func TestCacheDirMustBePrivate(t *testing.T) {
 	if c == nil {
 		t.Fatal(note)
 	}
-	if err := os.WriteFile(c.path, []byte(`{"version":1,"key":"other","result":{"cuda_driver_version":99999}}`), 0o644); err != nil {
+	entries, _ := filepath.Glob(filepath.Join(good, "*"))
+	if err := c.store(&Result{CUDADriverVersion: 99999}); err != nil {
+		t.Fatal(err)
+	}
+	written, _ := filepath.Glob(filepath.Join(good, cacheKind+"-*.json"))
+	if len(written) != len(entries)+1 {
+		t.Fatalf("cache files %q", written)
+	}
+	data, err := os.ReadFile(written[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(written[0], []byte(strings.Replace(string(data), c.key, "other", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if res, err = Probe(context.Background(), Request{Libcuda: lib}, Config{CacheDir: good}); err != nil || res.Source != SourceLibcuda || res.CUDADriverVersion != 12020 {

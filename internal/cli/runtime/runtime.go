@@ -52,13 +52,13 @@ import (
 	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/cudacompat"
-	"github.com/nctk/nctk/internal/driverprobe"
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
+	"github.com/nctk/nctk/internal/runcache"
 	"github.com/nctk/nctk/internal/version"
 )
 
@@ -101,7 +101,7 @@ type Runtime struct {
 // the driver probe's cache directory (/run/nctk for root,
 // $XDG_RUNTIME_DIR/nctk for other users; "" when neither applies).
 func defaultCDICacheDir(getenv func(string) string) string {
-	d := driverprobe.DefaultCacheDir(getenv)
+	d := runcache.DefaultDir(getenv)
 	if d == "" {
 		return ""
 	}

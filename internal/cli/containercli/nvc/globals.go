@@ -14,8 +14,8 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/discover"
-	"github.com/nctk/nctk/internal/driverprobe"
 	"github.com/nctk/nctk/internal/echo"
+	"github.com/nctk/nctk/internal/runcache"
 )
 
 // Prog is the program name used in messages.
@@ -180,7 +180,7 @@ func (g *Globals) DiscoverOptions(e *app.Env, log *slog.Logger) discover.Options
 	o.SearchPath = dirs
 	o.ProbeConfig.CacheDir = e.Getenv("NCTK_PROBE_CACHE_DIR")
 	if o.ProbeConfig.CacheDir == "" {
-		o.ProbeConfig.CacheDir = driverprobe.DefaultCacheDir(e.Getenv)
+		o.ProbeConfig.CacheDir = runcache.DefaultDir(e.Getenv)
 	}
 	o.ProbeConfig.NoCache = e.Getenv("NCTK_PROBE_CACHE") == "off"
 	if g.User != nil && os.Geteuid() == 0 && g.User.UID != 0 {
