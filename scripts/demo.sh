@@ -71,6 +71,7 @@ if [ -r /proc/driver/nvidia/version ]; then
 else
 	say "no NVIDIA driver on this host: building a fixture driver root (NVIDIA 535 packages, 2 GPUs, no kernel module)"
 	cli_root="$work/driver"
+	"$repo/scripts/fetch-driver-debs.sh" >/dev/null || die "could not fetch the fixture driver packages (make fixtures)"
 	(cd "$repo" && go run ./internal/fixture/mkroot -layout multiarch -gpus 2 "$cli_root" >/dev/null) ||
 		die "could not build the fixture driver root (run 'make fixtures' first?)"
 fi
@@ -94,36 +95,9 @@ say "nvidia-container-cli info (driver root $cli_root)"
 say "building a busybox + glibc + cudaprobe image"
 bundle="$work/bundle"
 rootfs="$bundle/rootfs"
-libdir=usr/lib/x86_64-linux-gnu
-mkdir -p "$rootfs"/{usr/bin,usr/sbin,$libdir,lib64,etc/ld.so.conf.d,proc,sys,dev,tmp,root}
-ln -s usr/bin "$rootfs/bin"
-ln -s usr/sbin "$rootfs/sbin"
-ln -s usr/lib "$rootfs/lib"
-chmod 1777 "$rootfs/tmp"
-install -m 0755 "$(command -v busybox)" "$rootfs/usr/bin/busybox"
-for applet in $("$rootfs/usr/bin/busybox" --list); do
-	case $applet in busybox | ldconfig) continue ;; esac
-	ln -sf busybox "$rootfs/usr/bin/$applet"
-done
-for lib in ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libgcc_s.so.1; do
-	src=""
-	for d in /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu /usr/lib64 /lib64; do
-		if [ -f "$d/$lib" ]; then
-			src="$d/$lib"
-			break
-		fi
-	done
-	[ -n "$src" ] || die "host library $lib not found"
-	cp -L "$src" "$rootfs/$libdir/$lib"
-done
-ln -s "/$libdir/ld-linux-x86-64.so.2" "$rootfs/lib64/ld-linux-x86-64.so.2"
-echo 'include /etc/ld.so.conf.d/*.conf' >"$rootfs/etc/ld.so.conf"
-printf '/usr/local/lib\n/usr/lib/x86_64-linux-gnu\n' >"$rootfs/etc/ld.so.conf.d/x86_64-linux-gnu.conf"
-echo 'root:x:0:0:root:/root:/bin/sh' >"$rootfs/etc/passwd"
-echo 'root:x:0:' >"$rootfs/etc/group"
-echo '12.0' >"$rootfs/etc/debian_version"
-gcc -O2 -o "$rootfs/usr/bin/cudaprobe" "$repo/internal/e2e/testdata/cudaprobe.c" -Wl,--as-needed -ldl
-ldconfig -r "$rootfs"
+# shellcheck source=lib/gpu-image.sh
+. "$repo/scripts/lib/gpu-image.sh"
+build_gpu_image "$rootfs" "$repo" || die "could not build the image"
 
 # --- the bundle -----------------------------------------------------------------
 "$runc_bin" spec --bundle "$bundle"

@@ -1,0 +1,333 @@
+#!/usr/bin/env bash
+# check-real-host-containers.sh — on a host with a loaded NVIDIA driver and a
+# GPU, start real containers through every nctk path and check what each one
+# gets; then time the create paths beside plain runc.
+#
+# Usage (as root): scripts/check-real-host-containers.sh [--rounds N] [--out FILE]
+#                      [--nvidia-ctk PATH] [--nvidia-cdi-hook PATH] [--nvidia-runtime PATH]
+#
+#   --rounds N             timed creates per path (default 25; 0 skips timing)
+#   --out FILE             also write the report (markdown) to FILE
+#   --nvidia-ctk PATH      NVIDIA's nvidia-ctk: its `cdi generate` spec is run
+#                          with nctk's hooks and, with --nvidia-cdi-hook, with
+#                          NVIDIA's own hooks
+#   --nvidia-cdi-hook PATH NVIDIA's nvidia-cdi-hook for that second spec
+#   --nvidia-runtime PATH  NVIDIA's nvidia-container-runtime: timed in CDI mode
+#                          on NVIDIA's spec and hooks (needs both options above)
+#
+# The image is busybox + the host's glibc + cudaprobe (scripts/lib/gpu-image.sh),
+# with no NVIDIA file. Every container prints what it got: the GPUs nvidia-smi
+# lists, cuInit and the CUDA device count, the GPU device nodes in /dev, and
+# the driver file mounts that are not read-only, nosuid and nodev. Checked,
+# each printed "ok" or "MISMATCH":
+#   legacy mode (NVIDIA_VISIBLE_DEVICES=all, =<first GPU's UUID>, =none, =void),
+#   NVIDIA_REQUIRE_CUDA met and not met, an unknown device id, CDI mode with
+#   nctk's spec (one hook call) and its --separate-hooks spec, jit-cdi mode,
+#   the docker --gpus path (runc with nvidia-container-runtime-hook as prestart
+#   hook), NVIDIA's spec, and `nvidia-ctk doctor` on the host and on a bundle
+#   whose requirement fails.
+# Timing: the median `create` of plain runc, of each nctk path, and of runc
+# alone on the config.json each path wrote (the floor its mounts, devices and
+# hooks set); a path's own share is its median minus its floor.
+#
+# Needs: runc, busybox (static), gcc, ldconfig, nvidia-smi. Exit status 0
+# when every check passes, 1 on a mismatch, 2 when a tool is missing.
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin="$repo/bin"
+rounds=25
+out=""
+nv_ctk=""
+nv_hook=""
+nv_runtime=""
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--rounds) rounds=${2:?--rounds needs a number}; shift ;;
+	--out) out=${2:?--out needs a file}; shift ;;
+	--nvidia-ctk) nv_ctk=${2:?--nvidia-ctk needs a path}; shift ;;
+	--nvidia-cdi-hook) nv_hook=${2:?--nvidia-cdi-hook needs a path}; shift ;;
+	--nvidia-runtime) nv_runtime=${2:?--nvidia-runtime needs a path}; shift ;;
+	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed -e '/^set -uo/d' -e 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "check-real-host-containers: unknown argument: $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+[ "$(id -u)" -eq 0 ] || { echo "check-real-host-containers: run as root" >&2; exit 2; }
+for tool in runc busybox gcc ldconfig nvidia-smi; do
+	command -v "$tool" >/dev/null || { echo "check-real-host-containers: $tool not found" >&2; exit 2; }
+done
+[ -r /proc/driver/nvidia/version ] || { echo "check-real-host-containers: no NVIDIA kernel driver loaded" >&2; exit 2; }
+if [ ! -x "$bin/nctk" ] || [ ! -e "$bin/nvidia-container-runtime" ]; then
+	make -C "$repo" build >/dev/null || exit 2
+fi
+runc_bin=$(command -v runc)
+ldconfig_bin=$(command -v ldconfig)
+
+work=$(mktemp -d /tmp/nctk-hostcheck.XXXXXX)
+chmod 755 "$work"
+state="$work/state"
+report="$work/report.md"
+cleanup() {
+	for id in $("$runc_bin" --root "$state" list -q 2>/dev/null); do
+		"$runc_bin" --root "$state" delete --force "$id" >/dev/null 2>&1
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+fail=0
+say() { printf '%s\n' "$*" | tee -a "$report"; }
+check() { # check WHAT WANT GOT
+	if [ "$2" = "$3" ]; then
+		say "ok        $1: $3"
+	else
+		say "MISMATCH  $1: want '$2', got '$3'"
+		fail=1
+	fi
+}
+
+ngpus=$(nvidia-smi -L | grep -c '^GPU ')
+uuid0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n1 | tr -d ' ')
+say "# nctk containers on $(hostname)"
+say ""
+say '```'
+say "date:    $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+say "kernel:  $(uname -srm)"
+say "module:  $(head -n1 /proc/driver/nvidia/version)"
+say "gpus:    $(nvidia-smi -L | tr '\n' ';')"
+say "runc:    $("$runc_bin" --version | head -n1)"
+say '```'
+say ""
+
+# --- image, specs, configs ---------------------------------------------------------
+# shellcheck source=lib/gpu-image.sh
+. "$repo/scripts/lib/gpu-image.sh"
+bundle="$work/bundle"
+build_gpu_image "$bundle/rootfs" "$repo" >/dev/null || { echo "check-real-host-containers: could not build the image" >&2; exit 2; }
+cp -a "$bundle/rootfs" "$work/rootfs.pristine"
+
+# The container's report: one key=value per line. No double quote or
+# backslash: the script goes into a JSON string.
+probe='export PATH=$PATH:/usr/local/nvidia/bin
+echo smi=$(nvidia-smi -L 2>/dev/null | grep -c ^GPU)
+cudaprobe init >/tmp/probe 2>&1
+echo libcuda=$(grep -c ^libcuda: /tmp/probe)
+sed -n -e s/^cuInit:./cuinit=/p -e s/^cuDeviceGetCount:.*count=/count=/p /tmp/probe
+echo nodes=$(ls /dev | grep -c ^nvidia[0-9])
+echo writable=$(grep nvidia /proc/mounts | grep -v -e ^[^[:space:]]*[[:space:]]/dev/ -e [[:space:]]ro,nosuid,nodev | grep -c .)'
+probe_json=$(printf '%s' "$probe" | sed ':a;N;$!ba;s/\n/; /g')
+
+# write_bundle ARGS_JSON ENV...: a fresh config.json (and a fresh rootfs:
+# runtimes leave mount points and links in it).
+write_bundle() {
+	local args=$1 env='"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"' v
+	shift
+	for v in "$@"; do env="$env, \"$v\""; done
+	rm -rf "$bundle/rootfs" && cp -a "$work/rootfs.pristine" "$bundle/rootfs"
+	cat >"$bundle/config.json" <<EOF
+{"ociVersion": "1.0.2",
+ "process": {"terminal": false, "user": {"uid": 0, "gid": 0}, "args": $args, "env": [$env], "cwd": "/",
+  "capabilities": {"bounding": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"],
+   "effective": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"],
+   "permitted": ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"]},
+  "noNewPrivileges": true},
+ "root": {"path": "rootfs", "readonly": false},
+ "hostname": "gpu",
+ "mounts": [
+  {"destination": "/proc", "type": "proc", "source": "proc"},
+  {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+  {"destination": "/dev/pts", "type": "devpts", "source": "devpts", "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+  {"destination": "/dev/shm", "type": "tmpfs", "source": "shm", "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+  {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]}],
+ "linux": {"namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}],
+  "resources": {"devices": [{"allow": false, "access": "rwm"}]},
+  "maskedPaths": ["/proc/kcore", "/proc/keys", "/proc/timer_list"],
+  "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]}}
+EOF
+}
+
+# write_config NAME MODE SPECDIR: a config.toml for the runtime and hook.
+write_config() {
+	cat >"$work/$1.toml" <<EOF
+[nvidia-container-cli]
+root = "/"
+path = "$bin/nvidia-container-cli"
+ldconfig = "@$ldconfig_bin"
+load-kmods = false
+[nvidia-container-runtime]
+runtimes = ["$runc_bin"]
+mode = "$2"
+log-level = "error"
+[nvidia-container-runtime.modes.cdi]
+spec-dirs = ["$3"]
+EOF
+}
+
+mkdir -p "$work/cdi-nctk" "$work/cdi-sep" "$work/cdi-nv" "$work/cdi-nvh"
+"$bin/nvidia-ctk" -q cdi generate --output "$work/cdi-nctk/nvidia.yaml" || fail=1
+"$bin/nvidia-ctk" -q cdi generate --separate-hooks --output "$work/cdi-sep/nvidia.yaml" || fail=1
+if [ -n "$nv_ctk" ]; then
+	"$nv_ctk" cdi generate --nvidia-cdi-hook-path "$bin/nvidia-cdi-hook" --output "$work/cdi-nv/nvidia.yaml" >/dev/null 2>&1 || fail=1
+	if [ -n "$nv_hook" ]; then
+		"$nv_ctk" cdi generate --nvidia-cdi-hook-path "$nv_hook" --output "$work/cdi-nvh/nvidia.yaml" >/dev/null 2>&1 || fail=1
+	fi
+fi
+for m in legacy cdi jit-cdi; do write_config "$m" "$m" "$work/cdi-nctk"; done
+write_config cdi-sep cdi "$work/cdi-sep"
+write_config cdi-nv cdi "$work/cdi-nv"
+write_config cdi-nvh cdi "$work/cdi-nvh"
+
+# run_path NAME CONFIG ENV...: run the probe through the runtime; prints the
+# container's report, or "error=<first line>" when the runtime refuses.
+run_path() {
+	local name=$1 cfg=$2 outp rc
+	shift 2
+	write_bundle "[\"/bin/sh\", \"-c\", \"$probe_json\"]" "$@"
+	outp=$(NVIDIA_CTK_CONFIG_FILE_PATH="$work/$cfg.toml" timeout 120 "$bin/nvidia-container-runtime" --root "$state" run --bundle "$bundle" "c-$name" 2>&1)
+	rc=$?
+	"$runc_bin" --root "$state" delete --force "c-$name" >/dev/null 2>&1
+	if [ $rc -ne 0 ]; then
+		echo "error=$(printf '%s\n' "$outp" | grep -v '^$' | head -n1)"
+	else
+		printf '%s\n' "$outp"
+	fi
+}
+# expect NAME REPORT KEY=VALUE...: check the report's values.
+expect() {
+	local name=$1 rep=$2 kv k
+	shift 2
+	case $rep in error=*)
+		say "MISMATCH  $name: ${rep#error=}"
+		fail=1
+		return ;;
+	esac
+	for kv in "$@"; do
+		k=${kv%%=*}
+		check "$name $k" "${kv#*=}" "$(printf '%s\n' "$rep" | sed -n "s/^$k=//p" | head -n1)"
+	done
+}
+gpu_ok() { echo "smi=$1" "cuinit=0" "count=$1" "libcuda=1" "nodes=$1" "writable=0"; }
+
+say "## Containers"
+say '```'
+# shellcheck disable=SC2046 # gpu_ok's words are separate arguments
+{
+	expect "legacy all" "$(run_path legacy-all legacy NVIDIA_VISIBLE_DEVICES=all)" $(gpu_ok "$ngpus")
+	expect "legacy $uuid0" "$(run_path legacy-uuid legacy "NVIDIA_VISIBLE_DEVICES=$uuid0" NVIDIA_DRIVER_CAPABILITIES=compute,utility)" $(gpu_ok 1)
+	# none: the driver's libraries and tools, no GPU.
+	expect "legacy none" "$(run_path legacy-none legacy NVIDIA_VISIBLE_DEVICES=none)" smi=0 libcuda=1 nodes=0 writable=0
+	expect "legacy void" "$(run_path legacy-void legacy NVIDIA_VISIBLE_DEVICES=void)" smi=0 libcuda=0 nodes=0
+	host_cuda=$("$bin/nvidia-container-cli" info --csv 2>/dev/null | sed -n 2p | cut -d, -f2)
+	expect "legacy cuda>=$host_cuda" "$(run_path legacy-req legacy NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=$host_cuda")" $(gpu_ok "$ngpus")
+	rep=$(run_path legacy-req99 legacy NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=99.0")
+	check "legacy cuda>=99.0 refused" "yes" "$(printf '%s' "$rep" | grep -q 'requirement error: unsatisfied condition: cuda>=99.0' && echo yes || echo "no: $rep")"
+	rep=$(run_path legacy-bad legacy NVIDIA_VISIBLE_DEVICES=99)
+	check "legacy device 99 refused" "yes" "$(printf '%s' "$rep" | grep -q 'unknown device' && echo yes || echo "no: $rep")"
+	expect "cdi all (nctk spec)" "$(run_path cdi-all cdi NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all)" $(gpu_ok "$ngpus")
+	expect "cdi gpu=0 (nctk --separate-hooks spec)" "$(run_path cdi-sep cdi-sep NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0)" $(gpu_ok 1)
+	expect "jit-cdi all" "$(run_path jit jit-cdi NVIDIA_VISIBLE_DEVICES=all)" $(gpu_ok "$ngpus")
+	if [ -n "$nv_ctk" ]; then
+		expect "cdi all (NVIDIA's spec, nctk's hooks)" "$(run_path cdi-nv cdi-nv NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all)" $(gpu_ok "$ngpus")
+	fi
+	if [ -n "$nv_ctk" ] && [ -n "$nv_hook" ]; then
+		# NVIDIA's disable-device-node-modification mounts its params file
+		# without nosuid,nodev: writable is not checked here.
+		expect "cdi all (NVIDIA's spec and hooks)" "$(run_path cdi-nvh cdi-nvh NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all)" smi="$ngpus" cuinit=0 count="$ngpus" nodes="$ngpus"
+	fi
+	# docker --gpus: runc runs the prestart hook.
+	write_bundle "[\"/bin/sh\", \"-c\", \"$probe_json\"]" NVIDIA_VISIBLE_DEVICES=all
+	sed -i "s|^ \"hostname\"| \"hooks\": {\"prestart\": [{\"path\": \"$bin/nvidia-container-runtime-hook\", \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"], \"env\": [\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\", \"NVIDIA_CTK_CONFIG_FILE_PATH=$work/legacy.toml\"]}]},\n \"hostname\"|" "$bundle/config.json"
+	rep=$(timeout 120 "$runc_bin" --root "$state" run --bundle "$bundle" c-hook 2>&1) || rep="error=$(printf '%s\n' "$rep" | head -n1)"
+	"$runc_bin" --root "$state" delete --force c-hook >/dev/null 2>&1
+	expect "docker --gpus hook" "$rep" $(gpu_ok "$ngpus")
+}
+say '```'
+
+say ""
+say "## nvidia-ctk doctor"
+say '```'
+doc=$("$bin/nvidia-ctk" doctor --spec-dir "$work/cdi-nctk" 2>&1)
+say "$doc"
+# Engines are not this script's concern (none need be installed): the
+# driver, device node, config and CDI checks must find no error.
+check "doctor on the host: driver, devices, config, CDI errors" 0 "$(printf '%s\n' "$doc" | grep -cE '^ERROR +(driver|devices|config|cdi)\.')"
+write_bundle '["/bin/true"]' NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=99.0"
+doc=$("$bin/nvidia-ctk" doctor --bundle "$bundle" --spec-dir "$work/cdi-nctk" 2>&1)
+rc=$?
+check "doctor on a bundle needing CUDA 99: exit status" 1 "$rc"
+check "doctor on a bundle needing CUDA 99: finding" yes "$(printf '%s' "$doc" | grep -q '^ERROR *container.requirements' && echo yes || echo no)"
+say '```'
+
+# --- timing ----------------------------------------------------------------------------
+if [ "$rounds" -gt 0 ]; then
+	paths="legacy cdi hook"
+	[ -n "$nv_runtime" ] && [ -n "$nv_hook" ] && [ -n "$nv_ctk" ] && paths="$paths nvidia-cdi"
+	: >"$work/times"
+	timed() { # timed LABEL CMD...: one create, its wall time in µs appended to times
+		local label=$1 s e
+		shift
+		s=$(date +%s%N)
+		"$@" >/dev/null 2>&1 || echo "$label: create failed" >&2
+		e=$(date +%s%N)
+		echo "$label $(((e - s) / 1000))" >>"$work/times"
+	}
+	# Every create starts from a fresh copy of the image (outside the timed
+	# part): runc makes the mount points in the rootfs, and a path that found
+	# them made by the one before would be timed without that work.
+	fresh() { rm -rf "$bundle/rootfs" && cp -a "$work/rootfs.pristine" "$bundle/rootfs"; }
+	write_bundle '["/bin/true"]' NVIDIA_VISIBLE_DEVICES=all
+	cp "$bundle/config.json" "$work/config.pristine.json"
+	for i in $(seq 1 "$rounds"); do
+		fresh
+		cp "$work/config.pristine.json" "$bundle/config.json"
+		timed runc "$runc_bin" --root "$state" create --bundle "$bundle" "t$i-runc"
+		"$runc_bin" --root "$state" delete --force "t$i-runc" >/dev/null 2>&1
+		for p in $paths; do
+			fresh
+			cp "$work/config.pristine.json" "$bundle/config.json"
+			case $p in
+			legacy | cdi)
+				[ $p = cdi ] && sed -i 's/"NVIDIA_VISIBLE_DEVICES=all"/"NVIDIA_VISIBLE_DEVICES=nvidia.com\/gpu=all"/' "$bundle/config.json"
+				NVIDIA_CTK_CONFIG_FILE_PATH="$work/$p.toml" timed "$p" "$bin/nvidia-container-runtime" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
+			hook)
+				sed -i "s|^ \"hostname\"| \"hooks\": {\"prestart\": [{\"path\": \"$bin/nvidia-container-runtime-hook\", \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"], \"env\": [\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\", \"NVIDIA_CTK_CONFIG_FILE_PATH=$work/legacy.toml\"]}]},\n \"hostname\"|" "$bundle/config.json"
+				timed hook "$runc_bin" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
+			nvidia-cdi)
+				sed -i 's/"NVIDIA_VISIBLE_DEVICES=all"/"NVIDIA_VISIBLE_DEVICES=nvidia.com\/gpu=all"/' "$bundle/config.json"
+				NVIDIA_CTK_CONFIG_FILE_PATH="$work/cdi-nvh.toml" timed "$p" "$nv_runtime" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
+			esac
+			"$runc_bin" --root "$state" delete --force "t$i-$p" >/dev/null 2>&1
+			# The floor: runc alone on the config.json this path wrote, on a
+			# fresh image (the hook path has none: its work is in runc's run).
+			if [ $p != hook ]; then
+				cp "$bundle/config.json" "$work/config.$p.json"
+				fresh
+				cp "$work/config.$p.json" "$bundle/config.json"
+				timed "floor-$p" "$runc_bin" --root "$state" create --bundle "$bundle" "f$i-$p"
+				"$runc_bin" --root "$state" delete --force "f$i-$p" >/dev/null 2>&1
+			fi
+		done
+	done
+	median() { awk -v p="$1" '$1 == p {print $2}' "$work/times" | sort -n | awk '{a[NR] = $1} END {if (NR) print a[int((NR + 1) / 2)]; else print "-"}'; }
+	say ""
+	say "## Create timing ($rounds rounds, alternating; medians in ms; own share = median - floor)"
+	say ""
+	say "| path | create | over runc | floor (runc on its config.json) | own share |"
+	say "|---|---|---|---|---|"
+	r=$(median runc)
+	say "| plain runc | $(awk -v a="$r" 'BEGIN {printf "%.1f", a / 1000}') | — | — | — |"
+	for p in $paths; do
+		m=$(median "$p")
+		f=$(median "floor-$p")
+		awk -v p="$p" -v m="$m" -v r="$r" -v f="$f" 'BEGIN {
+			if (f == "-") printf "| %s | %.1f | %+.1f | — | — |\n", p, m / 1000, (m - r) / 1000
+			else printf "| %s | %.1f | %+.1f | %.1f | %.1f |\n", p, m / 1000, (m - r) / 1000, f / 1000, (m - f) / 1000
+		}' | tee -a "$report"
+	done
+fi
+
+say ""
+if [ "$fail" = 0 ]; then say "RESULT: every container got what it asked for"; else say "RESULT: MISMATCHES above"; fi
+[ -n "$out" ] && cp "$report" "$out"
+exit "$fail"
