@@ -274,8 +274,11 @@ if [ "$rounds" -gt 0 ]; then
 	}
 	# Every create starts from a fresh copy of the image (outside the timed
 	# part): runc makes the mount points in the rootfs, and a path that found
-	# them made by the one before would be timed without that work.
-	fresh() { rm -rf "$bundle/rootfs" && cp -a "$work/rootfs.pristine" "$bundle/rootfs"; }
+	# them made by the one before would be timed without that work. The
+	# copy is synced first: on a file system mounted with discard, the
+	# journal commit of the removal would otherwise land inside the timed
+	# create (an engine unpacks an image well before it starts it).
+	fresh() { rm -rf "$bundle/rootfs" && cp -a "$work/rootfs.pristine" "$bundle/rootfs" && sync -f "$bundle"; }
 	write_bundle '["/bin/true"]' NVIDIA_VISIBLE_DEVICES=all
 	cp "$bundle/config.json" "$work/config.pristine.json"
 	for i in $(seq 1 "$rounds"); do

@@ -90,9 +90,14 @@ func checkDeviceNodes(h *hostState) []Finding {
 	return out
 }
 
+// imexNodesConfig is the IMEX daemon's node list: a host that has it uses
+// IMEX.
+const imexNodesConfig = "/etc/nvidia-imex/nodes_config.cfg"
+
 // checkIMEXChannels: when the driver offers IMEX channels
-// (ImexChannelCount > 0 and the nvidia-caps-imex-channels major), their
-// nodes exist.
+// (ImexChannelCount > 0 and the nvidia-caps-imex-channels major) and IMEX
+// is used (the daemon's node list, or a container asking for channels),
+// their nodes exist.
 func checkIMEXChannels(h *hostState) []Finding {
 	if !h.moduleLoaded() {
 		return nil
@@ -116,6 +121,21 @@ func checkIMEXChannels(h *hostState) []Finding {
 	entries, err := os.ReadDir(dir)
 	if err == nil && len(entries) > 0 {
 		return []Finding{{Severity: OK, Problem: fmt.Sprintf("%d IMEX channel node(s) in %s", len(entries), dir)}}
+	}
+	// Every recent driver offers 2048 channels and none has a node until
+	// someone creates one: that matters only where IMEX is used (its
+	// daemon configured on this host, or the container judged asking for
+	// channels).
+	asked := ""
+	if b := h.container(); b != nil && b.err == nil {
+		if v, ok := b.getenv("NVIDIA_IMEX_CHANNELS"); ok && v != "" && v != "none" && v != "void" {
+			asked = v
+		}
+	}
+	_, daemonErr := os.Stat(h.host(imexNodesConfig))
+	if asked == "" && daemonErr != nil {
+		return []Finding{{Severity: OK,
+			Problem: fmt.Sprintf("no IMEX channel nodes in %s (the driver offers %d): only containers asking NVIDIA_IMEX_CHANNELS on an IMEX host need them", dir, count)}}
 	}
 	return []Finding{{Severity: Warning,
 		Problem: fmt.Sprintf("the driver offers %d IMEX channels (major %d) but %s has no channel nodes", count, major, dir),

@@ -207,23 +207,26 @@ func TestBrokenHosts(t *testing.T) {
 				values: func(r *fixture.Root) map[string]string {
 					return map[string]string{"char_dir": r.HostPath("/dev/char")}
 				}}},
-		{name: "IMEX channels offered, none created",
+		{name: "IMEX channels offered, none created, IMEX not used",
 			setup: func(t *testing.T, r *fixture.Root, o *Options) {
-				data, err := os.ReadFile(r.HostPath("/proc/devices"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				write(t, r, "/proc/devices", strings.Replace(string(data), "Character devices:\n", "Character devices:\n234 nvidia-caps-imex-channels\n", 1), 0o444)
-				params, err := os.ReadFile(r.HostPath("/proc/driver/nvidia/params"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				write(t, r, "/proc/driver/nvidia/params", string(params)+"ImexChannelCount: 2048\n", 0o444)
+				offerIMEX(t, r)
+			},
+			want: want{check: "devices.imex-channels", sev: OK, problem: "no IMEX channel nodes"}},
+		{name: "IMEX channels offered, none created, IMEX daemon configured",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				offerIMEX(t, r)
+				write(t, r, "/etc/nvidia-imex/nodes_config.cfg", "10.0.0.1\n10.0.0.2\n", 0o644)
 			},
 			want: want{check: "devices.imex-channels", sev: Warning, problem: "2048 IMEX channels", fix: "nvidia-modprobe -i 0",
 				values: func(r *fixture.Root) map[string]string {
 					return map[string]string{"major": "234", "channels": "2048"}
 				}}},
+		{name: "IMEX channels offered, none created, the container asks for one",
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				offerIMEX(t, r)
+				o.Bundle = bundle(t, []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_IMEX_CHANNELS=0"}, nil)
+			},
+			want: want{check: "devices.imex-channels", sev: Warning, problem: "2048 IMEX channels", breaks: "NVIDIA_IMEX_CHANNELS"}},
 		{name: "excluded GPU", spec: fixture.Spec{GPUs: 2},
 			setup: func(t *testing.T, r *fixture.Root, o *Options) {
 				p := r.GPUs[1].ProcDir + "/information"
@@ -832,4 +835,20 @@ func TestNoFalseAlarms(t *testing.T) {
 			}
 		})
 	}
+}
+
+// offerIMEX makes the fixture's driver offer 2048 IMEX channels (major 234)
+// with no channel node.
+func offerIMEX(t *testing.T, r *fixture.Root) {
+	t.Helper()
+	data, err := os.ReadFile(r.HostPath("/proc/devices"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, r, "/proc/devices", strings.Replace(string(data), "Character devices:\n", "Character devices:\n234 nvidia-caps-imex-channels\n", 1), 0o444)
+	params, err := os.ReadFile(r.HostPath("/proc/driver/nvidia/params"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, r, "/proc/driver/nvidia/params", string(params)+"ImexChannelCount: 2048\n", 0o444)
 }
