@@ -202,8 +202,18 @@ func TestBrokenHosts(t *testing.T) {
 				values: func(r *fixture.Root) map[string]string {
 					return map[string]string{"found": "195:77", "want": fmt.Sprintf("195:%d", r.GPUs[0].Minor)}
 				}}},
-		{name: "missing /dev/char links", nodes: true,
+		{name: "missing /dev/char links, systemd host", nodes: true,
+			setup: func(t *testing.T, r *fixture.Root, o *Options) {
+				if err := os.MkdirAll(r.HostPath("/run/systemd/system"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			},
 			want: want{check: "devices.char-links", sev: Warning, problem: "have no", fix: "create-dev-char-symlinks --create-all", breaks: "Failed to initialize NVML: Unknown Error",
+				values: func(r *fixture.Root) map[string]string {
+					return map[string]string{"char_dir": r.HostPath("/dev/char")}
+				}}},
+		{name: "missing /dev/char links, no systemd", nodes: true,
+			want: want{check: "devices.char-links", sev: OK, problem: "systemd does not run this host",
 				values: func(r *fixture.Root) map[string]string {
 					return map[string]string{"char_dir": r.HostPath("/dev/char")}
 				}}},
