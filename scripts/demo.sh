@@ -25,11 +25,13 @@
 # CUDA version (12020 = CUDA 12.2) and nvidia-smi that it cannot talk to a
 # kernel driver: the libraries reached the container, there is no GPU.
 #
-# Environment: NCTK_DEMO_KEEP=1 keeps the temporary directory.
+# Environment: NCTK_DEMO_KEEP=1 keeps the temporary directory; NCTK_DEMO_BIN
+# runs the nctk built in that directory instead of bin/ (the test of this
+# script).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin="$repo/bin"
+bin="${NCTK_DEMO_BIN:-$repo/bin}"
 
 say() { printf '\n==> %s\n' "$*"; }
 die() {
