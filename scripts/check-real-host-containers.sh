@@ -5,8 +5,14 @@
 #
 # Usage (as root): scripts/check-real-host-containers.sh [--rounds N] [--out FILE]
 #                      [--nvidia-ctk PATH] [--nvidia-cdi-hook PATH] [--nvidia-runtime PATH]
+#                      [--root DIR]
 #
 #   --rounds N             timed creates per path (default 25; 0 skips timing)
+#   --root DIR             a driver root without a kernel driver (a fixture root,
+#                          internal/fixture/mkroot) instead of the host's driver:
+#                          the same paths and checks, with what such a root can
+#                          give (the libraries and nodes, cuInit 100, no GPU for
+#                          nvidia-smi); the test of this script uses it
 #   --out FILE             also write the report (markdown) to FILE
 #   --nvidia-ctk PATH      NVIDIA's nvidia-ctk: its `cdi generate` spec is run
 #                          with nctk's hooks and, with --nvidia-cdi-hook, with
@@ -30,13 +36,15 @@
 # alone on the config.json each path wrote (the floor its mounts, devices and
 # hooks set); a path's own share is its median minus its floor.
 #
-# Needs: runc, busybox (static), gcc, ldconfig, nvidia-smi. Exit status 0
-# when every check passes, 1 on a mismatch, 2 when a tool is missing.
+# Needs: runc, busybox (static), gcc, ldconfig, nvidia-smi (not with --root).
+# NCTK_BIN runs the nctk built in that directory instead of bin/. Exit status
+# 0 when every check passes, 1 on a mismatch, 2 when a tool is missing.
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin="$repo/bin"
+bin="${NCTK_BIN:-$repo/bin}"
 rounds=25
+root=""
 out=""
 nv_ctk=""
 nv_hook=""
@@ -48,6 +56,7 @@ while [ $# -gt 0 ]; do
 	--nvidia-ctk) nv_ctk=${2:?--nvidia-ctk needs a path}; shift ;;
 	--nvidia-cdi-hook) nv_hook=${2:?--nvidia-cdi-hook needs a path}; shift ;;
 	--nvidia-runtime) nv_runtime=${2:?--nvidia-runtime needs a path}; shift ;;
+	--root) root=${2:?--root needs a directory}; shift ;;
 	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed -e '/^set -uo/d' -e 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "check-real-host-containers: unknown argument: $1" >&2; exit 2 ;;
 	esac
@@ -55,10 +64,17 @@ while [ $# -gt 0 ]; do
 done
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 [ "$(id -u)" -eq 0 ] || { echo "check-real-host-containers: run as root" >&2; exit 2; }
-for tool in runc busybox gcc ldconfig nvidia-smi; do
+tools="runc busybox gcc ldconfig"
+[ -z "$root" ] && tools="$tools nvidia-smi"
+for tool in $tools; do
 	command -v "$tool" >/dev/null || { echo "check-real-host-containers: $tool not found" >&2; exit 2; }
 done
-[ -r /proc/driver/nvidia/version ] || { echo "check-real-host-containers: no NVIDIA kernel driver loaded" >&2; exit 2; }
+if [ -n "$root" ]; then
+	root=$(cd "$root" && pwd) || exit 2
+	[ -r "$root/proc/driver/nvidia/version" ] || { echo "check-real-host-containers: $root is no driver root" >&2; exit 2; }
+else
+	[ -r /proc/driver/nvidia/version ] || { echo "check-real-host-containers: no NVIDIA kernel driver loaded" >&2; exit 2; }
+fi
 if [ ! -x "$bin/nctk" ] || [ ! -e "$bin/nvidia-container-runtime" ]; then
 	make -C "$repo" build >/dev/null || exit 2
 fi
@@ -87,15 +103,22 @@ check() { # check WHAT WANT GOT
 	fi
 }
 
-ngpus=$(nvidia-smi -L | grep -c '^GPU ')
-uuid0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n1 | tr -d ' ')
+if [ -n "$root" ]; then
+	ngpus=$(find "$root/proc/driver/nvidia/gpus" -mindepth 1 -maxdepth 1 | grep -c .)
+	uuid0=$(sed -n 's/^GPU UUID:[[:space:]]*//p' "$root"/proc/driver/nvidia/gpus/*/information | head -n1)
+	gpus="$ngpus in the driver root $root (no kernel driver)"
+else
+	ngpus=$(nvidia-smi -L | grep -c '^GPU ')
+	uuid0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n1 | tr -d ' ')
+	gpus=$(nvidia-smi -L | tr '\n' ';')
+fi
 say "# nctk containers on $(hostname)"
 say ""
 say '```'
 say "date:    $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 say "kernel:  $(uname -srm)"
-say "module:  $(head -n1 /proc/driver/nvidia/version)"
-say "gpus:    $(nvidia-smi -L | tr '\n' ';')"
+say "module:  $(head -n1 "${root:-}/proc/driver/nvidia/version")"
+say "gpus:    $gpus"
 say "runc:    $("$runc_bin" --version | head -n1)"
 say '```'
 say ""
@@ -151,7 +174,7 @@ EOF
 write_config() {
 	cat >"$work/$1.toml" <<EOF
 [nvidia-container-cli]
-root = "/"
+root = "${root:-/}"
 path = "$bin/nvidia-container-cli"
 ldconfig = "@$ldconfig_bin"
 load-kmods = false
@@ -165,8 +188,8 @@ EOF
 }
 
 mkdir -p "$work/cdi-nctk" "$work/cdi-sep" "$work/cdi-nv" "$work/cdi-nvh"
-"$bin/nvidia-ctk" -q cdi generate --output "$work/cdi-nctk/nvidia.yaml" || fail=1
-"$bin/nvidia-ctk" -q cdi generate --separate-hooks --output "$work/cdi-sep/nvidia.yaml" || fail=1
+"$bin/nvidia-ctk" -q cdi generate --driver-root "${root:-/}" --output "$work/cdi-nctk/nvidia.yaml" || fail=1
+"$bin/nvidia-ctk" -q cdi generate --driver-root "${root:-/}" --separate-hooks --output "$work/cdi-sep/nvidia.yaml" || fail=1
 if [ -n "$nv_ctk" ]; then
 	"$nv_ctk" cdi generate --nvidia-cdi-hook-path "$bin/nvidia-cdi-hook" --output "$work/cdi-nv/nvidia.yaml" >/dev/null 2>&1 || fail=1
 	if [ -n "$nv_hook" ]; then
@@ -207,7 +230,15 @@ expect() {
 		check "$name $k" "${kv#*=}" "$(printf '%s\n' "$rep" | sed -n "s/^$k=//p" | head -n1)"
 	done
 }
-gpu_ok() { echo "smi=$1" "cuinit=0" "count=$1" "libcuda=1" "nodes=$1" "writable=0"; }
+# gpu_ok N: what a container with N GPUs reports; a driver root without a
+# kernel driver gives the nodes and libraries but no GPU to use.
+gpu_ok() {
+	if [ -n "$root" ]; then
+		echo "smi=0" "cuinit=100" "count=0" "libcuda=1" "nodes=$1" "writable=0"
+	else
+		echo "smi=$1" "cuinit=0" "count=$1" "libcuda=1" "nodes=$1" "writable=0"
+	fi
+}
 
 say "## Containers"
 say '```'
@@ -218,7 +249,7 @@ say '```'
 	# none: the driver's libraries and tools, no GPU.
 	expect "legacy none" "$(run_path legacy-none legacy NVIDIA_VISIBLE_DEVICES=none)" smi=0 libcuda=1 nodes=0 writable=0
 	expect "legacy void" "$(run_path legacy-void legacy NVIDIA_VISIBLE_DEVICES=void)" smi=0 libcuda=0 nodes=0
-	host_cuda=$("$bin/nvidia-container-cli" info --csv 2>/dev/null | sed -n 2p | cut -d, -f2)
+	host_cuda=$("$bin/nvidia-container-cli" --root "${root:-/}" info --csv 2>/dev/null | sed -n 2p | cut -d, -f2)
 	expect "legacy cuda>=$host_cuda" "$(run_path legacy-req legacy NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=$host_cuda")" $(gpu_ok "$ngpus")
 	rep=$(run_path legacy-req99 legacy NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=99.0")
 	check "legacy cuda>=99.0 refused" "yes" "$(printf '%s' "$rep" | grep -q 'requirement error: unsatisfied condition: cuda>=99.0' && echo yes || echo "no: $rep")"
@@ -233,7 +264,7 @@ say '```'
 	if [ -n "$nv_ctk" ] && [ -n "$nv_hook" ]; then
 		# NVIDIA's disable-device-node-modification mounts its params file
 		# without nosuid,nodev: writable is not checked here.
-		expect "cdi all (NVIDIA's spec and hooks)" "$(run_path cdi-nvh cdi-nvh NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all)" smi="$ngpus" cuinit=0 count="$ngpus" nodes="$ngpus"
+		expect "cdi all (NVIDIA's spec and hooks)" "$(run_path cdi-nvh cdi-nvh NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=all)" $(gpu_ok "$ngpus" | sed 's/ *writable=0//')
 	fi
 	# docker --gpus: runc runs the prestart hook.
 	write_bundle "[\"/bin/sh\", \"-c\", \"$probe_json\"]" NVIDIA_VISIBLE_DEVICES=all
@@ -247,13 +278,17 @@ say '```'
 say ""
 say "## nvidia-ctk doctor"
 say '```'
-doc=$("$bin/nvidia-ctk" doctor --spec-dir "$work/cdi-nctk" 2>&1)
-say "$doc"
-# Engines are not this script's concern (none need be installed): the
-# driver, device node, config and CDI checks must find no error.
-check "doctor on the host: driver, devices, config, CDI errors" 0 "$(printf '%s\n' "$doc" | grep -cE '^ERROR +(driver|devices|config|cdi)\.')"
+doctor_root=()
+[ -n "$root" ] && doctor_root=(--host-root "$root")
+if [ -z "$root" ]; then
+	doc=$("$bin/nvidia-ctk" doctor --spec-dir "$work/cdi-nctk" 2>&1)
+	say "$doc"
+	# Engines are not this script's concern (none need be installed): the
+	# driver, device node, config and CDI checks must find no error.
+	check "doctor on the host: driver, devices, config, CDI errors" 0 "$(printf '%s\n' "$doc" | grep -cE '^ERROR +(driver|devices|config|cdi)\.')"
+fi
 write_bundle '["/bin/true"]' NVIDIA_VISIBLE_DEVICES=all "NVIDIA_REQUIRE_CUDA=cuda>=99.0"
-doc=$("$bin/nvidia-ctk" doctor --bundle "$bundle" --spec-dir "$work/cdi-nctk" 2>&1)
+doc=$("$bin/nvidia-ctk" doctor "${doctor_root[@]}" --bundle "$bundle" --spec-dir "$work/cdi-nctk" 2>&1)
 rc=$?
 check "doctor on a bundle needing CUDA 99: exit status" 1 "$rc"
 check "doctor on a bundle needing CUDA 99: finding" yes "$(printf '%s' "$doc" | grep -q '^ERROR *container.requirements' && echo yes || echo no)"

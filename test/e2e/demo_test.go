@@ -56,3 +56,46 @@ func TestDemoScript(t *testing.T) {
 		}
 	}
 }
+
+// TestRealHostContainersScript runs scripts/check-real-host-containers.sh,
+// made for GPU hosts, on a fixture driver root (--root): every path's
+// container and check, doctor and one round of timing, so that the script
+// a GPU host needs keeps working where no GPU is.
+func TestRealHostContainersScript(t *testing.T) {
+	skipShort(t)
+	e2e.RequireRoot(t)
+	for _, tool := range []string{"runc", "busybox", "gcc"} {
+		e2e.RequireTool(t, tool)
+	}
+	fx := fixture.Build(t, fixture.Spec{GPUs: 2})
+	if !fx.DeviceNodes {
+		t.Skipf("fixture root without device nodes: %s", fx.NoDeviceNodesReason)
+	}
+	bin := filepath.Dir(tool(t, "nctk"))
+	report := filepath.Join(t.TempDir(), "report.md")
+	cmd := exec.Command("bash", "../../scripts/check-real-host-containers.sh", "--root", fx.Path, "--rounds", "1", "--out", report)
+	cmd.Env = append(os.Environ(), "NCTK_BIN="+bin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("check-real-host-containers.sh: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	for _, w := range []string{
+		"ok        legacy all nodes: 2", "ok        legacy none nodes: 0", "ok        legacy void libcuda: 0",
+		"ok        legacy cuda>=99.0 refused: yes", "ok        cdi gpu=0 (nctk --separate-hooks spec) nodes: 1",
+		"ok        jit-cdi all libcuda: 1", "ok        docker --gpus hook nodes: 2",
+		"ok        doctor on a bundle needing CUDA 99: finding: yes", "| plain runc |", "| legacy |",
+		"RESULT: every container got what it asked for",
+	} {
+		if !strings.Contains(text, w) {
+			t.Errorf("report lacks %q:\n%s", w, text)
+		}
+	}
+	if strings.Contains(text, "MISMATCH") {
+		t.Errorf("mismatches:\n%s", text)
+	}
+}
