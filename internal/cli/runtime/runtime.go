@@ -266,8 +266,7 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 		// The device nodes runc will make are all the container's /dev
 		// will hold (LiftOptions.DevicesKnown): config.json's, now that
 		// the edits are in.
-		w.AppProfile = true
-		w.AppProfileMask = gpuMask(doc.Devices(), log.Logger)
+		w.AppProfile = gpuMask(doc.Devices(), log.Logger)
 	}
 	root, err := prepareRootfs(rootPath, w, log.Logger)
 	if err != nil {
@@ -296,11 +295,10 @@ type work struct {
 	Libs         []string
 	Pending      rootfs.Pending
 	Compat       []hookargs.EnableCudaCompat
-	// AppProfile: write the driver application profile for the GPUs of
-	// AppProfileMask (update-application-profile done here; none when the
-	// mask is zero).
-	AppProfile     bool
-	AppProfileMask appprofile.Mask
+	// AppProfile: the GPUs the driver application profile is written for
+	// (update-application-profile done here; nothing written when zero,
+	// as the hook writes nothing for a container without GPU nodes).
+	AppProfile appprofile.Mask
 }
 
 // legacyCompat is the CUDA forward-compatibility step of a plan's own
@@ -357,7 +355,7 @@ func rootWork(p *plan.Plan, own cdispec.OwnHooks) work {
 // to are removed first: the next create after a kill finishes the work and
 // gives the same root as a create that was never interrupted.
 func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) {
-	if len(w.Symlinks) == 0 && len(w.LdconfigDirs) == 0 && len(w.Compat) == 0 && !w.AppProfile {
+	if len(w.Symlinks) == 0 && len(w.LdconfigDirs) == 0 && len(w.Compat) == 0 && w.AppProfile == 0 {
 		return nil, nil
 	}
 	root, err := rootfs.Open(path)
@@ -400,10 +398,8 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 				return fmt.Errorf("CUDA compat libraries in %s: %w", dir, err)
 			}
 		}
-		if w.AppProfile {
-			if err := appprofile.Write(root, w.AppProfileMask); err != nil {
-				return fmt.Errorf("application profile: %w", err)
-			}
+		if err := appprofile.Write(root, w.AppProfile); err != nil {
+			return fmt.Errorf("application profile: %w", err)
 		}
 		return nil
 	}()
@@ -445,7 +441,7 @@ func staleDirs(w work) []string {
 			dirs = append(dirs, d)
 		}
 	}
-	if w.AppProfile && w.AppProfileMask != 0 {
+	if w.AppProfile != 0 {
 		dirs = append(dirs, appprofile.Dir)
 	}
 	return dirs
