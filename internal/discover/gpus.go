@@ -276,7 +276,7 @@ const migMinorsKind = "migminors"
 // migMinorsOf returns the mig-minors entries of the capability nodes in
 // byMinor. The kernel builds that table (about 100 KiB) again for every
 // open, a few milliseconds even for its first lines: the answer is kept
-// in the probe's cache directory (runcache), keyed on the kernel module,
+// in the probe's cache directory (driverprobe.Config.OpenCache), keyed on the kernel module,
 // the boot, the minors asked for and, where the table is not procfs (a
 // fixture), its file identity.
 func (x *discoverer) migMinorsOf(byMinor map[uint32]DeviceNode) (map[string]uint32, error) {
@@ -300,13 +300,12 @@ func (x *discoverer) migMinorsOf(byMinor map[uint32]DeviceNode) (map[string]uint
 // migMinorsCache returns the cache directory and key for the mig-minors
 // answer about byMinor, or nil when it is not cached.
 func (x *discoverer) migMinorsCache(p string, byMinor map[uint32]DeviceNode) (*runcache.Dir, string) {
-	cfg := x.opts.ProbeConfig
-	if cfg.NoCache {
+	dir, note := x.opts.ProbeConfig.OpenCache()
+	if dir == nil {
+		if note != "" {
+			x.log.Debug("MIG capability minors not cached", "reason", note)
+		}
 		return nil, ""
-	}
-	dirName := cfg.CacheDir
-	if dirName == "" {
-		dirName = runcache.DefaultDir(os.Getenv)
 	}
 	k := struct {
 		Path    string           `json:"path"`
@@ -340,11 +339,6 @@ func (x *discoverer) migMinorsCache(p string, byMinor map[uint32]DeviceNode) (*r
 	slices.Sort(k.Minors)
 	key, err := runcache.Key(k)
 	if err != nil {
-		return nil, ""
-	}
-	dir, note := runcache.Open(dirName)
-	if dir == nil {
-		x.log.Debug("MIG capability minors not cached", "reason", note)
 		return nil, ""
 	}
 	return dir, key

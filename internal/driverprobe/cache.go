@@ -19,11 +19,10 @@ type cache struct {
 	key string
 }
 
-// openCache returns the cache slot for req in dir, or nil and the reason
-// the cache cannot be used (runcache.Open says which directories are
-// trusted).
-func openCache(dir string, req Request) (*cache, string) {
-	d, note := runcache.Open(dir)
+// openCache returns the cache slot for req in cfg's cache directory
+// (Config.OpenCache), or nil and the reason the cache cannot be used.
+func openCache(cfg Config, req Request) (*cache, string) {
+	d, note := cfg.OpenCache()
 	if d == nil {
 		return nil, note
 	}

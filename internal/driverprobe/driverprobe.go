@@ -197,6 +197,21 @@ type Config struct {
 	Credential *syscall.Credential
 }
 
+// OpenCache returns the cache directory of these settings (CacheDir, or
+// runcache.DefaultDir when it is ""), checked by runcache.Open: nil and
+// why when it cannot be used, nil and "" with NoCache. The probe keeps its
+// results there, discovery the MIG capability minors.
+func (c Config) OpenCache() (*runcache.Dir, string) {
+	if c.NoCache {
+		return nil, ""
+	}
+	dir := c.CacheDir
+	if dir == "" {
+		dir = runcache.DefaultDir(os.Getenv)
+	}
+	return runcache.Open(dir)
+}
+
 // Probe returns the driver's answers for req, from the cache when the same
 // driver files were probed before, else from a child process. The error
 // is non-nil only when no child could be run or it failed (crash,
@@ -211,19 +226,11 @@ func Probe(ctx context.Context, req Request, cfg Config) (*Result, error) {
 		bus[i] = normalizeBusID(b)
 	}
 	req.BusIDs = bus
-	var c *cache
-	var note string
-	if !cfg.NoCache {
-		dir := cfg.CacheDir
-		if dir == "" {
-			dir = runcache.DefaultDir(os.Getenv)
-		}
-		c, note = openCache(dir, req)
-		if c != nil {
-			if res, ok := c.load(); ok {
-				res.Source = SourceCache
-				return res, nil
-			}
+	c, note := openCache(cfg, req)
+	if c != nil {
+		if res, ok := c.load(); ok {
+			res.Source = SourceCache
+			return res, nil
 		}
 	}
 	res, err := runChild(ctx, req, cfg)

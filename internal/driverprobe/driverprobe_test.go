@@ -233,7 +233,7 @@ func TestCacheDirMustBePrivate(t *testing.T) {
 	}
 	// A corrupt cache file is ignored, not trusted.
 	good := t.TempDir()
-	c, note := openCache(good, Request{Libcuda: lib})
+	c, note := openCache(Config{CacheDir: good}, Request{Libcuda: lib})
 	if c == nil {
 		t.Fatal(note)
 	}
