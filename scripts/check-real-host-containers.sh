@@ -170,6 +170,15 @@ write_bundle() {
 EOF
 }
 
+# add_prestart_hook: what docker --gpus adds to the bundle: the prestart
+# hook, with an explicit minimal environment (its config: legacy.toml).
+add_prestart_hook() {
+	sed -i "s|^ \"hostname\"| \"hooks\": {\"prestart\": [{\"path\": \"$bin/nvidia-container-runtime-hook\", \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"], \"env\": [\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\", \"NVIDIA_CTK_CONFIG_FILE_PATH=$work/legacy.toml\"]}]},\n \"hostname\"|" "$bundle/config.json"
+}
+
+# ask_cdi_all: the bundle asks for nvidia.com/gpu=all instead of all.
+ask_cdi_all() { sed -i 's/"NVIDIA_VISIBLE_DEVICES=all"/"NVIDIA_VISIBLE_DEVICES=nvidia.com\/gpu=all"/' "$bundle/config.json"; }
+
 # write_config NAME MODE SPECDIR: a config.toml for the runtime and hook.
 write_config() {
 	cat >"$work/$1.toml" <<EOF
@@ -268,7 +277,7 @@ say '```'
 	fi
 	# docker --gpus: runc runs the prestart hook.
 	write_bundle "[\"/bin/sh\", \"-c\", \"$probe_json\"]" NVIDIA_VISIBLE_DEVICES=all
-	sed -i "s|^ \"hostname\"| \"hooks\": {\"prestart\": [{\"path\": \"$bin/nvidia-container-runtime-hook\", \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"], \"env\": [\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\", \"NVIDIA_CTK_CONFIG_FILE_PATH=$work/legacy.toml\"]}]},\n \"hostname\"|" "$bundle/config.json"
+	add_prestart_hook
 	rep=$(timeout 120 "$runc_bin" --root "$state" run --bundle "$bundle" c-hook 2>&1) || rep="error=$(printf '%s\n' "$rep" | head -n1)"
 	"$runc_bin" --root "$state" delete --force c-hook >/dev/null 2>&1
 	expect "docker --gpus hook" "$rep" $(gpu_ok "$ngpus")
@@ -326,13 +335,13 @@ if [ "$rounds" -gt 0 ]; then
 			cp "$work/config.pristine.json" "$bundle/config.json"
 			case $p in
 			legacy | cdi)
-				[ $p = cdi ] && sed -i 's/"NVIDIA_VISIBLE_DEVICES=all"/"NVIDIA_VISIBLE_DEVICES=nvidia.com\/gpu=all"/' "$bundle/config.json"
+				[ $p = cdi ] && ask_cdi_all
 				NVIDIA_CTK_CONFIG_FILE_PATH="$work/$p.toml" timed "$p" "$bin/nvidia-container-runtime" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
 			hook)
-				sed -i "s|^ \"hostname\"| \"hooks\": {\"prestart\": [{\"path\": \"$bin/nvidia-container-runtime-hook\", \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"], \"env\": [\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\", \"NVIDIA_CTK_CONFIG_FILE_PATH=$work/legacy.toml\"]}]},\n \"hostname\"|" "$bundle/config.json"
+				add_prestart_hook
 				timed hook "$runc_bin" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
 			nvidia-cdi)
-				sed -i 's/"NVIDIA_VISIBLE_DEVICES=all"/"NVIDIA_VISIBLE_DEVICES=nvidia.com\/gpu=all"/' "$bundle/config.json"
+				ask_cdi_all
 				NVIDIA_CTK_CONFIG_FILE_PATH="$work/cdi-nvh.toml" timed "$p" "$nv_runtime" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
 			esac
 			"$runc_bin" --root "$state" delete --force "t$i-$p" >/dev/null 2>&1

@@ -5,10 +5,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nctk/nctk/internal/appprofile"
-
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/hookargs"
 )
 
