@@ -117,14 +117,14 @@ func TestRuntimeFeatures(t *testing.T) {
 			}, nil)
 			var got []string
 			for _, p := range devicePaths(s) {
-				if slices.ContainsFunc(fixture.FeatureNodes, func(n fixture.FeatureNode) bool { return n.Path == p }) {
+				if slices.ContainsFunc(fixture.FeatureNodes(), func(n fixture.FeatureNode) bool { return n.Path == p }) {
 					got = append(got, p)
 				}
 			}
 			if !reflect.DeepEqual(got, tt.nodes) {
 				t.Errorf("feature nodes %q, want %q", got, tt.nodes)
 			}
-			for _, n := range fixture.FeatureNodes {
+			for _, n := range fixture.FeatureNodes() {
 				if slices.Contains(tt.nodes, n.Path) != allowed(s, n.Major, n.Minor) {
 					t.Errorf("%s: cgroup rule %v, want %v", n.Path, !slices.Contains(tt.nodes, n.Path), slices.Contains(tt.nodes, n.Path))
 				}
