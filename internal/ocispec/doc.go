@@ -311,17 +311,6 @@ func views(v *fullView) (spec, cdi *specs.Spec) {
 	return spec, cdi
 }
 
-// encode renders the tree; HTML characters are left as they are.
-func encode(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
-
 // describe turns a decoding error into a message naming where the input
 // is wrong: line, column and byte offset for syntax errors, the field path
 // for type errors.

@@ -47,8 +47,8 @@
 // (".<name>.nctk-<pid>-<n>"); RemoveStaleTemps removes those of processes
 // that are gone.
 //
-// RunLdconfig (and Ldconfig.Run, on a copy PrepareLdconfig made earlier)
-// runs the host's ldconfig from a sealed memfd copy in a child that has its
+// RunLdconfig (and Ldconfig.Run, on the file PrepareLdconfig opened
+// earlier) runs the host's ldconfig from a sealed memfd copy in a child that has its
 // own mount, PID, IPC, UTS and network namespaces, has pivoted into the
 // container root, sees empty tmpfs over /proc, /sys and /dev, has an empty
 // environment, a reduced capability bounding set, no_new_privs and

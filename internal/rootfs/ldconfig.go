@@ -21,31 +21,52 @@ import (
 // childLdconfig is argv[1] of the re-executed ldconfig sandbox child.
 const childLdconfig = "__nctk-ldconfig"
 
-// Ldconfig is a sealed in-memory copy of the host's ldconfig binary: what is
-// executed is the copy made when it was prepared, which nothing (least of
-// all the container) can modify.
+// Ldconfig is the host's ldconfig binary, opened in the host's mount
+// namespace, and run as a sealed in-memory copy: what is executed is a copy
+// of the file opened when it was prepared, which nothing (least of all the
+// container) can modify. The copy is made on the first Run: most creates
+// prepare it (the image might ship CUDA compat libraries) and never run it,
+// and copying ~1 MB into a memfd and freeing it cost ~2 ms of every such
+// create.
 type Ldconfig struct {
 	path  string
+	src   *os.File // the host file, until the copy is made
 	memfd *os.File
 }
 
-// PrepareLdconfig copies the host ldconfig at hostPath into a sealed memfd.
-// Call it in the host's mount namespace.
+// PrepareLdconfig opens the host ldconfig at hostPath and checks it is a
+// regular file of a plausible size. Call it in the host's mount namespace;
+// Run copies it.
 func PrepareLdconfig(hostPath string) (*Ldconfig, error) {
 	f, err := os.OpenFile(hostPath, os.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open ldconfig: %w", err)
 	}
-	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
+		f.Close()
 		return nil, fmt.Errorf("stat ldconfig %s: %w", hostPath, err)
 	}
 	if !st.Mode().IsRegular() {
+		f.Close()
 		return nil, fmt.Errorf("ldconfig %s: not a regular file", hostPath)
 	}
-	if st.Size() > 64<<20 {
+	if st.Size() > maxLdconfigSize {
+		f.Close()
 		return nil, fmt.Errorf("ldconfig %s: implausibly large (%d bytes)", hostPath, st.Size())
+	}
+	return &Ldconfig{path: hostPath, src: f}, nil
+}
+
+const maxLdconfigSize = 64 << 20
+
+// sealed returns the sealed memfd copy of the file, making it first.
+func (l *Ldconfig) sealed() (*os.File, error) {
+	if l.memfd != nil {
+		return l.memfd, nil
+	}
+	if l.src == nil {
+		return nil, errors.New("run ldconfig: not prepared")
 	}
 	fd, err := unix.MemfdCreate("nctk-ldconfig", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
 	if err == unix.EINVAL {
@@ -53,30 +74,44 @@ func PrepareLdconfig(hostPath string) (*Ldconfig, error) {
 		fd, err = unix.MemfdCreate("nctk-ldconfig", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("copy ldconfig %s: memfd_create: %w", hostPath, err)
+		return nil, fmt.Errorf("copy ldconfig %s: memfd_create: %w", l.path, err)
 	}
 	mf := os.NewFile(uintptr(fd), "memfd:nctk-ldconfig")
-	if _, err := io.Copy(mf, f); err != nil {
+	// At most the size checked when prepared (and one byte more, to see a
+	// file that grew since).
+	if n, err := io.Copy(mf, io.LimitReader(l.src, maxLdconfigSize+1)); err != nil || n > maxLdconfigSize {
 		mf.Close()
-		return nil, fmt.Errorf("copy ldconfig %s: %w", hostPath, err)
+		if err == nil {
+			err = errors.New("implausibly large")
+		}
+		return nil, fmt.Errorf("copy ldconfig %s: %w", l.path, err)
 	}
 	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals|unix.F_SEAL_EXEC); err != nil {
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
 			mf.Close()
-			return nil, fmt.Errorf("seal ldconfig copy of %s: %w", hostPath, err)
+			return nil, fmt.Errorf("seal ldconfig copy of %s: %w", l.path, err)
 		}
 	}
-	return &Ldconfig{path: hostPath, memfd: mf}, nil
+	l.src.Close()
+	l.src, l.memfd = nil, mf
+	return mf, nil
 }
 
-// Close releases the copy.
+// Close releases the file and its copy.
 func (l *Ldconfig) Close() error {
-	if l == nil || l.memfd == nil {
+	if l == nil {
 		return nil
 	}
-	err := l.memfd.Close()
-	l.memfd = nil
+	var err error
+	if l.src != nil {
+		err = l.src.Close()
+		l.src = nil
+	}
+	if l.memfd != nil {
+		err = errors.Join(err, l.memfd.Close())
+		l.memfd = nil
+	}
 	return err
 }
 
@@ -138,7 +173,7 @@ func RunLdconfig(ctx context.Context, rootPath string, dirs []string, opts Ldcon
 // (a path in the calling thread's mount namespace; the child's namespaces
 // are copies of that thread's).
 func (l *Ldconfig) Run(ctx context.Context, rootPath string, dirs []string, opts LdconfigOptions) error {
-	if l == nil || l.memfd == nil {
+	if l == nil {
 		return errors.New("run ldconfig: not prepared")
 	}
 	if err := checkLibDirs(dirs); err != nil {
@@ -154,6 +189,10 @@ func (l *Ldconfig) Run(ctx context.Context, rootPath string, dirs []string, opts
 	cfg, err := json.Marshal(childConfig{Root: rootPath, Dev: st.Dev, Ino: st.Ino, NoPivot: opts.NoPivot, DropIn: opts.ConfDropIn, Dirs: dirs})
 	if err != nil {
 		return fmt.Errorf("run ldconfig: %w", err)
+	}
+	exeCopy, err := l.sealed()
+	if err != nil {
+		return err
 	}
 	timeout := opts.Timeout
 	if timeout <= 0 {
@@ -174,7 +213,7 @@ func (l *Ldconfig) Run(ctx context.Context, rootPath string, dirs []string, opts
 	cmd.Stdin = nil
 	cmd.Stdout = &out
 	cmd.Stderr = &out
-	cmd.ExtraFiles = []*os.File{l.memfd}
+	cmd.ExtraFiles = []*os.File{exeCopy}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
 		Pdeathsig:  syscall.SIGKILL,

@@ -55,8 +55,26 @@ func TestPrepareLdconfig(t *testing.T) {
 	l, err := PrepareLdconfig(d + "/ld")
 	must(t, err)
 	defer l.Close()
+	// Preparing opens the file; the copy is made when first needed.
+	if l.memfd != nil {
+		t.Error("PrepareLdconfig copied ldconfig before it is run")
+	}
+	// What runs is the file as opened: replacing the path afterwards
+	// changes nothing.
+	must(t, os.Rename(d+"/ld", d+"/ld.old"))
+	must(t, os.WriteFile(d+"/ld", []byte("#!/bin/sh\nreplaced\n"), 0o755))
+	mf, err := l.sealed()
+	must(t, err)
+	if again, err := l.sealed(); err != nil || again != mf {
+		t.Errorf("second sealed() = %v, %v: want the same copy", again, err)
+	}
+	got := make([]byte, 64)
+	n, _ := mf.ReadAt(got, 0)
+	if string(got[:n]) != "#!/bin/sh\n" {
+		t.Errorf("copy holds %q, want the file as opened", got[:n])
+	}
 	// The copy is sealed: it cannot be written.
-	if _, err := l.memfd.Write([]byte("x")); err == nil {
+	if _, err := mf.Write([]byte("x")); err == nil {
 		t.Error("sealed ldconfig copy is writable")
 	}
 	if l.path != d+"/ld" {
