@@ -143,6 +143,16 @@ func (r *Root) Symlink(target, link string) error {
 	}
 	defer unix.Close(dfd)
 	for range 4 {
+		// Created first: in a fresh container layer the link is not
+		// there, and a lookup that misses costs what the create costs.
+		err := unix.Symlinkat(target, dfd, name)
+		if err == nil {
+			r.record(undoRemove(dfd, name, false))
+			return nil
+		}
+		if err != unix.EEXIST {
+			return r.errorf(cp, fmt.Errorf("create symlink to %s: %w", target, err))
+		}
 		old, err := readlinkat(dfd, name)
 		switch {
 		case err == nil && old == target:
@@ -162,14 +172,7 @@ func (r *Root) Symlink(target, link string) error {
 		case err != unix.ENOENT:
 			return r.errorf(cp, fmt.Errorf("create symlink: %w", err))
 		}
-		err = unix.Symlinkat(target, dfd, name)
-		if err == nil {
-			r.record(undoRemove(dfd, name, false))
-			return nil
-		}
-		if err != unix.EEXIST {
-			return r.errorf(cp, fmt.Errorf("create symlink to %s: %w", target, err))
-		}
+		// Removed meanwhile: create it again.
 	}
 	return r.errorf(cp, errors.New("create symlink: changed concurrently"))
 }

@@ -219,6 +219,7 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	}
 	ownEnv := specDir("own", nctkBin, "cdi")
 	vs["own"] = wrapper(nctkBin, ownEnv, orig)
+	own := vs["own"] // the in-process runs below use it whatever $NCTK_BENCH_ONLY keeps
 	sepEnv := specDir("sep", nctkBin, "cdi", "--separate-hooks")
 	vs["sep"] = wrapper(nctkBin, sepEnv, orig)
 	vs["native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(ownEnv))}
@@ -273,6 +274,19 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		del(id)
 		dropRootfs()
 		return d
+	}
+
+	// $NCTK_BENCH_ONLY (comma-separated variant names) keeps only those
+	// paths (with plain runc and their floors): for quicker rounds and
+	// profiles of one path.
+	if only := os.Getenv("NCTK_BENCH_ONLY"); only != "" {
+		keep := strings.Split(only, ",")
+		for n := range vs {
+			if n != "runc" && !slices.Contains(keep, n) {
+				delete(vs, n)
+			}
+		}
+		b.Logf("only %q (and runc, floors): $NCTK_BENCH_ONLY", keep)
 	}
 
 	// The config.json each path produces, without its hooks, is its
@@ -367,8 +381,8 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		rt.Exec = func(string, []string, []string) error { return nil }
 		rt.Self = tool(b, "nctk") // the hooks' nvidia-cdi-hook is its link
 		var stderr strings.Builder
-		e := &app.Env{Args: []string{vs["own"].bin, "create", "--bundle", scratch, "x"},
-			Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Environ: vs["own"].env}
+		e := &app.Env{Args: []string{own.bin, "create", "--bundle", scratch, "x"},
+			Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Environ: own.env}
 		start := time.Now()
 		code := rt.Run(e)
 		inproc = append(inproc, time.Since(start))
