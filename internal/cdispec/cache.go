@@ -3,7 +3,6 @@ package cdispec
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -49,7 +48,7 @@ import (
 
 // specCacheVersion changes whenever the cache file's format or meaning
 // changes.
-const specCacheVersion = 2
+const specCacheVersion = 3
 
 // maxSpecCache bounds the cache file read.
 const maxSpecCache = 64 << 20
@@ -104,15 +103,13 @@ func buildIndex(dirs []string) (*specIndex, error) {
 	// The edits as a cache hit gives them: carried through their JSON
 	// encoding (the spec files' entries verbatim, nothing shared with the
 	// library's cache).
-	data, err := json.Marshal(idx)
+	// A copy through the cache format: what a later create decodes from
+	// the file, sharing nothing with the library's cache.
+	data, err := encodeIndex(idx)
 	if err != nil {
-		return nil, fmt.Errorf("encode CDI spec cache: %w", err)
+		return nil, err
 	}
-	var out specIndex
-	if err := json.Unmarshal(data, &out); err != nil {
-		return nil, fmt.Errorf("encode CDI spec cache: %w", err)
-	}
-	return &out, nil
+	return decodeIndex(data)
 }
 
 // resolve merges the edits of names as ResolveCached does: each spec's edits
@@ -183,7 +180,7 @@ func writeStat(b *strings.Builder, st *syscall.Stat_t) {
 // specCachePath is the cache file for dirs in cacheDir.
 func specCachePath(cacheDir string, dirs []string) string {
 	sum := sha256.Sum256([]byte(strings.Join(dirs, "\x00")))
-	return filepath.Join(cacheDir, "cdi-"+hex.EncodeToString(sum[:12])+".json")
+	return filepath.Join(cacheDir, "cdi-"+hex.EncodeToString(sum[:12])+".bin")
 }
 
 // trustedOwner checks that st belongs to the effective user and grants
@@ -235,11 +232,11 @@ func loadIndex(cacheDir string, dirs []string, key string) *specIndex {
 	if err != nil {
 		return nil
 	}
-	var idx specIndex
-	if json.Unmarshal(data, &idx) != nil || idx.Version != specCacheVersion || idx.Key != key || idx.Devices == nil {
+	idx, err := decodeIndex(data)
+	if err != nil || idx.Version != specCacheVersion || idx.Key != key || idx.Devices == nil {
 		return nil
 	}
-	return &idx
+	return idx
 }
 
 // storeIndex writes idx as the cache file for dirs (atomically, mode
@@ -248,9 +245,9 @@ func storeIndex(cacheDir string, dirs []string, idx *specIndex) error {
 	if err := checkCacheDir(cacheDir, true); err != nil {
 		return err
 	}
-	data, err := json.Marshal(idx)
+	data, err := encodeIndex(idx)
 	if err != nil {
-		return fmt.Errorf("encode CDI spec cache: %w", err)
+		return err
 	}
 	if err := atomicfile.WriteFile(specCachePath(cacheDir, dirs), data, atomicfile.Options{Mode: 0o600}); err != nil {
 		return fmt.Errorf("write CDI spec cache: %w", err)

@@ -100,7 +100,7 @@ func TestResolveCached(t *testing.T) {
 	}
 
 	sameResolution(t, dirs, cacheDir, cacheRequests) // writes the cache
-	files, _ := filepath.Glob(filepath.Join(cacheDir, "cdi-*.json"))
+	files, _ := filepath.Glob(filepath.Join(cacheDir, "cdi-*.bin"))
 	if len(files) != 1 {
 		t.Fatalf("cache files %q, want one", files)
 	}
@@ -178,7 +178,7 @@ func TestResolveCachedTrust(t *testing.T) {
 	if _, _, err := ResolveCached(names, dirs, cacheDir); err != nil {
 		t.Fatal(err)
 	}
-	files, _ := filepath.Glob(filepath.Join(cacheDir, "cdi-*.json"))
+	files, _ := filepath.Glob(filepath.Join(cacheDir, "cdi-*.bin"))
 	if len(files) != 1 {
 		t.Fatalf("cache files %q", files)
 	}

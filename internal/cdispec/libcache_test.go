@@ -83,7 +83,7 @@ func TestPlanForLibs(t *testing.T) {
 	if got := libsOf(cacheDir); !reflect.DeepEqual(got, want) {
 		t.Errorf("cache written: %v, want %v", got, want)
 	}
-	files, _ := filepath.Glob(filepath.Join(cacheDir, "cdi-*.json"))
+	files, _ := filepath.Glob(filepath.Join(cacheDir, "cdi-*.bin"))
 	if len(files) != 1 {
 		t.Fatalf("cache files %q, want one", files)
 	}

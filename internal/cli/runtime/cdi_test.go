@@ -216,7 +216,7 @@ func TestCDIModeMatchesCDILibrary(t *testing.T) {
 			if code := h.run("create", "--bundle", bundle, "ctr"); code != 0 {
 				t.Fatalf("exit %d: %s", code, h.stderr.String())
 			}
-			if files, _ := filepath.Glob(filepath.Join(cacheDir, "cdi-*.json")); cached && len(files) != 1 {
+			if files, _ := filepath.Glob(filepath.Join(cacheDir, "cdi-*.bin")); cached && len(files) != 1 {
 				t.Errorf("resolved-spec cache files %q, want one", files)
 			}
 			written := readFile(t, filepath.Join(bundle, "config.json"))
