@@ -177,7 +177,7 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		cfgPath := filepath.Join(dir, "config.toml")
 		cfg := fmt.Sprintf("[nvidia-container-cli]\nroot = %q\npath = %q\nldconfig = \"@/sbin/ldconfig\"\nload-kmods = false\n\n"+
 			"[nvidia-container-runtime]\nmode = %q\nruntimes = [%q]\n\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [%q]\n",
-			host.Root.Path, tool(b, "nvidia-container-cli"), mode, runc, dir)
+			host.Root.Path, filepath.Join(bin, "nvidia-container-cli"), mode, runc, dir)
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 			b.Fatal(err)
 		}
@@ -227,7 +227,12 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	vs["hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
 		spec: withPrestartHook(b, legacySpec, tool(b, "nvidia-container-runtime-hook"), specDirOf(vs["legacy"].env)+"/config.toml")}
 	if base := os.Getenv("NCTK_BENCH_BASELINE_BIN"); base != "" {
+		// The baseline build on the CDI, legacy and --gpus hook paths.
 		vs["base"] = wrapper(base, specDir("base", base, "cdi"), orig)
+		baseLegacy := specDir("base-legacy", base, "legacy")
+		vs["base-legacy"] = wrapper(base, baseLegacy, legacySpec)
+		vs["base-hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
+			spec: withPrestartHook(b, legacySpec, filepath.Join(base, "nvidia-container-runtime-hook"), specDirOf(baseLegacy)+"/config.toml")}
 	} else {
 		b.Log("base: skipped ($NCTK_BENCH_BASELINE_BIN does not name another nctk build)")
 	}
