@@ -115,6 +115,25 @@ func (d *Doc) Devices() []specs.LinuxDevice {
 	return nil
 }
 
+// LoadRootPath is Load(path) then RootPath(bundle), reading root.path
+// alone: the createContainer hooks need nothing else of a config.json
+// that, once an engine has injected a CDI spec, holds dozens of mounts
+// (the whole document is still checked to be one JSON object).
+func LoadRootPath(path, bundle string) (string, error) {
+	data, err := hostfile.ReadFile(path, MaxSize)
+	if err != nil {
+		return "", fmt.Errorf("read OCI spec: %w", err)
+	}
+	var v struct {
+		Root *specs.Root `json:"root"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return "", fmt.Errorf("invalid OCI spec %s: %w", path, describe(data, err))
+	}
+	d := &Doc{name: path, spec: &specs.Spec{Root: v.Root}}
+	return d.RootPath(bundle)
+}
+
 // RootPath is the container's root directory: root.path, joined to bundle
 // (the directory holding config.json) when relative, made absolute and
 // clean. An unset root.path is an error naming the spec.

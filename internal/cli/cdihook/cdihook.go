@@ -58,8 +58,19 @@ const DefaultHostProcDir = "/proc/driver/nvidia"
 // hookEnv is what a hook runs with.
 type hookEnv struct {
 	*app.Env
-	name string
-	log  *slog.Logger
+	name  string
+	log   *slog.Logger
+	roots rootMemo // nil: not in a chain
+}
+
+// rootMemo keeps the container root each spec file (or, for "", the OCI
+// state) gave, for the hooks of one chain: they share one state, and each
+// would otherwise read it and config.json again.
+type rootMemo map[string]rootFound
+
+type rootFound struct {
+	path string
+	err  error
 }
 
 // envBool reads the first set variable of names as a boolean.
@@ -152,9 +163,10 @@ func Main(e *app.Env) int {
 		}
 		shared := *e
 		e = &shared
+		roots := rootMemo{}
 		for _, seg := range chain {
 			e.Stdin = bytes.NewReader(data)
-			if rc := runHook(e, prog, log, seg, ctk); rc != 0 {
+			if rc := runHook(e, prog, log, seg, ctk, roots); rc != 0 {
 				return rc
 			}
 		}
@@ -164,7 +176,7 @@ func Main(e *app.Env) int {
 		fmt.Fprintf(e.Stderr, "%s: warning: no CDI hook specified\n", prog)
 		return 0
 	}
-	return runHook(e, prog, log, chain[0], ctk)
+	return runHook(e, prog, log, chain[0], ctk, nil)
 }
 
 // logFlags are the logging flags given: --debug (-d) and --quiet.
@@ -195,7 +207,7 @@ func firstArg(args []string) string {
 
 // runHook runs one hook invocation: its name and its flags (with
 // nvidia-ctk's global flags too when ctk: run as `nvidia-ctk hook`).
-func runHook(e *app.Env, prog string, lf logFlags, args []string, ctk bool) int {
+func runHook(e *app.Env, prog string, lf logFlags, args []string, ctk bool, roots rootMemo) int {
 	name := args[0]
 	parse := hookargs.Parse
 	if ctk {
@@ -220,7 +232,7 @@ func runHook(e *app.Env, prog string, lf logFlags, args []string, ctk bool) int 
 		f := c.CommonFlags()
 		lf.debug, lf.quiet = lf.debug || f.Debug, lf.quiet || f.Quiet
 	}
-	h := &hookEnv{Env: e, name: prog + " " + name, log: lf.logger(e.Stderr).With("hook", name)}
+	h := &hookEnv{Env: e, name: prog + " " + name, log: lf.logger(e.Stderr).With("hook", name), roots: roots}
 	if err := h.run(hook); err != nil {
 		fmt.Fprintf(e.Stderr, "%s: %s\n", h.name, echo.Error(err))
 		return 1
@@ -276,6 +288,19 @@ func checkState(s request.State) error {
 // containerRoot finds the container's root directory: from the spec file
 // given with --container-spec, else from the OCI state on stdin.
 func (h *hookEnv) containerRoot(specFile string) (string, error) {
+	if h.roots != nil {
+		if f, ok := h.roots[specFile]; ok {
+			return f.path, f.err
+		}
+	}
+	path, err := h.findContainerRoot(specFile)
+	if h.roots != nil {
+		h.roots[specFile] = rootFound{path, err}
+	}
+	return path, err
+}
+
+func (h *hookEnv) findContainerRoot(specFile string) (string, error) {
 	var bundle, specPath string
 	if specFile != "" {
 		specPath = specFile
@@ -304,11 +329,7 @@ func (h *hookEnv) containerRoot(specFile string) (string, error) {
 		}
 		bundle, specPath = st.Bundle, filepath.Join(st.Bundle, "config.json")
 	}
-	doc, err := ocispec.Load(specPath)
-	if err != nil {
-		return "", err
-	}
-	return doc.RootPath(bundle)
+	return ocispec.LoadRootPath(specPath, bundle)
 }
 
 // withRoot runs f on the container root (containerRoot); on error every

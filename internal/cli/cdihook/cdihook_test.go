@@ -176,6 +176,46 @@ func TestContainerRoot(t *testing.T) {
 	}
 }
 
+// TestContainerRootOncePerChain: the hooks of one chain share the state
+// and read config.json once; a hook run alone reads it each time.
+func TestContainerRootOncePerChain(t *testing.T) {
+	b, root := bundle(t)
+	state := stateFor(b)
+	moved := filepath.Join(t.TempDir(), "other-root")
+	for _, chained := range []bool{true, false} {
+		var roots rootMemo
+		if chained {
+			roots = rootMemo{}
+		}
+		h := &hookEnv{Env: &app.Env{Stdin: strings.NewReader(state)}, log: discard(), roots: roots}
+		if got, err := h.containerRoot(""); err != nil || got != root {
+			t.Fatalf("chained %v: first containerRoot = %q, %v; want %q", chained, got, err, root)
+		}
+		// config.json now names another root; the next hook gets the
+		// state again, as Main gives each hook of a chain.
+		cfg := filepath.Join(b, "config.json")
+		orig, err := os.ReadFile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cfg, []byte(`{"ociVersion":"1.2.0","root":{"path":"`+moved+`"}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		h = &hookEnv{Env: &app.Env{Stdin: strings.NewReader(state)}, log: discard(), roots: roots}
+		got, err := h.containerRoot("")
+		want := moved
+		if chained {
+			want = root
+		}
+		if err != nil || got != want {
+			t.Errorf("chained %v: second containerRoot = %q, %v; want %q", chained, got, err, want)
+		}
+		if err := os.WriteFile(cfg, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestUnknownHooksAndUsage(t *testing.T) {
 	tests := []struct {
 		args   []string
