@@ -227,8 +227,11 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	vs["hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
 		spec: withPrestartHook(b, legacySpec, tool(b, "nvidia-container-runtime-hook"), specDirOf(vs["legacy"].env)+"/config.toml")}
 	if base := os.Getenv("NCTK_BENCH_BASELINE_BIN"); base != "" {
-		// The baseline build on the CDI, legacy and --gpus hook paths.
-		vs["base"] = wrapper(base, specDir("base", base, "cdi"), orig)
+		// The baseline build on the CDI (its runtime, and its spec applied
+		// natively), legacy and --gpus hook paths.
+		baseEnv := specDir("base", base, "cdi")
+		vs["base"] = wrapper(base, baseEnv, orig)
+		vs["base-native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(baseEnv))}
 		baseLegacy := specDir("base-legacy", base, "legacy")
 		vs["base-legacy"] = wrapper(base, baseLegacy, legacySpec)
 		vs["base-hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
