@@ -143,13 +143,27 @@ func checkUserMounts(r *rootfs.Root, t *mountTables, paths []plannedPath) error 
 	if err != nil && !errors.Is(err, rootfs.ErrNoMountID) {
 		return err
 	}
+	// Most paths share a directory (the driver's libraries, its tools):
+	// each directory is looked up once (nothing changes meanwhile).
+	type mountAt struct {
+		id  uint64
+		dir string
+		err error
+	}
+	seen := map[string]mountAt{}
 	for _, pp := range paths {
 		if pp.ifMissing {
 			if st, err := r.Lstat(pp.path); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Mode&unix.S_IFMT != unix.S_IFLNK {
 				continue
 			}
 		}
-		id, dir, err := r.MountOf(pp.path)
+		key := path.Dir(path.Clean(pp.path))
+		at, known := seen[key]
+		if !known {
+			at.id, at.dir, at.err = r.MountOf(pp.path)
+			seen[key] = at
+		}
+		id, dir, err := at.id, at.dir, at.err
 		var m mountEntry
 		var ok bool
 		switch {

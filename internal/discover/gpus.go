@@ -307,13 +307,10 @@ func (x *discoverer) migMinorsCache(p string, byMinor map[uint32]DeviceNode) (*r
 		}
 		return nil, ""
 	}
-	k := struct {
-		Path    string           `json:"path"`
-		Module  string           `json:"module"`
-		Boot    string           `json:"boot"`
-		Minors  []uint32         `json:"minors"`
-		Regular *runcache.FileID `json:"file,omitempty"`
-	}{Path: p, Module: x.d.Version}
+	// The key's text: the file, the module, the boot (procfs) or the
+	// file's identity (anything else), the minors asked about.
+	var k strings.Builder
+	fmt.Fprintf(&k, "mig-minors %q module %q", p, x.d.Version)
 	var fs unix.Statfs_t
 	if err := unix.Statfs(p, &fs); err != nil {
 		return nil, ""
@@ -323,7 +320,7 @@ func (x *discoverer) migMinorsCache(p string, byMinor map[uint32]DeviceNode) (*r
 		if err != nil {
 			return nil, ""
 		}
-		k.Regular = &id
+		fmt.Fprintf(&k, " file %d %d %d %d", id.Dev, id.Ino, id.Size, id.Mtime)
 	} else {
 		// A module loaded again after a reboot has the same version;
 		// /run is empty then, but other cache directories need not be.
@@ -331,16 +328,18 @@ func (x *discoverer) migMinorsCache(p string, byMinor map[uint32]DeviceNode) (*r
 		if err != nil {
 			return nil, ""
 		}
-		k.Boot = strings.TrimSpace(string(b))
+		fmt.Fprintf(&k, " boot %q", strings.TrimSpace(string(b)))
 	}
+	minors := make([]uint32, 0, len(byMinor))
 	for m := range byMinor {
-		k.Minors = append(k.Minors, m)
+		minors = append(minors, m)
 	}
-	slices.Sort(k.Minors)
-	key, err := runcache.Key(k)
-	if err != nil {
-		return nil, ""
+	slices.Sort(minors)
+	k.WriteString(" minors")
+	for _, m := range minors {
+		k.WriteString(" " + strconv.FormatUint(uint64(m), 10))
 	}
+	key := runcache.KeyOf(k.String())
 	return dir, key
 }
 

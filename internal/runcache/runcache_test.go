@@ -41,6 +41,24 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+func TestKeyOf(t *testing.T) {
+	a, b := KeyOf("mig-minors module 580 minors 1 2"), KeyOf("mig-minors module 580 minors 1 3")
+	if a == b || a != KeyOf("mig-minors module 580 minors 1 2") || len(a) != 64 {
+		t.Errorf("KeyOf: %q, %q: want distinct, stable, 64 hex digits", a, b)
+	}
+	d, note := Open(t.TempDir())
+	if d == nil {
+		t.Fatal(note)
+	}
+	if err := d.Store("kind", a, 7); err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if !d.Load("kind", a, &v) || v != 7 || d.Load("kind", b, &v) {
+		t.Errorf("Load under KeyOf keys: %d", v)
+	}
+}
+
 func TestStoreLoad(t *testing.T) {
 	d, note := Open(t.TempDir())
 	if d == nil {
