@@ -224,24 +224,15 @@ func (r *cacheReader) fail(err error) {
 	r.b = nil
 }
 
-func (r *cacheReader) uint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, k := binary.Uvarint(r.b)
-	if k <= 0 {
-		r.fail(errors.New("truncated or overlong integer"))
-		return 0
-	}
-	r.b = r.b[k:]
-	return v
-}
+func (r *cacheReader) uint() uint64 { return readVarint(r, binary.Uvarint) }
+func (r *cacheReader) int() int64   { return readVarint(r, binary.Varint) }
 
-func (r *cacheReader) int() int64 {
+// readVarint reads one integer with decode (binary.Uvarint or Varint).
+func readVarint[T uint64 | int64](r *cacheReader, decode func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, k := binary.Varint(r.b)
+	v, k := decode(r.b)
 	if k <= 0 {
 		r.fail(errors.New("truncated or overlong integer"))
 		return 0
@@ -274,12 +265,15 @@ func (r *cacheReader) str() string {
 	return s
 }
 
-func (r *cacheReader) bool() bool {
+func (r *cacheReader) bool() bool { return r.flag("boolean") }
+
+// flag reads a 0 or 1 (what: the kind of value, for the error).
+func (r *cacheReader) flag(what string) bool {
 	switch v := r.uint(); v {
 	case 0, 1:
 		return v == 1
 	default:
-		r.fail(fmt.Errorf("%d is no boolean", v))
+		r.fail(fmt.Errorf("%d is no %s", v, what))
 		return false
 	}
 }
@@ -299,15 +293,7 @@ func (r *cacheReader) n() (n int, ok bool) {
 }
 
 // ptr reads a pointer's presence.
-func (r *cacheReader) ptr() bool {
-	switch v := r.uint(); v {
-	case 0, 1:
-		return v == 1
-	default:
-		r.fail(fmt.Errorf("%d is no presence mark", v))
-		return false
-	}
-}
+func (r *cacheReader) ptr() bool { return r.flag("presence mark") }
 
 func (r *cacheReader) strs() []string {
 	n, ok := r.n()
