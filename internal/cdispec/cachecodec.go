@@ -53,16 +53,8 @@ func encodeIndex(idx *specIndex) ([]byte, error) {
 	w.strs(idx.Errors)
 	w.n(len(idx.Libs), idx.Libs == nil)
 	for _, p := range slices.Sorted(maps.Keys(idx.Libs)) {
-		l := idx.Libs[p]
 		w.str(p)
-		w.uint(l.Dev)
-		w.uint(l.Ino)
-		w.int(l.Size)
-		w.int(l.Mtime)
-		w.int(l.Ctime)
-		w.str(l.SONAME)
-		w.int(int64(l.Flags))
-		w.bool(l.NotLib)
+		w.lib(idx.Libs[p])
 	}
 	back, err := decodeIndex(w.b)
 	if err != nil || !reflect.DeepEqual(back, idx) {
@@ -99,8 +91,7 @@ func decodeIndex(data []byte) (*specIndex, error) {
 		idx.Libs = make(map[string]cachedLib, n)
 		for range n {
 			p := r.str()
-			idx.Libs[p] = cachedLib{Dev: r.uint(), Ino: r.uint(), Size: r.int(), Mtime: r.int(), Ctime: r.int(),
-				SONAME: r.str(), Flags: int32(r.int()), NotLib: r.bool()}
+			idx.Libs[p] = r.lib()
 		}
 	}
 	if r.err == nil && len(r.b) != 0 {
@@ -143,6 +134,17 @@ func (w *cacheWriter) strs(l []string) {
 }
 
 func (w *cacheWriter) ptr(present bool) { w.n(0, !present) }
+
+func (w *cacheWriter) lib(l cachedLib) {
+	w.uint(l.Dev)
+	w.uint(l.Ino)
+	w.int(l.Size)
+	w.int(l.Mtime)
+	w.int(l.Ctime)
+	w.str(l.SONAME)
+	w.int(int64(l.Flags))
+	w.bool(l.NotLib)
+}
 
 func (w *cacheWriter) edits(e *cdispecs.ContainerEdits) {
 	w.strs(e.Env)
@@ -290,6 +292,11 @@ func (r *cacheReader) n() (n int, ok bool) {
 		return 0, false
 	}
 	return int(v - 1), true
+}
+
+func (r *cacheReader) lib() cachedLib {
+	return cachedLib{Dev: r.uint(), Ino: r.uint(), Size: r.int(), Mtime: r.int(), Ctime: r.int(),
+		SONAME: r.str(), Flags: int32(r.int()), NotLib: r.bool()}
 }
 
 // ptr reads a pointer's presence.

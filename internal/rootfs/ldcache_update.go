@@ -116,13 +116,26 @@ type fileID struct{ dev, ino uint64 }
 // libScan holds what UpdateLdCache opened or learnt so far: directory
 // descriptors by path, and inspected libraries by file.
 type libScan struct {
-	dirs map[string]int
-	libs map[fileID]ldcache.Library
+	dirs  map[string]int
+	libs  map[fileID]ldcache.Library
+	facts LibFacts // nil: none
 }
 
-func newLibScan() libScan {
-	return libScan{dirs: map[string]int{}, libs: map[fileID]ldcache.Library{}}
+func (r *Root) newLibScan() libScan {
+	return libScan{dirs: map[string]int{}, libs: map[fileID]ldcache.Library{}, facts: r.libFacts}
 }
+
+// LibFacts remember what inspecting library files found, by file identity
+// (cdispec.LibFacts keeps them across processes): Library answers for a
+// file it knows (found), Learn records an inspection.
+type LibFacts interface {
+	Library(st *unix.Stat_t) (lib ldcache.Library, isLib, found bool)
+	Learn(st *unix.Stat_t, lib ldcache.Library, isLib bool)
+}
+
+// UseLibFacts makes UpdateLdCache ask f before reading a library's ELF
+// headers, and tell it what it read.
+func (r *Root) UseLibFacts(f LibFacts) { r.libFacts = f }
 
 func (s *libScan) close() {
 	for _, fd := range s.dirs {
@@ -138,7 +151,7 @@ const readFlags = unix.O_RDONLY | unix.O_NOCTTY | unix.O_NONBLOCK
 // none) exist: paths they provide are followed by pendingLibrary, the
 // others are the image's (libraryEntry).
 func (r *Root) libraryEntries(libs []string, mounts map[string]PendingFile, links map[string]string) ([]ldcache.DirEntry, error) {
-	sc := newLibScan()
+	sc := r.newLibScan()
 	defer sc.close()
 	out := make([]ldcache.DirEntry, 0, len(libs))
 	for _, l := range libs {
@@ -244,14 +257,28 @@ func (sc *libScan) inspect(fd int) (ldcache.Library, bool, error) {
 	if lib, seen := sc.libs[id]; seen {
 		return lib, true, nil
 	}
+	if sc.facts != nil {
+		if lib, isLib, found := sc.facts.Library(&st); found {
+			if isLib {
+				sc.libs[id] = lib
+			}
+			return lib, isLib, nil
+		}
+	}
 	lib, err := ldcache.Inspect(fdReader(fd), st.Size)
 	if errors.Is(err, ldcache.ErrNotLibrary) {
+		if sc.facts != nil {
+			sc.facts.Learn(&st, ldcache.Library{}, false)
+		}
 		return ldcache.Library{}, false, nil
 	}
 	if err != nil {
 		return ldcache.Library{}, false, err
 	}
 	sc.libs[id] = lib
+	if sc.facts != nil {
+		sc.facts.Learn(&st, lib, true)
+	}
 	return lib, true, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/hostfile"
 	"github.com/nctk/nctk/internal/ldcache"
+	"golang.org/x/sys/unix"
 )
 
 // cacheEntries returns the ELF entries of class in c whose key starts with
@@ -443,5 +444,83 @@ func TestImageSystemDirs(t *testing.T) {
 		if got := imageSystemDirs(tc.debian, tc.arch); !slices.Equal(got, tc.want) {
 			t.Errorf("imageSystemDirs(%v, %s) = %v, want %v", tc.debian, tc.arch, got, tc.want)
 		}
+	}
+}
+
+// fakeFacts is a LibFacts answering from a map by inode, recording what
+// it was taught.
+type fakeFacts struct {
+	known  map[uint64]ldcache.Library
+	learnt map[uint64]ldcache.Library
+}
+
+func (f *fakeFacts) Library(st *unix.Stat_t) (ldcache.Library, bool, bool) {
+	lib, ok := f.known[st.Ino]
+	return lib, ok, ok
+}
+
+func (f *fakeFacts) Learn(st *unix.Stat_t, lib ldcache.Library, isLib bool) {
+	if isLib {
+		f.learnt[st.Ino] = lib
+	}
+}
+
+// TestUpdateLdCacheLibFacts: with UseLibFacts, a library the facts know
+// is not read (the cache records what they say), and what is read is
+// taught to them.
+func TestUpdateLdCacheLibFacts(t *testing.T) {
+	root := t.TempDir()
+	libDir := "/usr/lib/x86_64-linux-gnu"
+	for _, d := range []string{libDir, "etc"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	libs := injectDriver(t, root, libDir)
+	var cuda, other string
+	for _, l := range libs {
+		if strings.HasPrefix(path.Base(l), "libcuda.so.") && cuda == "" {
+			cuda = l
+		} else if other == "" && !strings.HasPrefix(path.Base(l), "libcuda.so") {
+			other = l
+		}
+	}
+	if cuda == "" || other == "" {
+		t.Fatalf("fixture libraries %q: no libcuda and another", libs)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(root, cuda), &st); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeFacts{known: map[uint64]ldcache.Library{st.Ino: {SONAME: "libfromfacts.so.9", Flags: ldcache.FlagELFLibc6 | 0x0300}},
+		learnt: map[uint64]ldcache.Library{}}
+	r, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.UseLibFacts(f)
+	if err := r.UpdateLdCache(libs, []string{libDir}, nil); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "etc/ld.so.cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ldcache.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cacheEntries(c, ldcache.Class64, "libfromfacts.so.9"); len(got) != 1 {
+		t.Errorf("the facts' SONAME for %s is not in the cache: %+v", cuda, got)
+	}
+	if got := cacheEntries(c, ldcache.Class64, "libcuda.so.1"); len(got) != 0 {
+		t.Errorf("%s was read although the facts knew it: %+v", cuda, got)
+	}
+	if err := syscall.Stat(filepath.Join(root, other), &st); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := f.learnt[st.Ino]; !ok || len(f.learnt) == 0 {
+		t.Errorf("the facts were not taught %s: %v", other, f.learnt)
 	}
 }

@@ -41,6 +41,9 @@ type Root struct {
 	// legacyMount forces mounts through /proc/self/fd (tests; old kernels).
 	legacyMount bool
 	journal     []undo
+	// libFacts answer for library files UpdateLdCache would inspect (nil:
+	// none; UseLibFacts).
+	libFacts LibFacts
 }
 
 // Open opens the container root at path (a host path, or a path in the

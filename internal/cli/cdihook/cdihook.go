@@ -37,6 +37,7 @@ import (
 	"strings"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/cudacompat"
 	"github.com/nctk/nctk/internal/echo"
@@ -436,14 +437,23 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 		return err
 	}
 	if len(u.Libs) > 0 {
+		// The libraries are the spec's bind mounts of host files: what
+		// their ELF headers say is known from an earlier container
+		// (cdispec.LibFacts, in the host's /run: createContainer hooks run
+		// before the container's pivot_root).
+		facts := cdispec.OpenLibFacts(cdispec.DefaultCacheDir(h.Getenv))
 		err := h.withRootAt(root, func(r *rootfs.Root) error {
 			h.removeStale(r, "/etc", "/etc/ld.so.conf.d")
+			r.UseLibFacts(facts)
 			if err := r.UpdateLdCache(u.Libs, u.Folders, h.log); err != nil {
 				return err
 			}
 			return cudacompat.Promote(r, h.log)
 		})
 		if err == nil {
+			if err := facts.Save(); err != nil {
+				h.log.Debug("library facts not kept", "error", err)
+			}
 			return nil
 		}
 		h.log.Warn("in-process ld.so.cache update failed; running ldconfig", "error", err)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/request"
@@ -387,6 +388,15 @@ func testUpdateLdcache(t *testing.T, inProcess, fallback bool) {
 	}
 	if conf, _ := os.ReadFile(root + "/etc/ld.so.conf.d/00-nctk.conf"); !strings.Contains(string(conf), "/usr/local/nvidia/lib64") {
 		t.Errorf("drop-in = %q", conf)
+	}
+	if inProcess && !fallback {
+		// What the library's ELF headers say is kept for the next
+		// container, by the file's identity, in the CDI cache directory.
+		var st unix.Stat_t
+		must(t, unix.Stat(root+"/usr/local/nvidia/lib64/"+filepath.Base(matches[0]), &st))
+		if lib, isLib, found := cdispec.OpenLibFacts(cdispec.DefaultCacheDir(os.Getenv)).Library(&st); !found || !isLib || lib.SONAME != "libz.so.1" {
+			t.Errorf("library facts for %s: %+v, isLib %v, found %v", matches[0], lib, isLib, found)
+		}
 	}
 }
 

@@ -58,7 +58,6 @@ import (
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
-	"github.com/nctk/nctk/internal/runcache"
 	"github.com/nctk/nctk/internal/version"
 )
 
@@ -89,23 +88,12 @@ type Runtime struct {
 	// CDICacheDir is where CDI mode caches the resolved spec files
 	// (cdispec.ResolveCached), so that a create reads one small file
 	// instead of loading every spec; "" for no cache. New sets it to
-	// defaultCDICacheDir.
+	// cdispec.DefaultCacheDir.
 	CDICacheDir string
 	// ModeOverride, when set, replaces config.toml's
 	// nvidia-container-runtime.mode (nvidia-container-runtime.cdi and
 	// .legacy, as NVIDIA installs them).
 	ModeOverride string
-}
-
-// defaultCDICacheDir returns the resolved-spec cache directory: "cdi" in
-// the driver probe's cache directory (/run/nctk for root,
-// $XDG_RUNTIME_DIR/nctk for other users; "" when neither applies).
-func defaultCDICacheDir(getenv func(string) string) string {
-	d := runcache.DefaultDir(getenv)
-	if d == "" {
-		return ""
-	}
-	return filepath.Join(d, "cdi")
 }
 
 // defaultProcDriverDir is where a loaded NVIDIA kernel driver shows in the
@@ -121,7 +109,7 @@ func New() *Runtime {
 		Exec:        syscall.Exec,
 		Self:        self,
 		Version:     version.String(),
-		CDICacheDir: defaultCDICacheDir(os.Getenv),
+		CDICacheDir: cdispec.DefaultCacheDir(os.Getenv),
 	}
 }
 
