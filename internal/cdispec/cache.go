@@ -213,23 +213,8 @@ func checkCacheDir(cacheDir string, create bool) error {
 // loadIndex reads the cache file for dirs when it is trusted and its key
 // is key; nil otherwise.
 func loadIndex(cacheDir string, dirs []string, key string) *specIndex {
-	if checkCacheDir(cacheDir, false) != nil {
-		return nil
-	}
-	// A plain descriptor and one read of the file's size: no poller
-	// registration, no growing buffer (this runs on every create).
-	path := specCachePath(cacheDir, dirs)
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil
-	}
-	defer syscall.Close(fd)
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || !trustedOwner(&st) {
-		return nil
-	}
-	data, err := hostfile.ReadFD(fd, path, maxSpecCache)
-	if err != nil {
+	data, ok := readTrusted(cacheDir, specCachePath(cacheDir, dirs))
+	if !ok {
 		return nil
 	}
 	idx, err := decodeIndex(data)
@@ -237,6 +222,27 @@ func loadIndex(cacheDir string, dirs []string, key string) *specIndex {
 		return nil
 	}
 	return idx
+}
+
+// readTrusted reads the cache file at path in cacheDir when both are
+// trusted (see above); ok is false otherwise, or when it cannot be read.
+func readTrusted(cacheDir, path string) (data []byte, ok bool) {
+	if checkCacheDir(cacheDir, false) != nil {
+		return nil, false
+	}
+	// A plain descriptor and one read of the file's size: no poller
+	// registration, no growing buffer (this runs on every create).
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, false
+	}
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || !trustedOwner(&st) {
+		return nil, false
+	}
+	data, err = hostfile.ReadFD(fd, path, maxSpecCache)
+	return data, err == nil
 }
 
 // storeIndex writes idx as the cache file for dirs (atomically, mode

@@ -7,12 +7,10 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/atomicfile"
-	"github.com/nctk/nctk/internal/hostfile"
 	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/runcache"
 )
@@ -70,21 +68,8 @@ func OpenLibFacts(cacheDir string) *LibFacts {
 		return nil
 	}
 	f := &LibFacts{dir: cacheDir, byID: map[libID]cachedLib{}}
-	if checkCacheDir(cacheDir, false) != nil {
-		return f
-	}
-	path := filepath.Join(cacheDir, libFactsFile)
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return f
-	}
-	defer syscall.Close(fd)
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || !trustedOwner(&st) {
-		return f
-	}
-	data, err := hostfile.ReadFD(fd, path, maxSpecCache)
-	if err != nil {
+	data, ok := readTrusted(cacheDir, filepath.Join(cacheDir, libFactsFile))
+	if !ok {
 		return f
 	}
 	if libs, err := decodeLibFacts(data); err == nil {
