@@ -31,16 +31,31 @@ func (x *discoverer) gpus() error {
 		}
 		return fmt.Errorf("list GPUs: %w", err)
 	}
-	var gpus []GPU
+	names := make([]string, 0, len(ents))
 	for _, e := range ents {
-		info := path.Join(dir, e.Name(), procfs.InformationFile)
-		gi, err := readProc(x.procLoc(path.Join(procfs.GPUsDir, e.Name(), procfs.InformationFile)), procfs.ParseGPUInformation)
-		if err != nil {
-			if isNotExist(err) {
-				x.warn("GPU %s: no information file %s", e.Name(), info)
-				continue
+		names = append(names, e.Name())
+	}
+	cache, key := x.gpuInfoCache(names)
+	var infos map[string]procfs.GPUInfo
+	if cache == nil || !cache.Load(gpuInfoKind, key, &infos) || len(infos) != len(names) {
+		infos = nil
+	}
+	learnt := map[string]procfs.GPUInfo{}
+	var gpus []GPU
+	for _, name := range names {
+		info := path.Join(dir, name, procfs.InformationFile)
+		gi, known := infos[name]
+		if !known {
+			var err error
+			gi, err = readProc(x.procLoc(path.Join(procfs.GPUsDir, name, procfs.InformationFile)), procfs.ParseGPUInformation)
+			if err != nil {
+				if isNotExist(err) {
+					x.warn("GPU %s: no information file %s", name, info)
+					continue
+				}
+				return fmt.Errorf("read GPU information: %w", err)
 			}
-			return fmt.Errorf("read GPU information: %w", err)
+			learnt[name] = gi
 		}
 		if gi.Excluded {
 			x.warn("GPU %s is excluded by the driver (NVreg_ExcludedGpus); skipping it", gi.BusID)
@@ -51,9 +66,16 @@ func (x *discoverer) gpus() error {
 			UUID:       gi.UUID,
 			BusID:      gi.BusID,
 			Model:      gi.Model,
-			ProcDir:    path.Join(procfs.GPUsDir, e.Name()),
+			ProcDir:    path.Join(procfs.GPUsDir, name),
 			MIGCapsDir: fmt.Sprintf("%s/gpu%d", procfs.CapabilitiesDir, gi.Minor),
 		})
+	}
+	// Kept when every GPU's file was read: the next discovery reads none
+	// while the same files are there (see gpuInfoCache).
+	if cache != nil && infos == nil && len(learnt) == len(names) && len(names) > 0 {
+		if err := cache.Store(gpuInfoKind, key, learnt); err != nil {
+			x.log.Debug("GPU information not cached", "err", err)
+		}
 	}
 	slices.SortFunc(gpus, func(a, b GPU) int { return strings.Compare(a.BusID, b.BusID) })
 	for i := range gpus {
@@ -268,6 +290,63 @@ func (x *discoverer) imexChannels() error {
 	}
 	slices.SortFunc(x.d.IMEXChannels, func(a, b DeviceNode) int { return int(a.Minor) - int(b.Minor) })
 	return nil
+}
+
+// gpuInfoKind names the GPUs' information entries in the cache.
+const gpuInfoKind = "gpuinfo"
+
+// gpuInfoCache returns the cache directory and key for the information
+// files of the GPU directories names, or nil when they are not cached.
+// The driver writes each file once, when it probes the GPU: on an H100 host
+// reading one costs ~0.7 ms (the driver asks the GPU), per GPU and per
+// create. The key is the module version, and for procfs the boot, the
+// module's load (the inode of /sys/module/nvidia, which sysfs numbers anew
+// on every load) and each file's inode. Files that are not procfs (fixture
+// roots) cost nothing worth caching and are read (tests cache them, keyed
+// on each file's identity: device, inode, size, mtime, ctime).
+func (x *discoverer) gpuInfoCache(names []string) (*runcache.Dir, string) {
+	if len(names) == 0 {
+		return nil, ""
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(x.procAt(procfs.GPUsDir), &fs); err != nil {
+		return nil, ""
+	}
+	dir, note := x.opts.ProbeConfig.OpenCache()
+	if dir == nil {
+		if note != "" {
+			x.log.Debug("GPU information not cached", "reason", note)
+		}
+		return nil, ""
+	}
+	var k strings.Builder
+	fmt.Fprintf(&k, "gpu-information module %q", x.d.Version)
+	procFS := fs.Type == unix.PROC_SUPER_MAGIC
+	if !procFS && !x.opts.cacheRegularGPUInfo {
+		return nil, ""
+	}
+	if procFS {
+		b, err := os.ReadFile(x.procAt("/proc/sys/kernel/random/boot_id"))
+		if err != nil {
+			return nil, ""
+		}
+		var mod unix.Stat_t
+		if err := unix.Stat("/sys/module/nvidia", &mod); err != nil {
+			return nil, ""
+		}
+		fmt.Fprintf(&k, " boot %q load %d.%d", strings.TrimSpace(string(b)), mod.Dev, mod.Ino)
+	}
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := x.procLoc(path.Join(procfs.GPUsDir, name, procfs.InformationFile)).stat(&st); err != nil {
+			return nil, ""
+		}
+		fmt.Fprintf(&k, " %q %d.%d", name, st.Dev, st.Ino)
+		if !procFS {
+			fmt.Fprintf(&k, " %d %d %d", st.Size, st.Mtim.Nano(), st.Ctim.Nano())
+		}
+	}
+	return dir, runcache.KeyOf(k.String())
 }
 
 // migMinorsKind names the MIG capability minors' entries in the cache.

@@ -850,3 +850,85 @@ func TestMIGMinorsCached(t *testing.T) {
 		t.Errorf("%d cache files, want 2", n)
 	}
 }
+
+// TestGPUInformationCached: the GPUs' information files are read once
+// while they are the same files (the run cache keeps what they said), and
+// again once one changed; NoCache reads them every time.
+func TestGPUInformationCached(t *testing.T) {
+	m := newMiniRoot(t)
+	m.driver("535.261.03")
+	m.writeCache()
+	m.chardev("/dev/nvidiactl", 195, 255)
+	m.gpu("0000:41:00.0", 0, "GPU-00000000-0000-0000-0000-000000000041")
+	m.chardev("/dev/nvidia0", 195, 0)
+	m.gpu("0000:42:00.0", 1, "GPU-00000000-0000-0000-0000-000000000042")
+	m.chardev("/dev/nvidia1", 195, 1)
+	cache := t.TempDir()
+	cacheRegular := false
+	run := func(noCache bool) *Driver {
+		t.Helper()
+		d, err := m.discover(func(o *Options) {
+			o.ProbeConfig.CacheDir, o.ProbeConfig.NoCache, o.cacheRegularGPUInfo = cache, noCache, cacheRegular
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	entries := func() []string {
+		t.Helper()
+		e, err := filepath.Glob(filepath.Join(cache, gpuInfoKind+"-*.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	uuids := func(d *Driver) string {
+		var out []string
+		for _, g := range d.GPUs {
+			out = append(out, g.UUID)
+		}
+		return strings.Join(out, " ")
+	}
+	const both = "GPU-00000000-0000-0000-0000-000000000041 GPU-00000000-0000-0000-0000-000000000042"
+	if d := run(true); uuids(d) != both || len(entries()) != 0 {
+		t.Fatalf("NoCache: GPUs %s, cache files %q", uuids(d), entries())
+	}
+	// Files that are not procfs are read, not cached (but in tests).
+	if d := run(false); uuids(d) != both || len(entries()) != 0 {
+		t.Fatalf("regular files: GPUs %s, cache files %q", uuids(d), entries())
+	}
+	cacheRegular = true
+	if d := run(false); uuids(d) != both {
+		t.Fatalf("GPUs %s", uuids(d))
+	}
+	files := entries()
+	if len(files) != 1 {
+		t.Fatalf("cache files %q, want one", files)
+	}
+	// An entry saying something else for the same key is what the next
+	// discovery reports: it read no information file.
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := strings.ReplaceAll(string(data), "000000000042", "0000000000ff")
+	if forged == string(data) {
+		t.Fatalf("unexpected cache entry %s", data)
+	}
+	if err := os.WriteFile(files[0], []byte(forged), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if d := run(false); !strings.HasSuffix(uuids(d), "0000000000ff") {
+		t.Errorf("cached entry not used: GPUs %s", uuids(d))
+	}
+	// A GPU's file written again (another driver load): read again.
+	m.gpu("0000:42:00.0", 1, "GPU-00000000-0000-0000-0000-000000000043")
+	if d := run(false); !strings.HasSuffix(uuids(d), "000000000043") {
+		t.Errorf("stale entry used after an information file changed: GPUs %s", uuids(d))
+	}
+	if d := run(true); !strings.HasSuffix(uuids(d), "000000000043") {
+		t.Errorf("NoCache: GPUs %s", uuids(d))
+	}
+}
+
