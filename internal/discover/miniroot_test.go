@@ -931,4 +931,3 @@ func TestGPUInformationCached(t *testing.T) {
 		t.Errorf("NoCache: GPUs %s", uuids(d))
 	}
 }
-
