@@ -299,9 +299,9 @@ const gpuInfoKind = "gpuinfo"
 // files of the GPU directories names, or nil when they are not cached.
 // The driver writes each file once, when it probes the GPU: on an H100 host
 // reading one costs ~0.7 ms (the driver asks the GPU), per GPU and per
-// create. The key is the module version, and for procfs the boot, the
-// module's load (the inode of /sys/module/nvidia, which sysfs numbers anew
-// on every load) and each file's inode. Files that are not procfs (fixture
+// create. The key is the module version, and for procfs the module's load
+// (moduleLoad: the boot and the inode of /sys/module/nvidia, which sysfs
+// numbers anew on every load) and each file's inode. Files that are not procfs (fixture
 // roots) cost nothing worth caching and are read (tests cache them, keyed
 // on each file's identity: device, inode, size, mtime, ctime).
 func (x *discoverer) gpuInfoCache(names []string) (*runcache.Dir, string) {
@@ -326,15 +326,11 @@ func (x *discoverer) gpuInfoCache(names []string) (*runcache.Dir, string) {
 		return nil, ""
 	}
 	if procFS {
-		b, err := os.ReadFile(x.procAt("/proc/sys/kernel/random/boot_id"))
-		if err != nil {
+		load, ok := moduleLoad()
+		if !ok {
 			return nil, ""
 		}
-		var mod unix.Stat_t
-		if err := unix.Stat("/sys/module/nvidia", &mod); err != nil {
-			return nil, ""
-		}
-		fmt.Fprintf(&k, " boot %q load %d.%d", strings.TrimSpace(string(b)), mod.Dev, mod.Ino)
+		k.WriteString(" " + load)
 	}
 	for _, name := range names {
 		var st unix.Stat_t

@@ -18,6 +18,10 @@ type identity struct {
 	// version what it said.
 	versionPath string
 	version     string
+	// load is the module's load (moduleLoad) when discovery read the
+	// version from procfs: then Verify compares it instead of reading
+	// the version file again (~0.7 ms on an H100 host).
+	load string
 	// ldcache is the host path of the ld.so.cache searched.
 	ldcache string
 }
@@ -31,7 +35,7 @@ type pinnedID struct {
 
 // identity returns what Verify compares for this discovery.
 func (x *discoverer) identity() *identity {
-	id := &identity{versionPath: x.procPath(procfs.VersionPath), version: x.d.Version, ldcache: x.ldcache}
+	id := &identity{versionPath: x.procPath(procfs.VersionPath), version: x.d.Version, ldcache: x.ldcache, load: x.load}
 	for _, p := range x.pins {
 		if p.id != (fileID{}) {
 			id.pins = append(id.pins, pinnedID{path: p.path, id: p.id})
@@ -81,12 +85,20 @@ func (d *Driver) Verify(paths []string) error {
 				return changed(p.path, "was replaced by another directory")
 			}
 		}
-		v, err := procfs.ReadVersion(id.versionPath)
-		if err != nil {
-			return changed(id.versionPath, "cannot be read any more: "+errReason(err))
-		}
-		if v.NVRM != id.version {
-			return changed(id.versionPath, fmt.Sprintf("now says kernel module %s, not %s", v.NVRM, id.version))
+		if id.load != "" {
+			// The same load of the module: the same version (and no
+			// reload of it meanwhile).
+			if now, ok := moduleLoad(); !ok || now != id.load {
+				return changed(id.versionPath, "belongs to another load of the kernel module (unloaded or loaded again)")
+			}
+		} else {
+			v, err := procfs.ReadVersion(id.versionPath)
+			if err != nil {
+				return changed(id.versionPath, "cannot be read any more: "+errReason(err))
+			}
+			if v.NVRM != id.version {
+				return changed(id.versionPath, fmt.Sprintf("now says kernel module %s, not %s", v.NVRM, id.version))
+			}
 		}
 	}
 	for _, p := range paths {

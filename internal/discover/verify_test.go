@@ -206,6 +206,20 @@ func TestVerify(t *testing.T) {
 			reason: "now says kernel module 999.10.01",
 		},
 		{
+			// On procfs discovery records the module's load and Verify
+			// compares it (no second read of the version file); a
+			// load that is not the current one is a change.
+			name: "another load of the kernel module",
+			change: func(t *testing.T, root string, d *Driver) {
+				if d.ident.load != "" {
+					t.Fatalf("a fixture root (no procfs) recorded a module load %q", d.ident.load)
+				}
+				d.ident.load = "boot 00000000-0000-0000-0000-000000000000 load 0.1"
+			},
+			path:   func(root string, _ *Driver) string { return filepath.Join(root, "proc/driver/nvidia/version") },
+			reason: "another load of the kernel module",
+		},
+		{
 			name: "a planned library removed",
 			change: func(t *testing.T, _ string, d *Driver) {
 				if err := os.Remove(d.Libraries[0].HostPath); err != nil {
