@@ -326,9 +326,12 @@ func (x *discoverer) gpuInfoCache(names []string) (*runcache.Dir, string) {
 		return nil, ""
 	}
 	if procFS {
-		load, ok := moduleLoad()
-		if !ok {
-			return nil, ""
+		load := x.load // known when the version came from procfs too
+		if load == "" {
+			var ok bool
+			if load, ok = moduleLoad(); !ok {
+				return nil, ""
+			}
 		}
 		k.WriteString(" " + load)
 	}
