@@ -118,6 +118,11 @@ type Options struct {
 	// LdconfigExe overrides the binary re-executed as the ldconfig sandbox
 	// (tests); "" is this binary.
 	LdconfigExe string
+	// LibFacts, when set, answer for the driver's library files before
+	// their ELF headers are read for the ld.so.cache, and learn what was
+	// read (cdispec.LibFacts). Apply only asks and tells, in memory; the
+	// caller reads and writes them, in the host's mount namespace.
+	LibFacts rootfs.LibFacts
 
 	// hooks are test seams (nil outside this package's tests; a pointer
 	// keeps Options comparable).
@@ -264,6 +269,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 				// The driver's libraries go into the image's ld.so.cache
 				// in process, inside the root, as the runtime does: no
 				// ldconfig process, no sandbox (~10 ms less per start).
+				r.UseLibFacts(opts.LibFacts)
 				return r.UpdateLdCache(p.LdcacheLibs(), p.LdconfigDirs, log)
 			}
 			// A newer CUDA compat libcuda in the image: the host ldconfig

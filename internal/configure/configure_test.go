@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -515,5 +516,53 @@ func BenchmarkApplyNoLdconfig(b *testing.B) {
 		c := startContainer(b, true)
 		b.StartTimer()
 		must(b, Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, Options{}))
+	}
+}
+
+// inodeFacts is a rootfs.LibFacts answering for inodes it knows and
+// recording those it is taught.
+type inodeFacts struct {
+	known  map[uint64]ldcache.Library
+	learnt map[uint64]bool
+}
+
+func (f *inodeFacts) Library(st *unix.Stat_t) (ldcache.Library, bool, bool) {
+	lib, ok := f.known[st.Ino]
+	return lib, ok, ok
+}
+
+func (f *inodeFacts) Learn(st *unix.Stat_t, _ ldcache.Library, _ bool) { f.learnt[st.Ino] = true }
+
+// TestApplyLibFacts: with Options.LibFacts, the container's ld.so.cache
+// records what they say about a driver library (its headers are not
+// read), and they are taught what was read.
+func TestApplyLibFacts(t *testing.T) {
+	for _, known := range []bool{false, true} {
+		c := startContainer(t, true)
+		d := newDriver(t)
+		var st unix.Stat_t
+		must(t, unix.Stat(d.lib, &st))
+		f := &inodeFacts{known: map[uint64]ldcache.Library{}, learnt: map[uint64]bool{}}
+		if known {
+			f.known[st.Ino] = ldcache.Library{SONAME: "libfromfacts.so.7", Flags: ldcache.FlagELFLibc6 | 0x0300}
+		}
+		must(t, Apply(context.Background(), d.plan(), Container{PID: c.pid, Rootfs: c.rootfs}, Options{LibFacts: f}))
+		cacheData, err := os.ReadFile(c.inside("/etc/ld.so.cache"))
+		must(t, err)
+		entries, err := ldcache.Parse(cacheData)
+		must(t, err)
+		var keys []string
+		for _, e := range entries.Entries {
+			keys = append(keys, e.Key)
+		}
+		if got := slices.Contains(keys, "libfromfacts.so.7"); got != known {
+			t.Errorf("facts know the library: %v; the cache has their SONAME: %v (%q)", known, got, keys)
+		}
+		if got := slices.Contains(keys, d.soname); got == known {
+			t.Errorf("facts know the library: %v; the cache has its own SONAME %s: %v", known, d.soname, got)
+		}
+		if !known && !f.learnt[st.Ino] {
+			t.Errorf("the facts were not taught %s: %v", d.lib, f.learnt)
+		}
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/configure"
@@ -241,7 +243,21 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	if res.Driver != nil {
 		opts.DriverVersion = res.Driver.Version
 	}
-	return steps.apply(ctx, res.Plan, c, opts) // a *phase.Error
+	// What the driver libraries' ELF headers say, kept by file identity
+	// with nvidia-cdi-hook's (the same host files in every container): read
+	// and written here, outside the container's mount namespace.
+	var facts *cdispec.LibFacts
+	if pc := job.Driver.ProbeConfig; !pc.NoCache && pc.CacheDir != "" {
+		facts = cdispec.OpenLibFacts(filepath.Join(pc.CacheDir, "cdi"))
+		opts.LibFacts = facts
+	}
+	if err := steps.apply(ctx, res.Plan, c, opts); err != nil {
+		return err // a *phase.Error
+	}
+	if err := facts.Save(); err != nil {
+		log.Debug("library facts not kept", "error", err)
+	}
+	return nil
 }
 
 // containerTarget detects the image's library layout through the

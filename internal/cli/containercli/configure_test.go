@@ -15,6 +15,7 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/configure"
@@ -24,6 +25,7 @@ import (
 	"github.com/nctk/nctk/internal/planner"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/requirements"
+	"github.com/nctk/nctk/internal/runcache"
 	"github.com/nctk/nctk/internal/selector"
 )
 
@@ -132,6 +134,12 @@ func TestConfigureCommandLine(t *testing.T) {
 	want := configure.Options{NoCgroups: true, Ldconfig: config.Ldconfig{Path: "/sbin/ldconfig", Host: true}, NoPivot: true, CUDACompatMode: "ldconfig", DriverVersion: "535.261.03"}
 	got := r.opts
 	got.Log = nil
+	// The library facts: the run cache's (when there is one), read and
+	// written by the CLI around Apply.
+	if _, ok := got.LibFacts.(*cdispec.LibFacts); !ok && runcache.DefaultDir(os.Getenv) != "" {
+		t.Errorf("options.LibFacts = %#v, want the run cache's library facts", got.LibFacts)
+	}
+	got.LibFacts = nil
 	if got != want {
 		t.Errorf("options = %+v, want %+v", got, want)
 	}
