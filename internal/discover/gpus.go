@@ -5,7 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"os"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -14,8 +14,6 @@ import (
 	"github.com/nctk/nctk/internal/devnum"
 	"github.com/nctk/nctk/internal/hostfile"
 	"github.com/nctk/nctk/internal/procfs"
-	"github.com/nctk/nctk/internal/runcache"
-	"golang.org/x/sys/unix"
 )
 
 // gpus enumerates /proc/driver/nvidia/gpus/*/information, orders the GPUs
@@ -35,19 +33,25 @@ func (x *discoverer) gpus() error {
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
-	cache, key := x.gpuInfoCache(names)
+	files := make([]string, len(names))
+	for i, name := range names {
+		files[i] = path.Join(procfs.GPUsDir, name, procfs.InformationFile)
+	}
+	// Each file costs ~0.7 ms on an H100 host (the driver asks the GPU),
+	// per GPU and per create: kept in the run cache (procCache).
+	cache, key := x.procCache(gpuInfoKind, files, "")
 	var infos map[string]procfs.GPUInfo
 	if cache == nil || !cache.Load(gpuInfoKind, key, &infos) || len(infos) != len(names) {
 		infos = nil
 	}
 	learnt := map[string]procfs.GPUInfo{}
 	var gpus []GPU
-	for _, name := range names {
+	for i, name := range names {
 		info := path.Join(dir, name, procfs.InformationFile)
 		gi, known := infos[name]
 		if !known {
 			var err error
-			gi, err = readProc(x.procLoc(path.Join(procfs.GPUsDir, name, procfs.InformationFile)), procfs.ParseGPUInformation)
+			gi, err = readProc(x.procLoc(files[i]), procfs.ParseGPUInformation)
 			if err != nil {
 				if isNotExist(err) {
 					x.warn("GPU %s: no information file %s", name, info)
@@ -71,7 +75,7 @@ func (x *discoverer) gpus() error {
 		})
 	}
 	// Kept when every GPU's file was read: the next discovery reads none
-	// while the same files are there (see gpuInfoCache).
+	// while the same files are there.
 	if cache != nil && infos == nil && len(learnt) == len(names) && len(names) > 0 {
 		if err := cache.Store(gpuInfoKind, key, learnt); err != nil {
 			x.log.Debug("GPU information not cached", "err", err)
@@ -292,133 +296,21 @@ func (x *discoverer) imexChannels() error {
 	return nil
 }
 
-// gpuInfoKind names the GPUs' information entries in the cache.
-const gpuInfoKind = "gpuinfo"
-
-// gpuInfoCache returns the cache directory and key for the information
-// files of the GPU directories names, or nil when they are not cached.
-// The driver writes each file once, when it probes the GPU: on an H100 host
-// reading one costs ~0.7 ms (the driver asks the GPU), per GPU and per
-// create. The key is the module version, and for procfs the module's load
-// (moduleLoad: the boot and the inode of /sys/module/nvidia, which sysfs
-// numbers anew on every load) and each file's inode. Files that are not procfs (fixture
-// roots) cost nothing worth caching and are read (tests cache them, keyed
-// on each file's identity: device, inode, size, mtime, ctime).
-func (x *discoverer) gpuInfoCache(names []string) (*runcache.Dir, string) {
-	if len(names) == 0 {
-		return nil, ""
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(x.procAt(procfs.GPUsDir), &fs); err != nil {
-		return nil, ""
-	}
-	dir, note := x.opts.ProbeConfig.OpenCache()
-	if dir == nil {
-		if note != "" {
-			x.log.Debug("GPU information not cached", "reason", note)
-		}
-		return nil, ""
-	}
-	var k strings.Builder
-	fmt.Fprintf(&k, "gpu-information module %q", x.d.Version)
-	procFS := fs.Type == unix.PROC_SUPER_MAGIC
-	if !procFS && !x.opts.cacheRegularGPUInfo {
-		return nil, ""
-	}
-	if procFS {
-		load := x.load // known when the version came from procfs too
-		if load == "" {
-			var ok bool
-			if load, ok = moduleLoad(); !ok {
-				return nil, ""
-			}
-		}
-		k.WriteString(" " + load)
-	}
-	for _, name := range names {
-		var st unix.Stat_t
-		if err := x.procLoc(path.Join(procfs.GPUsDir, name, procfs.InformationFile)).stat(&st); err != nil {
-			return nil, ""
-		}
-		fmt.Fprintf(&k, " %q %d.%d", name, st.Dev, st.Ino)
-		if !procFS {
-			fmt.Fprintf(&k, " %d %d %d", st.Size, st.Mtim.Nano(), st.Ctim.Nano())
-		}
-	}
-	return dir, runcache.KeyOf(k.String())
-}
-
-// migMinorsKind names the MIG capability minors' entries in the cache.
-const migMinorsKind = "migminors"
-
 // migMinorsOf returns the mig-minors entries of the capability nodes in
 // byMinor. The kernel builds that table (about 100 KiB) again for every
 // open, a few milliseconds even for its first lines: the answer is kept
-// in the probe's cache directory (driverprobe.Config.OpenCache), keyed on the kernel module,
-// the boot, the minors asked for and, where the table is not procfs (a
-// fixture), its file identity.
+// in the run cache (procCache), keyed also on the minors asked for.
 func (x *discoverer) migMinorsOf(byMinor map[uint32]DeviceNode) (map[string]uint32, error) {
-	p := x.procAt(procfs.MIGMinorsPath)
-	dir, key := x.migMinorsCache(p, byMinor)
-	if dir != nil {
-		var m map[string]uint32
-		if dir.Load(migMinorsKind, key, &m) {
-			return m, nil
-		}
-	}
-	m, err := readMIGMinorsOf(p, func(m uint32) bool { _, ok := byMinor[m]; return ok }, len(byMinor))
-	if err == nil && dir != nil {
-		if err := dir.Store(migMinorsKind, key, m); err != nil {
-			x.log.Debug("MIG capability minors not cached", "err", err)
-		}
-	}
-	return m, err
-}
-
-// migMinorsCache returns the cache directory and key for the mig-minors
-// answer about byMinor, or nil when it is not cached.
-func (x *discoverer) migMinorsCache(p string, byMinor map[uint32]DeviceNode) (*runcache.Dir, string) {
-	dir, note := x.opts.ProbeConfig.OpenCache()
-	if dir == nil {
-		if note != "" {
-			x.log.Debug("MIG capability minors not cached", "reason", note)
-		}
-		return nil, ""
-	}
-	// The key's text: the file, the module, the boot (procfs) or the
-	// file's identity (anything else), the minors asked about.
-	var k strings.Builder
-	fmt.Fprintf(&k, "mig-minors %q module %q", p, x.d.Version)
-	var fs unix.Statfs_t
-	if err := unix.Statfs(p, &fs); err != nil {
-		return nil, ""
-	}
-	if fs.Type != unix.PROC_SUPER_MAGIC {
-		id, err := runcache.Identify(p)
-		if err != nil {
-			return nil, ""
-		}
-		fmt.Fprintf(&k, " file %d %d %d %d", id.Dev, id.Ino, id.Size, id.Mtime)
-	} else {
-		// A module loaded again after a reboot has the same version;
-		// /run is empty then, but other cache directories need not be.
-		b, err := os.ReadFile(x.procAt("/proc/sys/kernel/random/boot_id"))
-		if err != nil {
-			return nil, ""
-		}
-		fmt.Fprintf(&k, " boot %q", strings.TrimSpace(string(b)))
-	}
-	minors := make([]uint32, 0, len(byMinor))
-	for m := range byMinor {
-		minors = append(minors, m)
-	}
-	slices.Sort(minors)
-	k.WriteString(" minors")
+	minors := slices.Sorted(maps.Keys(byMinor))
+	var asked strings.Builder
+	asked.WriteString("minors")
 	for _, m := range minors {
-		k.WriteString(" " + strconv.FormatUint(uint64(m), 10))
+		asked.WriteString(" " + strconv.FormatUint(uint64(m), 10))
 	}
-	key := runcache.KeyOf(k.String())
-	return dir, key
+	dir, key := x.procCache(migMinorsKind, []string{procfs.MIGMinorsPath}, asked.String())
+	return loadOrRead(x, dir, migMinorsKind, key, func() (map[string]uint32, error) {
+		return readMIGMinorsOf(x.procAt(procfs.MIGMinorsPath), func(m uint32) bool { _, ok := byMinor[m]; return ok }, len(byMinor))
+	})
 }
 
 // maxMIGMinorsBytes bounds how much of the mig-minors file is read (about

@@ -801,7 +801,10 @@ func TestMIGMinorsCached(t *testing.T) {
 	cache := t.TempDir()
 	run := func(noCache bool) *Driver {
 		t.Helper()
-		d, err := m.discover(func(o *Options) { o.ProbeConfig.CacheDir, o.ProbeConfig.NoCache = cache, noCache })
+		// The fixture's table is a regular file: cached as procfs would be.
+		d, err := m.discover(func(o *Options) {
+			o.ProbeConfig.CacheDir, o.ProbeConfig.NoCache, o.cacheRegularProc = cache, noCache, true
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -868,7 +871,7 @@ func TestGPUInformationCached(t *testing.T) {
 	run := func(noCache bool) *Driver {
 		t.Helper()
 		d, err := m.discover(func(o *Options) {
-			o.ProbeConfig.CacheDir, o.ProbeConfig.NoCache, o.cacheRegularGPUInfo = cache, noCache, cacheRegular
+			o.ProbeConfig.CacheDir, o.ProbeConfig.NoCache, o.cacheRegularProc = cache, noCache, cacheRegular
 		})
 		if err != nil {
 			t.Fatal(err)

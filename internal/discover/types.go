@@ -68,10 +68,10 @@ type Options struct {
 	// Logger receives debug records: what was selected, skipped, missing
 	// (NVIDIA's CLI writes the same into its --debug log). nil discards.
 	Logger *slog.Logger
-	// cacheRegularGPUInfo caches GPU information files that are not procfs
-	// too (tests: fixture roots have no procfs, and reading their files
-	// costs nothing worth caching).
-	cacheRegularGPUInfo bool
+	// cacheRegularProc makes procCache cache proc files that are not
+	// procfs too (tests: fixture roots have no procfs, and reading their
+	// files costs nothing worth caching).
+	cacheRegularProc bool
 }
 
 // Source says where a value came from.
