@@ -100,16 +100,11 @@ func buildIndex(dirs []string) (*specIndex, error) {
 		}
 		idx.Devices[n] = indexedDevice{Spec: i, Edits: d.ContainerEdits}
 	}
-	// The edits as a cache hit gives them: carried through their JSON
-	// encoding (the spec files' entries verbatim, nothing shared with the
+	// The edits as a cache hit gives them: a copy through the cache
+	// format (the spec files' entries verbatim, nothing shared with the
 	// library's cache).
-	// A copy through the cache format: what a later create decodes from
-	// the file, sharing nothing with the library's cache.
-	data, err := encodeIndex(idx)
-	if err != nil {
-		return nil, err
-	}
-	return decodeIndex(data)
+	_, back, err := encodeChecked(idx)
+	return back, err
 }
 
 // resolve merges the edits of names as ResolveCached does: each spec's edits

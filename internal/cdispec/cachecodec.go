@@ -1,6 +1,7 @@
 package cdispec
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -35,6 +36,13 @@ var errNotCacheable = errors.New("CDI spec cache: edits the cache format does no
 
 // encodeIndex returns idx in the cache format.
 func encodeIndex(idx *specIndex) ([]byte, error) {
+	data, _, err := encodeChecked(idx)
+	return data, err
+}
+
+// encodeChecked returns idx in the cache format and what decoding that
+// gives (equal to idx: a copy sharing nothing with it).
+func encodeChecked(idx *specIndex) ([]byte, *specIndex, error) {
 	var w cacheWriter
 	w.b = append(make([]byte, 0, 32<<10), cacheMagic...)
 	w.int(int64(idx.Version))
@@ -58,18 +66,18 @@ func encodeIndex(idx *specIndex) ([]byte, error) {
 	}
 	back, err := decodeIndex(w.b)
 	if err != nil || !reflect.DeepEqual(back, idx) {
-		return nil, errNotCacheable
+		return nil, nil, errNotCacheable
 	}
-	return w.b, nil
+	return w.b, back, nil
 }
 
 // decodeIndex parses data written by encodeIndex; any other content is
 // an error (the caller then loads the specs).
 func decodeIndex(data []byte) (*specIndex, error) {
-	if len(data) < len(cacheMagic) || string(data[:len(cacheMagic)]) != cacheMagic {
-		return nil, errors.New("not a CDI spec cache file")
+	r, err := newCacheReader(data, cacheMagic, "CDI spec cache file")
+	if err != nil {
+		return nil, err
 	}
-	r := cacheReader{b: data[len(cacheMagic):]}
 	idx := &specIndex{Version: int(r.int()), Key: r.str()}
 	if n, ok := r.n(); ok {
 		idx.Specs = make([]cdispecs.ContainerEdits, n)
@@ -94,11 +102,8 @@ func decodeIndex(data []byte) (*specIndex, error) {
 			idx.Libs[p] = r.lib()
 		}
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.err = fmt.Errorf("%d bytes of trailing data", len(r.b))
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("CDI spec cache file: %w", r.err)
+	if err := r.finish("CDI spec cache file"); err != nil {
+		return nil, err
 	}
 	return idx, nil
 }
@@ -217,6 +222,28 @@ func (w *cacheWriter) edits(e *cdispecs.ContainerEdits) {
 type cacheReader struct {
 	b   []byte
 	err error
+}
+
+// newCacheReader reads data after its magic line (what names the file
+// kind in errors).
+func newCacheReader(data []byte, magic, what string) (*cacheReader, error) {
+	rest, ok := bytes.CutPrefix(data, []byte(magic))
+	if !ok {
+		return nil, fmt.Errorf("not a %s", what)
+	}
+	return &cacheReader{b: rest}, nil
+}
+
+// finish returns the first error of the reads, or an error when data is
+// left over.
+func (r *cacheReader) finish(what string) error {
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%d bytes of trailing data", len(r.b))
+	}
+	if r.err != nil {
+		return fmt.Errorf("%s: %w", what, r.err)
+	}
+	return nil
 }
 
 func (r *cacheReader) fail(err error) {

@@ -40,8 +40,19 @@ func (l *cachedLib) setIdentity(st *unix.Stat_t) {
 
 // sameFile reports whether st is the file l was read from.
 func (l *cachedLib) sameFile(st *unix.Stat_t) bool {
-	return st.Mode&unix.S_IFMT == unix.S_IFREG && st.Dev == l.Dev && st.Ino == l.Ino && st.Size == l.Size &&
-		st.Mtim.Nano() == l.Mtime && st.Ctim.Nano() == l.Ctime
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && l.id() == idOf(st)
+}
+
+// libID is a file's identity as cachedLib keeps it.
+type libID struct {
+	dev, ino           uint64
+	size, mtime, ctime int64
+}
+
+func (l *cachedLib) id() libID { return libID{l.Dev, l.Ino, l.Size, l.Mtime, l.Ctime} }
+
+func idOf(st *unix.Stat_t) libID {
+	return libID{st.Dev, st.Ino, st.Size, st.Mtim.Nano(), st.Ctim.Nano()}
 }
 
 // libMounts calls f with the host path of each bind mount of e whose file

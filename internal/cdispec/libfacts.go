@@ -2,7 +2,6 @@ package cdispec
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -34,15 +33,6 @@ type LibFacts struct {
 	added bool
 }
 
-type libID struct {
-	dev, ino           uint64
-	size, mtime, ctime int64
-}
-
-func idOf(st *unix.Stat_t) libID {
-	return libID{st.Dev, st.Ino, st.Size, st.Mtim.Nano(), st.Ctim.Nano()}
-}
-
 const (
 	libFactsMagic   = "nctk-lib-facts\n"
 	libFactsVersion = 1
@@ -53,13 +43,19 @@ const (
 )
 
 // DefaultCacheDir is the CDI cache directory (the resolved-spec caches,
-// the library facts): "cdi" in the run cache directory
-// (runcache.DefaultDir), "" when there is none.
+// the library facts) in the default run cache directory
+// (runcache.DefaultDir); "" when there is none.
 func DefaultCacheDir(getenv func(string) string) string {
-	if d := runcache.DefaultDir(getenv); d != "" {
-		return filepath.Join(d, "cdi")
+	return CacheDirIn(runcache.DefaultDir(getenv))
+}
+
+// CacheDirIn is the CDI cache directory in the run cache directory
+// runDir: its "cdi" subdirectory; "" for "".
+func CacheDirIn(runDir string) string {
+	if runDir == "" {
+		return ""
 	}
-	return ""
+	return filepath.Join(runDir, "cdi")
 }
 
 // OpenLibFacts reads the table in cacheDir; "" (no cache) gives nil.
@@ -74,7 +70,7 @@ func OpenLibFacts(cacheDir string) *LibFacts {
 	}
 	if libs, err := decodeLibFacts(data); err == nil {
 		for _, l := range libs {
-			f.byID[libID{l.Dev, l.Ino, l.Size, l.Mtime, l.Ctime}] = l
+			f.byID[l.id()] = l
 		}
 	}
 	return f
@@ -147,10 +143,10 @@ func encodeLibFacts(libs []cachedLib) []byte {
 }
 
 func decodeLibFacts(data []byte) ([]cachedLib, error) {
-	if len(data) < len(libFactsMagic) || string(data[:len(libFactsMagic)]) != libFactsMagic {
-		return nil, errors.New("not a library facts file")
+	r, err := newCacheReader(data, libFactsMagic, "library facts file")
+	if err != nil {
+		return nil, err
 	}
-	r := cacheReader{b: data[len(libFactsMagic):]}
 	if v := r.int(); r.err == nil && v != libFactsVersion {
 		return nil, fmt.Errorf("library facts version %d, want %d", v, libFactsVersion)
 	}
@@ -159,11 +155,8 @@ func decodeLibFacts(data []byte) ([]cachedLib, error) {
 	for i := range libs {
 		libs[i] = r.lib()
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.err = fmt.Errorf("%d bytes of trailing data", len(r.b))
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("library facts file: %w", r.err)
+	if err := r.finish("library facts file"); err != nil {
+		return nil, err
 	}
 	return libs, nil
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path"
-	"path/filepath"
 	"strconv"
 
 	"github.com/nctk/nctk/internal/app"
@@ -248,7 +247,7 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	// and written here, outside the container's mount namespace.
 	var facts *cdispec.LibFacts
 	if pc := job.Driver.ProbeConfig; !pc.NoCache && pc.CacheDir != "" {
-		facts = cdispec.OpenLibFacts(filepath.Join(pc.CacheDir, "cdi"))
+		facts = cdispec.OpenLibFacts(cdispec.CacheDirIn(pc.CacheDir))
 		opts.LibFacts = facts
 	}
 	if err := steps.apply(ctx, res.Plan, c, opts); err != nil {
