@@ -77,9 +77,9 @@ func (l *Ldconfig) sealed() (*os.File, error) {
 		return nil, fmt.Errorf("copy ldconfig %s: memfd_create: %w", l.path, err)
 	}
 	mf := os.NewFile(uintptr(fd), "memfd:nctk-ldconfig")
-	// At most the size checked when prepared (and one byte more, to see a
-	// file that grew since).
-	if n, err := io.Copy(mf, io.LimitReader(l.src, maxLdconfigSize+1)); err != nil || n > maxLdconfigSize {
+	// From the start whatever an earlier failed copy read, and at most the
+	// size checked when prepared (one byte more shows a file that grew).
+	if n, err := io.Copy(mf, io.NewSectionReader(l.src, 0, maxLdconfigSize+1)); err != nil || n > maxLdconfigSize {
 		mf.Close()
 		if err == nil {
 			err = errors.New("implausibly large")
