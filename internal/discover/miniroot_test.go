@@ -798,26 +798,9 @@ func TestMIGMinorsCached(t *testing.T) {
 	m.chardev("/dev/nvidia-caps/nvidia-cap1", 241, 1)
 	m.chardev("/dev/nvidia-caps/nvidia-cap2", 241, 2)
 	m.file("/proc/driver/nvidia-caps/mig-minors", "config 1\nmonitor 2\n", 0o444)
-	cache := t.TempDir()
-	run := func(noCache bool) *Driver {
-		t.Helper()
-		// The fixture's table is a regular file: cached as procfs would be.
-		d, err := m.discover(func(o *Options) {
-			o.ProbeConfig.CacheDir, o.ProbeConfig.NoCache, o.cacheRegularProc = cache, noCache, true
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	entries := func() []string {
-		t.Helper()
-		e, err := filepath.Glob(filepath.Join(cache, migMinorsKind+"-*.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
+	// The fixture's table is a regular file: cached as procfs would be.
+	c := &cachedRuns{t: t, m: m, dir: t.TempDir(), regular: true}
+	run, entries := c.run, func() []string { return c.entries(migMinorsKind) }
 	if d := run(true); d.MIGConfig.Minor != 1 || len(entries()) != 0 {
 		t.Fatalf("NoCache: config %+v, cache files %q", d.MIGConfig, entries())
 	}
@@ -866,26 +849,8 @@ func TestGPUInformationCached(t *testing.T) {
 	m.chardev("/dev/nvidia0", 195, 0)
 	m.gpu("0000:42:00.0", 1, "GPU-00000000-0000-0000-0000-000000000042")
 	m.chardev("/dev/nvidia1", 195, 1)
-	cache := t.TempDir()
-	cacheRegular := false
-	run := func(noCache bool) *Driver {
-		t.Helper()
-		d, err := m.discover(func(o *Options) {
-			o.ProbeConfig.CacheDir, o.ProbeConfig.NoCache, o.cacheRegularProc = cache, noCache, cacheRegular
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	entries := func() []string {
-		t.Helper()
-		e, err := filepath.Glob(filepath.Join(cache, gpuInfoKind+"-*.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
+	c := &cachedRuns{t: t, m: m, dir: t.TempDir()}
+	run, entries := c.run, func() []string { return c.entries(gpuInfoKind) }
 	uuids := func(d *Driver) string {
 		var out []string
 		for _, g := range d.GPUs {
@@ -901,7 +866,7 @@ func TestGPUInformationCached(t *testing.T) {
 	if d := run(false); uuids(d) != both || len(entries()) != 0 {
 		t.Fatalf("regular files: GPUs %s, cache files %q", uuids(d), entries())
 	}
-	cacheRegular = true
+	c.regular = true
 	if d := run(false); uuids(d) != both {
 		t.Fatalf("GPUs %s", uuids(d))
 	}
@@ -934,3 +899,36 @@ func TestGPUInformationCached(t *testing.T) {
 		t.Errorf("NoCache: GPUs %s", uuids(d))
 	}
 }
+
+// cachedRuns discovers a mini root with the run cache in dir.
+type cachedRuns struct {
+	t   *testing.T
+	m   *miniRoot
+	dir string
+	// regular caches the fixture's proc files (regular files) as procfs
+	// files are.
+	regular bool
+}
+
+// run discovers, reading and writing the cache unless noCache.
+func (c *cachedRuns) run(noCache bool) *Driver {
+	c.t.Helper()
+	d, err := c.m.discover(func(o *Options) {
+		o.ProbeConfig.CacheDir, o.ProbeConfig.NoCache, o.cacheRegularProc = c.dir, noCache, c.regular
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return d
+}
+
+// entries are the cache files of kind.
+func (c *cachedRuns) entries(kind string) []string {
+	c.t.Helper()
+	e, err := filepath.Glob(filepath.Join(c.dir, kind+"-*.json"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return e
+}
+
