@@ -931,4 +931,3 @@ func (c *cachedRuns) entries(kind string) []string {
 	}
 	return e
 }
-
