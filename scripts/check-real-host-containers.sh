@@ -93,15 +93,8 @@ cleanup() {
 }
 trap cleanup EXIT
 fail=0
-say() { printf '%s\n' "$*" | tee -a "$report"; }
-check() { # check WHAT WANT GOT
-	if [ "$2" = "$3" ]; then
-		say "ok        $1: $3"
-	else
-		say "MISMATCH  $1: want '$2', got '$3'"
-		fail=1
-	fi
-}
+# shellcheck source=lib/report.sh
+. "$repo/scripts/lib/report.sh"
 
 if [ -n "$root" ]; then
 	ngpus=$(find "$root/proc/driver/nvidia/gpus" -mindepth 1 -maxdepth 1 | grep -c .)

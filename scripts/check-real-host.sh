@@ -66,15 +66,9 @@ fi
 report=$(mktemp)
 trap 'rm -f "$report"' EXIT
 fail=0
-say() { printf '%s\n' "$*" | tee -a "$report"; }
-check() { # check WHAT NVIDIA_SMI_VALUE NCTK_VALUE
-	if [ "$2" = "$3" ]; then
-		say "ok        $1: $2"
-	else
-		say "MISMATCH  $1: nvidia-smi '$2', nctk '$3'"
-		fail=1
-	fi
-}
+want_label=nvidia-smi got_label=nctk # check WHAT NVIDIA_SMI_VALUE NCTK_VALUE
+# shellcheck source=lib/report.sh
+. "$here/lib/report.sh"
 
 say "# nctk vs nvidia-smi on $(hostname)"
 say ""
