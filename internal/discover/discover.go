@@ -16,6 +16,7 @@ import (
 	"github.com/nctk/nctk/internal/hostfile"
 	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/procfs"
+	"github.com/nctk/nctk/internal/runcache"
 )
 
 // Default locations, inside the driver root.
@@ -49,8 +50,11 @@ type discoverer struct {
 	cache   *ldcache.Cache // its entries (nil before libraries)
 	// load is the kernel module's load (moduleLoad) once procCache met the
 	// proc root as procfs; "" otherwise.
-	load   string
-	elfBuf [4096]byte // scratch for ELF header reads
+	load string
+	// rc is the run cache directory once runCache opened it (rcOpened).
+	rc       *runcache.Dir
+	rcOpened bool
+	elfBuf   [4096]byte // scratch for ELF header reads
 }
 
 // Discover finds the NVIDIA driver, GPUs, device nodes and driver files

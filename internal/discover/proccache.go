@@ -43,11 +43,8 @@ func (x *discoverer) procCache(what string, paths []string, extra string) (*runc
 	if (procFS && x.load == "") || (!procFS && !x.opts.cacheRegularProc) {
 		return nil, ""
 	}
-	dir, note := x.opts.ProbeConfig.OpenCache()
+	dir := x.runCache()
 	if dir == nil {
-		if note != "" {
-			x.log.Debug(what+" not cached", "reason", note)
-		}
 		return nil, ""
 	}
 	var k strings.Builder
@@ -67,6 +64,19 @@ func (x *discoverer) procCache(what string, paths []string, extra string) (*runc
 	}
 	k.WriteString(" " + extra)
 	return dir, runcache.KeyOf(k.String())
+}
+
+// runCache is the run cache directory (driverprobe.Config.OpenCache),
+// opened and checked once per discovery; nil when it cannot be used.
+func (x *discoverer) runCache() *runcache.Dir {
+	if !x.rcOpened {
+		x.rcOpened = true
+		var note string
+		if x.rc, note = x.opts.ProbeConfig.OpenCache(); x.rc == nil && note != "" {
+			x.log.Debug("procfs facts not cached", "reason", note)
+		}
+	}
+	return x.rc
 }
 
 // loadOrRead returns what dir holds for key (a procCache key) or, when

@@ -1,10 +1,10 @@
 // Package runcache keeps small facts about the running host that cost a
-// driver call or a slow procfs read (the driver probe's results, the MIG
-// capability minors, the GPUs' information files) in a directory on tmpfs that only the caller can
-// write: /run/nctk for root, $XDG_RUNTIME_DIR/nctk for other users. An
-// entry is found by a key that hashes everything its value depends on, so a
-// changed input is a miss, never a stale hit; a lost entry costs one more
-// read.
+// driver call or a slow procfs read (the driver probe's results, the
+// kernel module version, the GPUs' information files, the MIG capability
+// minors) in a directory on tmpfs that only the caller can write:
+// /run/nctk for root, $XDG_RUNTIME_DIR/nctk for other users. An entry is
+// found by a key that hashes everything its value depends on, so a changed
+// input is a miss, never a stale hit; a lost entry costs one more read.
 package runcache
 
 import (
