@@ -807,23 +807,9 @@ func TestMIGMinorsCached(t *testing.T) {
 	if d := run(false); d.MIGConfig.Minor != 1 || d.MIGMonitor.Minor != 2 {
 		t.Fatalf("config %+v monitor %+v", d.MIGConfig, d.MIGMonitor)
 	}
-	files := entries()
-	if len(files) != 1 {
-		t.Fatalf("cache files %q, want one", files)
-	}
 	// An entry with other values for the same key is what a second
 	// discovery reports: it did not read the table.
-	data, err := os.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	swapped := strings.NewReplacer(`"config":1`, `"config":2`, `"monitor":2`, `"monitor":1`).Replace(string(data))
-	if swapped == string(data) {
-		t.Fatalf("unexpected cache entry %s", data)
-	}
-	if err := os.WriteFile(files[0], []byte(swapped), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	c.forge(migMinorsKind, strings.NewReplacer(`"config":1`, `"config":2`, `"monitor":2`, `"monitor":1`))
 	if d := run(false); d.MIGConfig.Minor != 2 || d.MIGMonitor.Minor != 1 {
 		t.Errorf("cached entry not used: config %+v monitor %+v", d.MIGConfig, d.MIGMonitor)
 	}
@@ -870,23 +856,9 @@ func TestGPUInformationCached(t *testing.T) {
 	if d := run(false); uuids(d) != both {
 		t.Fatalf("GPUs %s", uuids(d))
 	}
-	files := entries()
-	if len(files) != 1 {
-		t.Fatalf("cache files %q, want one", files)
-	}
 	// An entry saying something else for the same key is what the next
 	// discovery reports: it read no information file.
-	data, err := os.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	forged := strings.ReplaceAll(string(data), "000000000042", "0000000000ff")
-	if forged == string(data) {
-		t.Fatalf("unexpected cache entry %s", data)
-	}
-	if err := os.WriteFile(files[0], []byte(forged), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	c.forge(gpuInfoKind, strings.NewReplacer("000000000042", "0000000000ff"))
 	if d := run(false); !strings.HasSuffix(uuids(d), "0000000000ff") {
 		t.Errorf("cached entry not used: GPUs %s", uuids(d))
 	}
@@ -930,4 +902,24 @@ func (c *cachedRuns) entries(kind string) []string {
 		c.t.Fatal(err)
 	}
 	return e
+}
+
+// forge rewrites the one cache file of kind with r, which must change it.
+func (c *cachedRuns) forge(kind string, r *strings.Replacer) {
+	c.t.Helper()
+	files := c.entries(kind)
+	if len(files) != 1 {
+		c.t.Fatalf("cache files %q, want one", files)
+	}
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	forged := r.Replace(string(data))
+	if forged == string(data) {
+		c.t.Fatalf("unexpected cache entry %s", data)
+	}
+	if err := os.WriteFile(files[0], []byte(forged), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
 }
