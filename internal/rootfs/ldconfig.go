@@ -78,8 +78,13 @@ func (l *Ldconfig) sealed() (*os.File, error) {
 	}
 	mf := os.NewFile(uintptr(fd), "memfd:nctk-ldconfig")
 	// From the start whatever an earlier failed copy read, and at most the
-	// size checked when prepared (one byte more shows a file that grew).
-	if n, err := io.Copy(mf, io.NewSectionReader(l.src, 0, maxLdconfigSize+1)); err != nil || n > maxLdconfigSize {
+	// size checked when prepared (one byte more shows a file that grew); a
+	// LimitReader of the file keeps the kernel's in-place copy.
+	if _, err := l.src.Seek(0, io.SeekStart); err != nil {
+		mf.Close()
+		return nil, fmt.Errorf("copy ldconfig %s: %w", l.path, err)
+	}
+	if n, err := io.Copy(mf, io.LimitReader(l.src, maxLdconfigSize+1)); err != nil || n > maxLdconfigSize {
 		mf.Close()
 		if err == nil {
 			err = errors.New("implausibly large")
