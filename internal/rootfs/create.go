@@ -11,8 +11,9 @@ import (
 )
 
 // placeholder makes sure an object that a mount can cover exists at the
-// cleaned path cp inside the root and returns it open (O_PATH, never
-// following a symlink), as a raw descriptor the caller owns. Missing parents
+// cleaned path cp inside the root and returns it open (O_PATH, or write-only
+// for a regular file it created; never following a symlink), as a raw
+// descriptor the caller owns. Missing parents
 // are created inside the root.
 //
 //   - dir: an existing directory is reused; otherwise one is created.
@@ -39,6 +40,17 @@ func (r *Root) placeholder(cp string, dir bool, mode uint32) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(dfd)
+	if !dir {
+		// Create first: a driver file's mount point is usually missing from
+		// the image, and the new file's own descriptor is the placeholder
+		// (one lookup instead of a failed open, the create and an open of
+		// what it made). Anything else (EEXIST above all) takes the loop.
+		fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		if err == nil {
+			r.record(undoRemove(dfd, name, false))
+			return fd, nil
+		}
+	}
 	for range 4 {
 		fd, err := OpenNoFollow(dfd, name, unix.O_PATH)
 		if err == nil {
