@@ -130,7 +130,8 @@ func (k *killRig) configure(root string) (tree, mounts map[string]string) {
 // again on the same rootfs (docker start reuses it) must be configured by
 // the next run exactly as a run that was never interrupted: the same mount
 // points, links and ld.so.cache bytes in the rootfs, no temporary file,
-// the same mounts.
+// the same mounts. A restart of a container that was never interrupted
+// gives the same again.
 func TestKillThenRetry(t *testing.T) {
 	requireRoot(t)
 	self, err := os.Executable()
@@ -178,6 +179,16 @@ func (k *killRig) killThenRetry(budget time.Duration) {
 	}
 	if len(wantMounts) < 4 {
 		t.Fatalf("a clean configure mounted too little to test: %v", wantMounts)
+	}
+	// A second configure on the clean run's rootfs is a restart of a
+	// container that was never interrupted (docker start reuses the
+	// layer): the same rootfs and mounts again.
+	restart, restartMounts := k.configure(clean)
+	if !maps.Equal(restartMounts, wantMounts) {
+		t.Fatalf("a second configure on a clean run's rootfs mounted\n%v\nwant\n%v", restartMounts, wantMounts)
+	}
+	if d := treeDiff(restart, want); len(d) > 0 {
+		t.Fatalf("a second configure on a clean run's rootfs left another rootfs: %v", d)
 	}
 	var runs, partial, temps int
 	for deadline := time.Now().Add(budget); time.Now().Before(deadline); runs++ {
