@@ -1,6 +1,7 @@
 package configure
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -125,34 +126,31 @@ type cgroupDir struct {
 	Dir     string // the cgroup's directory
 }
 
-// findDeviceCgroup locates the device cgroup of the process whose
-// /proc/PID/cgroup is cgroupData, given the mount table of the caller
-// (mounts, its parsed self/mountinfo) and the prefix under which those mounts are visible
-// (procRoot, "" for the host). A devices controller line means cgroup v1;
-// otherwise the unified "0::" line means v2 (as NVIDIA decides).
-func findDeviceCgroup(cgroupData []byte, mounts []mountEntry, procRoot string) (cgroupDir, error) {
-	entries, err := parseProcCgroup(cgroupData)
+// deviceCgroupEntry picks the device cgroup's entry of a parsed
+// /proc/PID/cgroup and its version: a devices controller line means cgroup
+// v1; otherwise the unified "0::" line means v2 (as NVIDIA decides).
+func deviceCgroupEntry(entries []cgroupEntry) (cgroupEntry, int, error) {
+	for _, e := range entries {
+		if hasString(e.Controllers, "devices") {
+			return e, 1, nil
+		}
+	}
+	for _, e := range entries {
+		if e.ID == "0" && len(e.Controllers) == 0 {
+			return e, 2, nil
+		}
+	}
+	return cgroupEntry{}, 0, errors.New("no devices or unified cgroup entries found")
+}
+
+// resolveDeviceCgroup locates the device cgroup of the process whose
+// parsed /proc/PID/cgroup is entries, given the mount table of the caller
+// (mounts, its parsed self/mountinfo) and the prefix under which those
+// mounts are visible (procRoot, "" for the host).
+func resolveDeviceCgroup(entries []cgroupEntry, mounts []mountEntry, procRoot string) (cgroupDir, error) {
+	want, version, err := deviceCgroupEntry(entries)
 	if err != nil {
 		return cgroupDir{}, err
-	}
-	var want *cgroupEntry
-	version := 0
-	for i := range entries {
-		if hasString(entries[i].Controllers, "devices") {
-			want, version = &entries[i], 1
-			break
-		}
-	}
-	if want == nil {
-		for i := range entries {
-			if entries[i].ID == "0" && len(entries[i].Controllers) == 0 {
-				want, version = &entries[i], 2
-				break
-			}
-		}
-	}
-	if want == nil {
-		return cgroupDir{}, errors.New("no devices or unified cgroup entries found")
 	}
 	var notUnder []string
 	for _, m := range mounts {
@@ -232,15 +230,31 @@ func (d *deviceCgroup) Close() {
 }
 
 // lookupDeviceCgroup reads the container's PID/cgroup in proc (the /proc
-// of procRoot, "" for the host's), finds the device cgroup with our own
-// mount table self (readSelfMounts) and opens the directory found.
-func lookupDeviceCgroup(proc *procDir, procRoot string, pid int, self []mountEntry) (*deviceCgroup, error) {
+// of procRoot, "" for the host's), finds the device cgroup — on the host
+// first where hosts mount it (standardDeviceCgroup below cgroupRoot), else
+// with our own mount table (self) — and opens the directory found.
+func lookupDeviceCgroup(proc *procDir, procRoot string, pid int, self func() ([]mountEntry, error), cgroupRoot string) (*deviceCgroup, error) {
 	cgRel := path.Join(strconv.Itoa(pid), "cgroup")
 	cgData, err := proc.readFile(cgRel)
 	if err != nil {
 		return nil, err
 	}
-	d, err := findDeviceCgroup(cgData, self, procRoot)
+	entries, err := parseProcCgroup(cgData)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", proc.name(cgRel), err)
+	}
+	if procRoot == "" {
+		if want, version, err := deviceCgroupEntry(entries); err == nil {
+			if cg := standardDeviceCgroup(cgroupRoot, want, version, pid); cg != nil {
+				return cg, nil
+			}
+		}
+	}
+	mounts, err := self()
+	if err != nil {
+		return nil, err
+	}
+	d, err := resolveDeviceCgroup(entries, mounts, procRoot)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", proc.name(cgRel), err)
 	}
@@ -465,6 +479,65 @@ func (l devicesList) allows(r deviceRule) bool {
 }
 
 // openCgroupDir opens a cgroup directory for BPF attachment.
+// standardDeviceCgroup opens the device cgroup of pid where hosts mount
+// it — the devices hierarchy at root/devices (v1), the unified one at root
+// (v2) — with e's path below it, and returns it only when that directory
+// proves to be pid's own: a cgroup file system of the version, with the
+// devices controller's files for v1, listing pid in its cgroup.procs (a
+// process is in one cgroup per hierarchy). Anything else (another mount
+// layout, a cgroup namespace whose root is not the mount's, a file system
+// that is not cgroup) is nil: the caller reads the mount table instead.
+func standardDeviceCgroup(root string, e cgroupEntry, version, pid int) *deviceCgroup {
+	if strings.Contains(e.Path+"/", "/../") {
+		return nil
+	}
+	d := cgroupDir{Version: version, Dir: path.Join(root, e.Path)}
+	if version == 1 {
+		d.Dir = path.Join(root, "devices", e.Path)
+	}
+	fd, err := openCgroupDir(d.Dir)
+	if err != nil {
+		return nil
+	}
+	if checkCgroupFS(fd, d) != nil || version == 1 && unix.Faccessat(fd, "devices.allow", unix.F_OK, 0) != nil || !listsProcess(fd, pid) {
+		unix.Close(fd)
+		return nil
+	}
+	return &deviceCgroup{cgroupDir: d, fd: fd}
+}
+
+// listsProcess reports whether the cgroup directory dirfd's cgroup.procs
+// lists pid.
+func listsProcess(dirfd, pid int) bool {
+	fd, err := unix.Openat(dirfd, "cgroup.procs", unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	want := strconv.Itoa(pid)
+	// A container's cgroup holds its init (and what the engine put there):
+	// a few lines. Larger ones are read to the end.
+	var buf [512]byte
+	var rest []byte
+	for {
+		n, err := unix.Read(fd, buf[:])
+		if n <= 0 || err != nil {
+			return false
+		}
+		rest = append(rest, buf[:n]...)
+		for {
+			i := bytes.IndexByte(rest, '\n')
+			if i < 0 {
+				break
+			}
+			if string(rest[:i]) == want {
+				return true
+			}
+			rest = rest[i+1:]
+		}
+	}
+}
+
 func openCgroupDir(dir string) (int, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -1,8 +1,12 @@
 package configure
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -194,4 +198,85 @@ func parsedMounts(t testing.TB, data string) []mountEntry {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// findDeviceCgroup is resolveDeviceCgroup on an unparsed /proc/PID/cgroup.
+func findDeviceCgroup(cgroupData []byte, mounts []mountEntry, procRoot string) (cgroupDir, error) {
+	entries, err := parseProcCgroup(cgroupData)
+	if err != nil {
+		return cgroupDir{}, err
+	}
+	return resolveDeviceCgroup(entries, mounts, procRoot)
+}
+
+// TestStandardDeviceCgroup: the device cgroup of a process in a cgroup of
+// its own is found where hosts mount it, without the mount table, and is
+// the directory the mount table gives; a layout that is not the standard
+// one (another root, a cgroup the process is not in) falls back to the
+// mount table, which then decides.
+func TestStandardDeviceCgroup(t *testing.T) {
+	requireRoot(t)
+	proc, err := openProcDir("")
+	must(t, err)
+	defer proc.Close()
+	data, err := proc.readFile("self/cgroup")
+	must(t, err)
+	entries, err := parseProcCgroup(data)
+	must(t, err)
+	e, version, err := deviceCgroupEntry(entries)
+	if err != nil {
+		t.Skipf("no device cgroup here: %v", err)
+	}
+	hier := "/sys/fs/cgroup"
+	if version == 1 {
+		hier = "/sys/fs/cgroup/devices"
+	}
+	name := fmt.Sprintf("nctk-test-%d", os.Getpid())
+	own := filepath.Join(hier, e.Path, name)
+	other := own + "-other"
+	for _, d := range []string{own, other} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Skipf("cannot make a cgroup at %s: %v", d, err)
+		}
+		t.Cleanup(func() { os.Remove(d) })
+	}
+	cmd := exec.Command("sleep", "1000")
+	must(t, cmd.Start())
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	pid := cmd.Process.Pid
+	must(t, os.WriteFile(filepath.Join(own, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0))
+	selfMounts := func() ([]mountEntry, error) {
+		data, err := proc.readFile("self/mountinfo")
+		if err != nil {
+			return nil, err
+		}
+		return parseMountinfo(data)
+	}
+	var tableReads int
+	counted := func() ([]mountEntry, error) { tableReads++; return selfMounts() }
+
+	cg, err := lookupDeviceCgroup(proc, "", pid, counted, "/sys/fs/cgroup")
+	must(t, err)
+	cg.Close()
+	if cg.Dir != own || cg.Version != version || tableReads != 0 {
+		t.Errorf("standard layout: %+v after %d mount table reads; want %s (v%d) and none", cg.cgroupDir, tableReads, own, version)
+	}
+	// Another root: not a cgroup file system; the mount table decides.
+	cg, err = lookupDeviceCgroup(proc, "", pid, counted, t.TempDir())
+	must(t, err)
+	cg.Close()
+	if cg.Dir != own || tableReads != 1 {
+		t.Errorf("non-standard layout: %+v after %d mount table reads; want %s from the table", cg.cgroupDir, tableReads, own)
+	}
+	// The right hierarchy, a cgroup the process is not in: refused.
+	oe := e
+	oe.Path = path.Join(e.Path, name+"-other")
+	if cg := standardDeviceCgroup("/sys/fs/cgroup", oe, version, pid); cg != nil {
+		cg.Close()
+		t.Errorf("a cgroup without the process was taken: %+v", cg.cgroupDir)
+	}
+	if cg := standardDeviceCgroup("/sys/fs/cgroup", cgroupEntry{Path: "/../" + name}, version, pid); cg != nil {
+		cg.Close()
+		t.Errorf("a path out of the hierarchy was taken: %+v", cg.cgroupDir)
+	}
 }

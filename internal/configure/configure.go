@@ -135,6 +135,17 @@ type applyHooks struct {
 	// opened (and, in standalone mode, checked), before anything is
 	// written.
 	afterCgroupOpen func()
+	// cgroupRoot replaces /sys/fs/cgroup, where the device cgroup is
+	// looked for before the mount table is read.
+	cgroupRoot string
+}
+
+// cgroupRoot is where hosts mount the cgroup hierarchies.
+func (o *Options) cgroupRoot() string {
+	if o.hooks != nil && o.hooks.cgroupRoot != "" {
+		return o.hooks.cgroupRoot
+	}
+	return "/sys/fs/cgroup"
 }
 
 // Apply applies p to the container c. On error nothing it did remains; the
@@ -163,22 +174,15 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 	}
 	defer unix.Close(nsfd)
 	// The container's mounts (the engine made them before this hook) and
-	// ours: what lies below a mount of a host directory is never created
-	// or changed (checkUserMounts).
-	self, err := readSelfMounts(proc)
-	if err != nil {
-		return &phase.Error{Phase: phase.Container, Err: err}
-	}
-	mounts, err := readMountTables(proc, c, self)
-	if err != nil {
-		return &phase.Error{Phase: phase.Container, Err: err}
-	}
+	// ours, read when needed: what lies below a mount of a host directory
+	// is never created or changed (checkUserMounts).
+	mounts := &mountSource{proc: proc, c: c}
 	var cg *deviceCgroup
 	useCgroup := !opts.NoCgroups && len(p.Devices) > 0
 	if useCgroup {
 		// The directory is opened (and in standalone mode checked) once;
 		// the rules are written through that descriptor.
-		if cg, err = lookupDeviceCgroup(proc, c.ProcRoot, c.PID, self); err != nil {
+		if cg, err = lookupDeviceCgroup(proc, c.ProcRoot, c.PID, mounts.selfMounts, opts.cgroupRoot()); err != nil {
 			return &phase.Error{Phase: phase.Container, Err: err}
 		}
 		defer cg.Close()
@@ -210,7 +214,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		if compat, err = compatDir(r, p, opts, log); err != nil {
 			return err
 		}
-		if err := checkUserMounts(r, mounts, plannedPaths(p, opts, compat)); err != nil {
+		if err := checkUserMounts(r, mounts.mountTables, plannedPaths(p, opts, compat)); err != nil {
 			return err
 		}
 		// A configure killed mid-way (the engine then tears the container
@@ -241,7 +245,11 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 	}
 	if err != nil {
 		rollback()
-		return &phase.Error{Phase: phase.Mount, Err: err}
+		ph := phase.Mount
+		if _, ok := errors.AsType[*mountTableError](err); ok {
+			ph = phase.Container
+		}
+		return &phase.Error{Phase: ph, Err: err}
 	}
 
 	var change cgroupChange

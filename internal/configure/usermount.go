@@ -135,7 +135,7 @@ func plannedPaths(p *plan.Plan, opts Options, compat string) []plannedPath {
 // lies below a mount of a host file system in the container root r (the
 // directory where it would be created is looked up inside the root, and
 // its mount found by id in t). It changes nothing.
-func checkUserMounts(r *rootfs.Root, t *mountTables, paths []plannedPath) error {
+func checkUserMounts(r *rootfs.Root, tables func() (*mountTables, error), paths []plannedPath) error {
 	// The mount holding the root directory itself: the container's own
 	// rootfs. Any other mount met inside the root lies below it (compared
 	// by id, not by path: the rootfs path may name a symlink).
@@ -164,17 +164,23 @@ func checkUserMounts(r *rootfs.Root, t *mountTables, paths []plannedPath) error 
 			seen[key] = at
 		}
 		id, dir, err := at.id, at.dir, at.err
+		if err != nil && !errors.Is(err, rootfs.ErrNoMountID) {
+			return err
+		}
+		if err == nil && id == rootID {
+			continue // on the container's own root: no table needed
+		}
+		t, terr := tables()
+		if terr != nil {
+			return terr
+		}
 		var m mountEntry
 		var ok bool
 		switch {
-		case errors.Is(err, rootfs.ErrNoMountID):
+		case err != nil: // rootfs.ErrNoMountID
 			if m, ok = t.byPath(dir); ok && !t.belowRootfs(m.MountPoint) {
 				continue
 			}
-		case err != nil:
-			return err
-		case id == rootID:
-			continue
 		default:
 			m, ok = t.byID[id]
 		}
@@ -189,32 +195,73 @@ func checkUserMounts(r *rootfs.Root, t *mountTables, paths []plannedPath) error 
 	return nil
 }
 
-// readSelfMounts reads and parses the caller's mount table
-// (self/mountinfo) through proc: once per Apply, for the user-mount check
-// and the device cgroup lookup.
-func readSelfMounts(proc *procDir) ([]mountEntry, error) {
-	data, err := proc.readFile("self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	m, err := parseMountinfo(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", proc.name("self/mountinfo"), err)
-	}
-	return m, nil
+// mountSource reads the mount tables Apply may need, each once and only
+// when asked: the caller's (self/mountinfo: the user-mount check's host
+// side, the device cgroup's mount) and the container's (PID/mountinfo). A
+// read costs about a millisecond per thousand mounts (a Kubernetes node
+// has that many: every pod's volumes and overlays), and a create usually
+// needs neither: the driver's paths lie on the container's root mount,
+// and the device cgroup is where hosts mount it (standardDeviceCgroup).
+// Not safe for concurrent use (the namespace thread asks for it).
+type mountSource struct {
+	proc *procDir
+	c    Container
+
+	self       []mountEntry
+	selfErr    error
+	selfRead   bool
+	tables     *mountTables
+	tablesErr  error
+	tablesRead bool
 }
 
-// readMountTables reads the container's mount table (/proc/PID/mountinfo)
-// through proc, beside the caller's (self, readSelfMounts).
-func readMountTables(proc *procDir, c Container, self []mountEntry) (*mountTables, error) {
-	rel := path.Join(strconv.Itoa(c.PID), "mountinfo")
-	ci, err := proc.readFile(rel)
+// mountTableError is a mount table that could not be read or parsed: the
+// container's state, not a failure of what Apply changes.
+type mountTableError struct{ err error }
+
+func (e *mountTableError) Error() string { return e.err.Error() }
+func (e *mountTableError) Unwrap() error { return e.err }
+
+// selfMounts is the caller's parsed mount table (self/mountinfo).
+func (s *mountSource) selfMounts() ([]mountEntry, error) {
+	if !s.selfRead {
+		s.selfRead = true
+		data, err := s.proc.readFile("self/mountinfo")
+		if err == nil {
+			if s.self, err = parseMountinfo(data); err != nil {
+				err = fmt.Errorf("%s: %w", s.proc.name("self/mountinfo"), err)
+			}
+		}
+		if err != nil {
+			s.selfErr = &mountTableError{err}
+		}
+	}
+	return s.self, s.selfErr
+}
+
+// mountTables are the container's mount table (PID/mountinfo) beside the
+// caller's.
+func (s *mountSource) mountTables() (*mountTables, error) {
+	if !s.tablesRead {
+		s.tablesRead = true
+		s.tables, s.tablesErr = s.readTables()
+	}
+	return s.tables, s.tablesErr
+}
+
+func (s *mountSource) readTables() (*mountTables, error) {
+	self, err := s.selfMounts()
 	if err != nil {
 		return nil, err
 	}
-	t, err := newMountTables(ci, self, c.Rootfs)
+	rel := path.Join(strconv.Itoa(s.c.PID), "mountinfo")
+	ci, err := s.proc.readFile(rel)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", proc.name(rel), err)
+		return nil, &mountTableError{err}
+	}
+	t, err := newMountTables(ci, self, s.c.Rootfs)
+	if err != nil {
+		return nil, &mountTableError{fmt.Errorf("%s: %w", s.proc.name(rel), err)}
 	}
 	return t, nil
 }

@@ -12,8 +12,11 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/rootfs"
 )
 
 // treeOf describes every object below dir (type and mode, content or link
@@ -211,4 +214,49 @@ func FuzzNewMountTables(f *testing.F) {
 			tab.byPath(m.MountPoint)
 		}
 	})
+}
+
+// TestCheckUserMountsReadsTablesWhenNeeded: the mount tables are read only
+// when a planned path lies on a mount other than the container root's (each
+// such path asks), and then once.
+func TestCheckUserMountsReadsTablesWhenNeeded(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(dir, "usr/lib"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(dir, "opt"), 0o755))
+	proc, err := openProcDir("")
+	must(t, err)
+	defer proc.Close()
+	src := &mountSource{proc: proc, c: Container{PID: os.Getpid(), Rootfs: dir}}
+	reads := 0
+	seen := map[*mountTables]bool{}
+	tables := func() (*mountTables, error) {
+		reads++
+		t, err := src.mountTables()
+		seen[t] = true
+		return t, err
+	}
+	paths := []plannedPath{{path: "/usr/lib/libcuda.so.1"}, {path: "/usr/lib/libnvidia-ml.so.1"}, {path: "/etc/ld.so.cache"}}
+	check := func() error {
+		r, err := rootfs.Open(dir)
+		must(t, err)
+		defer r.Close()
+		return checkUserMounts(r, tables, paths)
+	}
+	must(t, check())
+	if reads != 0 {
+		t.Errorf("all paths on the root's mount: %d table reads, want none", reads)
+	}
+	// An engine tmpfs over /opt and /usr/lib: looked up in the tables
+	// (read once), not a host file system, so no error.
+	for _, d := range []string{"opt", "usr/lib"} {
+		m := filepath.Join(dir, d)
+		must(t, unix.Mount("tmpfs", m, "tmpfs", 0, ""))
+		defer unix.Unmount(m, unix.MNT_DETACH)
+	}
+	paths = append(paths, plannedPath{path: "/opt/x"})
+	must(t, check())
+	if reads != 3 || len(seen) != 1 {
+		t.Errorf("three paths below two tmpfs mounts: %d table asks (want 3), %d tables read (want 1)", reads, len(seen))
+	}
 }
