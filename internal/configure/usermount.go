@@ -13,22 +13,22 @@ import (
 	"github.com/nctk/nctk/internal/rootfs"
 )
 
-// mountTables are the container's mount table and the caller's, read
-// before the container's namespace is entered.
+// mountTables are the container's mount table, read from its namespace
+// before pivot_root: its own mounts below the rootfs, and outside it the
+// mounts of the namespace it was cloned from (the runtime's, the host's).
 type mountTables struct {
 	rootfs    string
 	container []mountEntry
 	byID      map[uint64]mountEntry
-	// host are the caller's mounts that are not below the rootfs: a file
-	// system mounted there is reachable outside the container.
+	// host are the mounts that are not below the rootfs: a file system
+	// mounted there is reachable outside the container.
 	host []mountEntry
 }
 
 // newMountTables parses the container's /proc/PID/mountinfo for the
 // container root rootfs (a path in the container's namespace, before
-// pivot_root), beside the caller's mount table h (its parsed
-// /proc/self/mountinfo).
-func newMountTables(containerInfo []byte, h []mountEntry, rootfs string) (*mountTables, error) {
+// pivot_root).
+func newMountTables(containerInfo []byte, rootfs string) (*mountTables, error) {
 	c, err := parseMountinfo(containerInfo)
 	if err != nil {
 		return nil, fmt.Errorf("container mount table: %w", err)
@@ -36,8 +36,6 @@ func newMountTables(containerInfo []byte, h []mountEntry, rootfs string) (*mount
 	t := &mountTables{rootfs: path.Clean(rootfs), container: c, byID: make(map[uint64]mountEntry, len(c))}
 	for _, m := range c {
 		t.byID[m.ID] = m
-	}
-	for _, m := range h {
 		if !t.belowRootfs(m.MountPoint) {
 			t.host = append(t.host, m)
 		}
@@ -196,12 +194,13 @@ func checkUserMounts(r *rootfs.Root, tables func() (*mountTables, error), paths 
 }
 
 // mountSource reads the mount tables Apply may need, each once and only
-// when asked: the caller's (self/mountinfo: the user-mount check's host
-// side, the device cgroup's mount) and the container's (PID/mountinfo). A
-// read costs about a millisecond per thousand mounts (a Kubernetes node
-// has that many: every pod's volumes and overlays), and a create usually
-// needs neither: the driver's paths lie on the container's root mount,
-// and the device cgroup is where hosts mount it (standardDeviceCgroup).
+// when asked: the container's (PID/mountinfo: the user-mount check, which
+// needs it when a path lies on a mount other than the container root's,
+// such as the engine's /dev) and the caller's (self/mountinfo: the device
+// cgroup's mount, when it is not where hosts mount it:
+// standardDeviceCgroup). A read costs about a millisecond per thousand
+// mounts (a busy host has that many: every container's overlay and
+// volumes), with the parse after it.
 // Not safe for concurrent use (the namespace thread asks for it).
 type mountSource struct {
 	proc *procDir
@@ -239,8 +238,7 @@ func (s *mountSource) selfMounts() ([]mountEntry, error) {
 	return s.self, s.selfErr
 }
 
-// mountTables are the container's mount table (PID/mountinfo) beside the
-// caller's.
+// mountTables are the container's parsed mount table (PID/mountinfo).
 func (s *mountSource) mountTables() (*mountTables, error) {
 	if !s.tablesRead {
 		s.tablesRead = true
@@ -250,16 +248,12 @@ func (s *mountSource) mountTables() (*mountTables, error) {
 }
 
 func (s *mountSource) readTables() (*mountTables, error) {
-	self, err := s.selfMounts()
-	if err != nil {
-		return nil, err
-	}
 	rel := path.Join(strconv.Itoa(s.c.PID), "mountinfo")
 	ci, err := s.proc.readFile(rel)
 	if err != nil {
 		return nil, &mountTableError{err}
 	}
-	t, err := newMountTables(ci, self, s.c.Rootfs)
+	t, err := newMountTables(ci, s.c.Rootfs)
 	if err != nil {
 		return nil, &mountTableError{fmt.Errorf("%s: %w", s.proc.name(rel), err)}
 	}
