@@ -204,6 +204,14 @@ func (r *Root) libraryEntry(sc *libScan, cp, dir, name string) (ldcache.DirEntry
 	isLink := lst.Mode&unix.S_IFMT == unix.S_IFLNK
 	var lib ldcache.Library
 	var err error
+	if lib, isLib, found := sc.known(&lst); found {
+		// A file seen already, or one the facts know by its identity
+		// (the lstat of a regular file is the file's): not opened.
+		if !isLib {
+			return ldcache.DirEntry{}, false, nil
+		}
+		return ldcache.DirEntry{Dir: dir, Name: name, Lib: lib}, true, nil
+	}
 	if isLink {
 		lib, ok, err = r.inRootLibrary(sc, cp)
 	} else {
@@ -253,18 +261,10 @@ func (sc *libScan) inspect(fd int) (ldcache.Library, bool, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return ldcache.Library{}, false, nil
 	}
+	if lib, isLib, found := sc.known(&st); found {
+		return lib, isLib, nil
+	}
 	id := fileID{st.Dev, st.Ino}
-	if lib, seen := sc.libs[id]; seen {
-		return lib, true, nil
-	}
-	if sc.facts != nil {
-		if lib, isLib, found := sc.facts.Library(&st); found {
-			if isLib {
-				sc.libs[id] = lib
-			}
-			return lib, isLib, nil
-		}
-	}
 	lib, err := ldcache.Inspect(fdReader(fd), st.Size)
 	if errors.Is(err, ldcache.ErrNotLibrary) {
 		if sc.facts != nil {
@@ -280,6 +280,27 @@ func (sc *libScan) inspect(fd int) (ldcache.Library, bool, error) {
 		sc.facts.Learn(&st, lib, true)
 	}
 	return lib, true, nil
+}
+
+// known answers for the regular file st describes without reading it: a
+// library this scan inspected already, or one the facts know. found is
+// false for anything else (not a regular file, never seen).
+func (sc *libScan) known(st *unix.Stat_t) (lib ldcache.Library, isLib, found bool) {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return ldcache.Library{}, false, false
+	}
+	id := fileID{st.Dev, st.Ino}
+	if lib, seen := sc.libs[id]; seen {
+		return lib, true, true
+	}
+	if sc.facts == nil {
+		return ldcache.Library{}, false, false
+	}
+	lib, isLib, found = sc.facts.Library(st)
+	if found && isLib {
+		sc.libs[id] = lib
+	}
+	return lib, isLib, found
 }
 
 // maxLinkHops bounds the chains of pending symlinks PendingLibraryEntries
