@@ -478,7 +478,6 @@ func (l devicesList) allows(r deviceRule) bool {
 	return false
 }
 
-// openCgroupDir opens a cgroup directory for BPF attachment.
 // standardDeviceCgroup opens the device cgroup of pid where hosts mount
 // it — the devices hierarchy at root/devices (v1), the unified one at root
 // (v2) — with e's path below it, and returns it only when that directory
@@ -538,6 +537,7 @@ func listsProcess(dirfd, pid int) bool {
 	}
 }
 
+// openCgroupDir opens a cgroup directory for BPF attachment.
 func openCgroupDir(dir string) (int, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {

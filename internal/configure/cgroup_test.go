@@ -255,7 +255,7 @@ func TestStandardDeviceCgroup(t *testing.T) {
 	var tableReads int
 	counted := func() ([]mountEntry, error) { tableReads++; return selfMounts() }
 
-	cg, err := lookupDeviceCgroup(proc, "", pid, counted, "/sys/fs/cgroup")
+	cg, err := lookupDeviceCgroup(proc, "", pid, counted, cgroupMountRoot)
 	must(t, err)
 	cg.Close()
 	if cg.Dir != own || cg.Version != version || tableReads != 0 {
@@ -271,11 +271,11 @@ func TestStandardDeviceCgroup(t *testing.T) {
 	// The right hierarchy, a cgroup the process is not in: refused.
 	oe := e
 	oe.Path = path.Join(e.Path, name+"-other")
-	if cg := standardDeviceCgroup("/sys/fs/cgroup", oe, version, pid); cg != nil {
+	if cg := standardDeviceCgroup(cgroupMountRoot, oe, version, pid); cg != nil {
 		cg.Close()
 		t.Errorf("a cgroup without the process was taken: %+v", cg.cgroupDir)
 	}
-	if cg := standardDeviceCgroup("/sys/fs/cgroup", cgroupEntry{Path: "/../" + name}, version, pid); cg != nil {
+	if cg := standardDeviceCgroup(cgroupMountRoot, cgroupEntry{Path: "/../" + name}, version, pid); cg != nil {
 		cg.Close()
 		t.Errorf("a path out of the hierarchy was taken: %+v", cg.cgroupDir)
 	}

@@ -135,18 +135,10 @@ type applyHooks struct {
 	// opened (and, in standalone mode, checked), before anything is
 	// written.
 	afterCgroupOpen func()
-	// cgroupRoot replaces /sys/fs/cgroup, where the device cgroup is
-	// looked for before the mount table is read.
-	cgroupRoot string
 }
 
-// cgroupRoot is where hosts mount the cgroup hierarchies.
-func (o *Options) cgroupRoot() string {
-	if o.hooks != nil && o.hooks.cgroupRoot != "" {
-		return o.hooks.cgroupRoot
-	}
-	return "/sys/fs/cgroup"
-}
+// cgroupMountRoot is where hosts mount the cgroup hierarchies.
+const cgroupMountRoot = "/sys/fs/cgroup"
 
 // Apply applies p to the container c. On error nothing it did remains; the
 // error is a *phase.Error naming the step that failed.
@@ -173,16 +165,16 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		return &phase.Error{Phase: phase.Container, Err: fmt.Errorf("mount namespace: %w", err)}
 	}
 	defer unix.Close(nsfd)
-	// The container's mounts (the engine made them before this hook) and
-	// ours, read when needed: what lies below a mount of a host directory
-	// is never created or changed (checkUserMounts).
+	// The mount tables, read when needed: what lies below a mount of a
+	// host directory in the container (the engine made its mounts before
+	// this hook) is never created or changed (checkUserMounts).
 	mounts := &mountSource{proc: proc, c: c}
 	var cg *deviceCgroup
 	useCgroup := !opts.NoCgroups && len(p.Devices) > 0
 	if useCgroup {
 		// The directory is opened (and in standalone mode checked) once;
 		// the rules are written through that descriptor.
-		if cg, err = lookupDeviceCgroup(proc, c.ProcRoot, c.PID, mounts.selfMounts, opts.cgroupRoot()); err != nil {
+		if cg, err = lookupDeviceCgroup(proc, c.ProcRoot, c.PID, mounts.selfMounts, cgroupMountRoot); err != nil {
 			return &phase.Error{Phase: phase.Container, Err: err}
 		}
 		defer cg.Close()
