@@ -2,6 +2,7 @@ package cdispec
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -26,20 +27,31 @@ import (
 // effective user, no group or other permissions); an untrusted or broken
 // file is no cache.
 //
+// The file is searched where it lies, not decoded: its entries are
+// fixed-size records sorted by identity, looked up by binary search, so a
+// process pays for the few files it asks about, not for every file the
+// host ever had (a driver reinstalled without a reboot, a GPU Operator's
+// driver container restarted: each is a new set of identities). Only Save,
+// when something new was learnt, decodes the whole table.
+//
 // A nil *LibFacts is an empty table that learns nothing.
 type LibFacts struct {
 	dir   string
-	byID  map[libID]cachedLib
-	added bool
+	table factsTable
+	added map[libID]cachedLib // learnt by this process
 }
 
 const (
 	libFactsMagic   = "nctk-lib-facts\n"
-	libFactsVersion = 1
+	libFactsVersion = 2
 	libFactsFile    = "lib-facts.bin"
 	// maxLibFacts bounds the table: a host with more library files than
 	// this starts a new one (what the current run learnt).
 	maxLibFacts = 4096
+	// libFactRecord is the size of one record: dev, ino, size, mtime,
+	// ctime (8 bytes each), flags (4), the SONAME's offset in the string
+	// area (4) and length (2), notLib (1), padding (1); little endian.
+	libFactRecord = 52
 )
 
 // DefaultCacheDir is the CDI cache directory (the resolved-spec caches,
@@ -58,19 +70,16 @@ func CacheDirIn(runDir string) string {
 	return filepath.Join(runDir, "cdi")
 }
 
-// OpenLibFacts reads the table in cacheDir; "" (no cache) gives nil.
+// OpenLibFacts reads the table in cacheDir; "" (no cache) gives nil. An
+// untrusted or malformed file is an empty table.
 func OpenLibFacts(cacheDir string) *LibFacts {
 	if cacheDir == "" {
 		return nil
 	}
-	f := &LibFacts{dir: cacheDir, byID: map[libID]cachedLib{}}
-	data, ok := readTrusted(cacheDir, filepath.Join(cacheDir, libFactsFile))
-	if !ok {
-		return f
-	}
-	if libs, err := decodeLibFacts(data); err == nil {
-		for _, l := range libs {
-			f.byID[l.id()] = l
+	f := &LibFacts{dir: cacheDir}
+	if data, ok := readTrusted(cacheDir, filepath.Join(cacheDir, libFactsFile)); ok {
+		if t, err := parseLibFacts(data); err == nil {
+			f.table = t
 		}
 	}
 	return f
@@ -83,7 +92,11 @@ func (f *LibFacts) Library(st *unix.Stat_t) (lib ldcache.Library, isLib, found b
 	if f == nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return ldcache.Library{}, false, false
 	}
-	l, ok := f.byID[idOf(st)]
+	id := idOf(st)
+	l, ok := f.added[id]
+	if !ok {
+		l, ok = f.table.find(id)
+	}
 	if !ok {
 		return ldcache.Library{}, false, false
 	}
@@ -97,14 +110,13 @@ func (f *LibFacts) Learn(st *unix.Stat_t, lib ldcache.Library, isLib bool) {
 	}
 	l := cachedLib{SONAME: lib.SONAME, Flags: lib.Flags, NotLib: !isLib}
 	l.setIdentity(st)
-	if old, ok := f.byID[idOf(st)]; ok && old == l {
+	if old, ok := f.table.find(l.id()); ok && old == l {
 		return
 	}
-	if len(f.byID) >= maxLibFacts {
-		f.byID = map[libID]cachedLib{}
+	if f.added == nil || len(f.added) >= maxLibFacts {
+		f.added = map[libID]cachedLib{}
 	}
-	f.byID[idOf(st)] = l
-	f.added = true
+	f.added[l.id()] = l
 }
 
 // Save writes the table back when it learnt something (atomically, mode
@@ -112,51 +124,160 @@ func (f *LibFacts) Learn(st *unix.Stat_t, lib ldcache.Library, isLib bool) {
 // once may each write theirs; the last one stays, and what the others
 // learnt is learnt again.
 func (f *LibFacts) Save() error {
-	if f == nil || !f.added {
+	if f == nil || len(f.added) == 0 {
 		return nil
 	}
 	if err := checkCacheDir(f.dir, true); err != nil {
 		return err
 	}
-	libs := slices.SortedFunc(maps.Values(f.byID), func(a, b cachedLib) int {
-		if a.Dev != b.Dev {
-			return cmp.Compare(a.Dev, b.Dev)
+	byID := map[libID]cachedLib{}
+	if old, err := f.table.all(); err == nil && len(old)+len(f.added) <= maxLibFacts {
+		for _, l := range old {
+			byID[l.id()] = l
 		}
-		return cmp.Compare(a.Ino, b.Ino)
-	})
-	if err := atomicfile.WriteFile(filepath.Join(f.dir, libFactsFile), encodeLibFacts(libs), atomicfile.Options{Mode: 0o600}); err != nil {
+	}
+	maps.Copy(byID, f.added)
+	libs := slices.SortedFunc(maps.Values(byID), func(a, b cachedLib) int { return compareID(a.id(), b.id()) })
+	data, err := encodeLibFacts(libs)
+	if err != nil {
 		return fmt.Errorf("write library facts: %w", err)
 	}
-	f.added = false
+	if err := atomicfile.WriteFile(filepath.Join(f.dir, libFactsFile), data, atomicfile.Options{Mode: 0o600}); err != nil {
+		return fmt.Errorf("write library facts: %w", err)
+	}
+	t, err := parseLibFacts(data)
+	if err != nil {
+		return fmt.Errorf("write library facts: %w", err)
+	}
+	f.table, f.added = t, nil
 	return nil
 }
 
-func encodeLibFacts(libs []cachedLib) []byte {
-	var w cacheWriter
-	w.b = append(make([]byte, 0, 64*len(libs)+32), libFactsMagic...)
-	w.int(libFactsVersion)
-	w.n(len(libs), false)
-	for _, l := range libs {
-		w.lib(l)
-	}
-	return w.b
+// compareID orders identities: device, inode, then size and times.
+func compareID(a, b libID) int {
+	return cmp.Or(cmp.Compare(a.dev, b.dev), cmp.Compare(a.ino, b.ino), cmp.Compare(a.size, b.size),
+		cmp.Compare(a.mtime, b.mtime), cmp.Compare(a.ctime, b.ctime))
 }
 
-func decodeLibFacts(data []byte) ([]cachedLib, error) {
+// encodeLibFacts encodes libs, sorted by compareID without repeats: the
+// header (magic, version, count, string area length as varints), the
+// records, the string area.
+func encodeLibFacts(libs []cachedLib) ([]byte, error) {
+	var strs []byte
+	recs := make([]byte, 0, len(libs)*libFactRecord)
+	for _, l := range libs {
+		if len(l.SONAME) > 1<<16-1 || len(strs) > 1<<32-1-len(l.SONAME) {
+			return nil, fmt.Errorf("SONAME of %d bytes", len(l.SONAME))
+		}
+		le := binary.LittleEndian
+		recs = le.AppendUint64(recs, l.Dev)
+		recs = le.AppendUint64(recs, l.Ino)
+		recs = le.AppendUint64(recs, uint64(l.Size))
+		recs = le.AppendUint64(recs, uint64(l.Mtime))
+		recs = le.AppendUint64(recs, uint64(l.Ctime))
+		recs = le.AppendUint32(recs, uint32(l.Flags))
+		recs = le.AppendUint32(recs, uint32(len(strs)))
+		recs = le.AppendUint16(recs, uint16(len(l.SONAME)))
+		notLib := byte(0)
+		if l.NotLib {
+			notLib = 1
+		}
+		recs = append(recs, notLib, 0)
+		strs = append(strs, l.SONAME...)
+	}
+	var w cacheWriter
+	w.b = append(make([]byte, 0, len(libFactsMagic)+16+len(recs)+len(strs)), libFactsMagic...)
+	w.int(libFactsVersion)
+	w.uint(uint64(len(libs)))
+	w.uint(uint64(len(strs)))
+	w.b = append(append(w.b, recs...), strs...)
+	return w.b, nil
+}
+
+// factsTable is an encoded table's records and string area, searched in
+// place.
+type factsTable struct {
+	recs, strs []byte
+}
+
+func (t factsTable) len() int { return len(t.recs) / libFactRecord }
+
+// parseLibFacts checks the header and the sizes of an encoded table; the
+// records are checked as they are read (at).
+func parseLibFacts(data []byte) (factsTable, error) {
 	r, err := newCacheReader(data, libFactsMagic, "library facts file")
+	if err != nil {
+		return factsTable{}, err
+	}
+	if v := r.int(); r.err == nil && v != libFactsVersion {
+		return factsTable{}, fmt.Errorf("library facts version %d, want %d", v, libFactsVersion)
+	}
+	n, strLen := r.uint(), r.uint()
+	if r.err != nil {
+		return factsTable{}, fmt.Errorf("library facts file: %w", r.err)
+	}
+	if n > maxLibFacts || strLen > uint64(len(r.b)) || uint64(len(r.b))-strLen != n*libFactRecord {
+		return factsTable{}, fmt.Errorf("library facts file: %d records and %d bytes of names do not make %d bytes", n, strLen, len(r.b))
+	}
+	recLen := int(n) * libFactRecord
+	return factsTable{recs: r.b[:recLen], strs: r.b[recLen:]}, nil
+}
+
+// id is record i's identity.
+func (t factsTable) id(i int) libID {
+	b, le := t.recs[i*libFactRecord:], binary.LittleEndian
+	return libID{le.Uint64(b), le.Uint64(b[8:]), int64(le.Uint64(b[16:])), int64(le.Uint64(b[24:])), int64(le.Uint64(b[32:]))}
+}
+
+// at decodes record i; a SONAME outside the string area or a flag byte
+// that is neither 0 nor 1 is an error.
+func (t factsTable) at(i int) (cachedLib, error) {
+	b, le := t.recs[i*libFactRecord:(i+1)*libFactRecord], binary.LittleEndian
+	id := t.id(i)
+	off, n := uint64(le.Uint32(b[44:])), uint64(le.Uint16(b[48:]))
+	if off+n > uint64(len(t.strs)) || b[50] > 1 || b[51] != 0 {
+		return cachedLib{}, fmt.Errorf("library facts record %d is malformed", i)
+	}
+	return cachedLib{Dev: id.dev, Ino: id.ino, Size: id.size, Mtime: id.mtime, Ctime: id.ctime,
+		Flags: int32(le.Uint32(b[40:])), SONAME: string(t.strs[off : off+n]), NotLib: b[50] == 1}, nil
+}
+
+// find looks id up by binary search (the records are sorted by compareID;
+// a table that is not finds less, never another file's facts).
+func (t factsTable) find(id libID) (cachedLib, bool) {
+	lo, hi := 0, t.len()
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if compareID(t.id(m), id) < 0 {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == t.len() || t.id(lo) != id {
+		return cachedLib{}, false
+	}
+	l, err := t.at(lo)
+	return l, err == nil
+}
+
+// all decodes every record, in order.
+func (t factsTable) all() ([]cachedLib, error) {
+	libs := make([]cachedLib, t.len())
+	for i := range libs {
+		var err error
+		if libs[i], err = t.at(i); err != nil {
+			return nil, err
+		}
+	}
+	return libs, nil
+}
+
+// decodeLibFacts decodes an encoded table.
+func decodeLibFacts(data []byte) ([]cachedLib, error) {
+	t, err := parseLibFacts(data)
 	if err != nil {
 		return nil, err
 	}
-	if v := r.int(); r.err == nil && v != libFactsVersion {
-		return nil, fmt.Errorf("library facts version %d, want %d", v, libFactsVersion)
-	}
-	n, _ := r.n()
-	libs := make([]cachedLib, n)
-	for i := range libs {
-		libs[i] = r.lib()
-	}
-	if err := r.finish("library facts file"); err != nil {
-		return nil, err
-	}
-	return libs, nil
+	return t.all()
 }

@@ -1,8 +1,11 @@
 package cdispec
 
 import (
+	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -99,24 +102,136 @@ func TestLibFacts(t *testing.T) {
 	}
 }
 
-// FuzzDecodeLibFacts: no input makes the decoder panic, and what it
-// accepts encodes back to the same bytes.
+// FuzzDecodeLibFacts: no input makes the decoder or a lookup panic, what
+// the decoder accepts encodes and decodes back to the same entries, and a
+// lookup never answers with another file's facts.
 func FuzzDecodeLibFacts(f *testing.F) {
-	f.Add(encodeLibFacts([]cachedLib{{Dev: 1, Ino: 2, Size: 3, Mtime: 4, Ctime: -5, SONAME: "libx.so.1", Flags: 0x303}, {NotLib: true}}))
+	seed, err := encodeLibFacts([]cachedLib{{NotLib: true}, {Dev: 1, Ino: 2, Size: 3, Mtime: 4, Ctime: -5, SONAME: "libx.so.1", Flags: 0x303}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
 	f.Add([]byte(libFactsMagic))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if tab, err := parseLibFacts(data); err == nil {
+			for i := range tab.len() {
+				tab.at(i)
+				if got, ok := tab.find(tab.id(i)); ok && got.id() != tab.id(i) {
+					t.Fatalf("record %d: found another file's facts %+v", i, got)
+				}
+			}
+		}
 		libs, err := decodeLibFacts(data)
 		if err != nil {
 			return
 		}
-		back, err := decodeLibFacts(encodeLibFacts(libs))
-		if err != nil || len(back) != len(libs) {
+		enc, err := encodeLibFacts(libs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := decodeLibFacts(enc)
+		if err != nil || !slices.Equal(back, libs) {
 			t.Fatalf("re-encoded: %v, %d entries of %d", err, len(back), len(libs))
 		}
-		for i := range libs {
-			if back[i] != libs[i] {
-				t.Fatalf("entry %d: %+v, want %+v", i, back[i], libs[i])
-			}
-		}
 	})
+}
+
+// TestLibFactsSearch: a table of many files answers each by binary search
+// (without decoding the others), misses a file it does not hold, and a
+// record whose name lies outside the string area is no answer.
+func TestLibFactsSearch(t *testing.T) {
+	var libs []cachedLib
+	for i := range 1000 {
+		libs = append(libs, cachedLib{Dev: uint64(i % 3), Ino: uint64(i), Size: int64(i), Mtime: 7, Ctime: 8,
+			SONAME: fmt.Sprintf("lib%d.so.1", i), Flags: 0x303, NotLib: i%10 == 0})
+	}
+	slices.SortFunc(libs, func(a, b cachedLib) int { return compareID(a.id(), b.id()) })
+	data, err := encodeLibFacts(libs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := parseLibFacts(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range libs {
+		if got, ok := tab.find(want.id()); !ok || got != want {
+			t.Fatalf("find %+v: %+v, %v", want.id(), got, ok)
+		}
+	}
+	miss := libs[5].id()
+	miss.ctime++
+	if _, ok := tab.find(miss); ok {
+		t.Error("a changed file is found")
+	}
+	// Record 0's name length made to run past the string area.
+	bad := slices.Clone(data)
+	recs := len(bad) - len(tab.strs) - len(tab.recs)
+	binary.LittleEndian.PutUint16(bad[recs+48:], 0xffff)
+	badTab, err := parseLibFacts(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := badTab.find(libs[0].id()); ok {
+		t.Error("a record with a name outside the string area is an answer")
+	}
+	if _, err := badTab.all(); err == nil {
+		t.Error("a malformed record decodes")
+	}
+}
+
+// TestLibFactsSaveMerges: what a process learns is added to the table it
+// opened; past maxLibFacts the table starts again with what was learnt.
+func TestLibFactsSaveMerges(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cdi")
+	files := t.TempDir()
+	var paths []string
+	for i := range 3 {
+		p := filepath.Join(files, fmt.Sprintf("lib%d.so.1", i))
+		if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	lib := func(i int) ldcache.Library { return ldcache.Library{SONAME: fmt.Sprintf("lib%d.so.1", i), Flags: 0x303} }
+	for i, p := range paths {
+		f := OpenLibFacts(dir)
+		f.Learn(statOf(t, p), lib(i), true)
+		if err := f.Save(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := OpenLibFacts(dir)
+	for i, p := range paths {
+		if got, _, found := g.Library(statOf(t, p)); !found || got != lib(i) {
+			t.Errorf("%s after three processes: %v, %v", p, got, found)
+		}
+	}
+	// A full table of other files: the next save keeps only what it learnt.
+	var full []cachedLib
+	for i := range maxLibFacts {
+		full = append(full, cachedLib{Dev: 1, Ino: uint64(i), SONAME: "libold.so.1"})
+	}
+	data, err := encodeLibFacts(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, libFactsFile), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := OpenLibFacts(dir)
+	if h.table.len() != maxLibFacts {
+		t.Fatalf("full table: %d records", h.table.len())
+	}
+	h.Learn(statOf(t, paths[0]), lib(0), true)
+	if err := h.Save(); err != nil {
+		t.Fatal(err)
+	}
+	k := OpenLibFacts(dir)
+	if k.table.len() != 1 {
+		t.Errorf("after a full table: %d records, want 1", k.table.len())
+	}
+	if _, _, found := k.Library(statOf(t, paths[0])); !found {
+		t.Error("what was learnt is not kept")
+	}
 }
