@@ -235,3 +235,34 @@ func TestLibFactsSaveMerges(t *testing.T) {
 		t.Error("what was learnt is not kept")
 	}
 }
+
+// BenchmarkOpenLibFacts: opening the table and asking it about the 25
+// libraries of a spec, by the table's size (one driver install, the
+// 1,241 files the tests of one day left, a full table).
+func BenchmarkOpenLibFacts(b *testing.B) {
+	for _, n := range []int{50, 1241, maxLibFacts} {
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			dir := filepath.Join(b.TempDir(), "cdi")
+			f := OpenLibFacts(dir)
+			var asked []unix.Stat_t
+			for i := range n {
+				st := unix.Stat_t{Mode: unix.S_IFREG | 0o644, Dev: 42, Ino: uint64(1000 + i*7), Size: int64(i)}
+				f.Learn(&st, ldcache.Library{SONAME: fmt.Sprintf("lib%d.so.1", i), Flags: 0x303}, true)
+				if i%(n/25) == 0 && len(asked) < 25 {
+					asked = append(asked, st)
+				}
+			}
+			if err := f.Save(); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				g := OpenLibFacts(dir)
+				for i := range asked {
+					if _, _, found := g.Library(&asked[i]); !found {
+						b.Fatal("not found")
+					}
+				}
+			}
+		})
+	}
+}
