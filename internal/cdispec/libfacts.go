@@ -272,12 +272,3 @@ func (t factsTable) all() ([]cachedLib, error) {
 	}
 	return libs, nil
 }
-
-// decodeLibFacts decodes an encoded table.
-func decodeLibFacts(data []byte) ([]cachedLib, error) {
-	t, err := parseLibFacts(data)
-	if err != nil {
-		return nil, err
-	}
-	return t.all()
-}

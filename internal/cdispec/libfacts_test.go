@@ -193,7 +193,9 @@ func TestLibFactsSaveMerges(t *testing.T) {
 		}
 		paths = append(paths, p)
 	}
-	lib := func(i int) ldcache.Library { return ldcache.Library{SONAME: fmt.Sprintf("lib%d.so.1", i), Flags: 0x303} }
+	lib := func(i int) ldcache.Library {
+		return ldcache.Library{SONAME: fmt.Sprintf("lib%d.so.1", i), Flags: 0x303}
+	}
 	for i, p := range paths {
 		f := OpenLibFacts(dir)
 		f.Learn(statOf(t, p), lib(i), true)
@@ -265,4 +267,13 @@ func BenchmarkOpenLibFacts(b *testing.B) {
 			}
 		})
 	}
+}
+
+// decodeLibFacts decodes an encoded table.
+func decodeLibFacts(data []byte) ([]cachedLib, error) {
+	t, err := parseLibFacts(data)
+	if err != nil {
+		return nil, err
+	}
+	return t.all()
 }
