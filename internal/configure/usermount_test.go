@@ -256,3 +256,29 @@ func TestCheckUserMountsReadsTablesWhenNeeded(t *testing.T) {
 		t.Errorf("three paths below two tmpfs mounts: %d table asks (want 3), %d tables read (want 1)", reads, len(seen))
 	}
 }
+
+// TestMountSourceErrors: a mount table that cannot be read or parsed is a
+// *mountTableError (Apply reports it as the container's phase, not as a
+// failed mount), asked once.
+func TestMountSourceErrors(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(dir, "7"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(dir, "self"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "7/mountinfo"), []byte("not a mount table\n"), 0o644))
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	must(t, err)
+	proc := &procDir{fd: fd, path: dir}
+	defer proc.Close()
+	src := &mountSource{proc: proc, c: Container{PID: 7, Rootfs: "/r"}}
+	_, err = src.mountTables()
+	if _, ok := errors.AsType[*mountTableError](err); !ok || !strings.Contains(err.Error(), "7/mountinfo") {
+		t.Errorf("malformed container table: %v, want a *mountTableError naming the file", err)
+	}
+	if _, again := src.mountTables(); again != err {
+		t.Errorf("asked again: %v, want the same error", again)
+	}
+	_, err = src.selfMounts() // self/mountinfo missing
+	if _, ok := errors.AsType[*mountTableError](err); !ok {
+		t.Errorf("missing caller's table: %v, want a *mountTableError", err)
+	}
+}
