@@ -150,12 +150,47 @@ func LiftOwnHooks(e *cdispecs.ContainerEdits, own func(hookPath string) bool, o 
 		c.Env = slices.Clone(h.Env)
 		kept = append(kept, &c)
 	}
-	if !changed {
+	kept, merged := mergeOwnChains(kept, own)
+	if !changed && !merged {
 		return e, OwnHooks{}
 	}
 	out := *e
 	out.Hooks = kept
 	return &out, w
+}
+
+// mergeOwnChains joins consecutive createContainer hooks that call own's
+// nvidia-cdi-hook the same way (same path, program part, env, no timeout)
+// into one chained call: one process instead of one per hook. A chain runs
+// its parts in order on the one OCI state and stops at the first failure,
+// as the runtime does with separate hooks, so the container gets the same
+// work in the same order. This is what is left of a spec in NVIDIA's
+// layout (one hook per step) once the lifting stopped at a step that must
+// run in the container (update-ldcache over whole folders).
+func mergeOwnChains(hooks []*cdispecs.Hook, own func(string) bool) ([]*cdispecs.Hook, bool) {
+	var out []*cdispecs.Hook
+	merged := false
+	var lastPrefix []string
+	for _, h := range hooks {
+		prefix, _, ok := ownChain(h, own)
+		ok = ok && h.HookName == "createContainer" && h.Timeout == nil
+		if n := len(out); ok && n > 0 && lastPrefix != nil {
+			prev := out[n-1]
+			if prev.Path == h.Path && slices.Equal(prev.Env, h.Env) && slices.Equal(lastPrefix, prefix) {
+				c := *prev
+				c.Args = append(append(slices.Clone(prev.Args), hookargs.ChainSeparator), h.Args[len(prefix):]...)
+				out[n-1] = &c
+				merged = true
+				continue
+			}
+		}
+		out = append(out, h)
+		lastPrefix = nil
+		if ok {
+			lastPrefix = prefix
+		}
+	}
+	return out, merged
 }
 
 // ownChain returns the program part of h's args (the nvidia-cdi-hook name,

@@ -41,8 +41,19 @@ func TestLiftOwnHooks(t *testing.T) {
 			want: []*cdispecs.Hook{}, work: lifted},
 		{name: "foreign hook first: nothing lifted", hooks: []*cdispecs.Hook{hk(other, "nvidia-cdi-hook noop"), hk(own, "nvidia-cdi-hook "+links)}},
 		{name: "update-ldcache without --lib stops", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links), hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook noop")},
-			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook noop")},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib ; noop")},
 			work: OwnHooks{Links: lifted.Links, Hooks: 1}},
+		// NVIDIA's layout (one hook per step): what stays after the
+		// lifting stopped runs as one chained process, in the same order.
+		{name: "separate hooks after the stop: one chain", keep: true, hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links),
+			hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook "+ddnm), hk(own, "nvidia-cdi-hook update-application-profile")},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib ; "+ddnm+" ; update-application-profile")},
+			work: OwnHooks{Links: lifted.Links, Hooks: 1}},
+		{name: "nothing lifted, separate hooks: one chain", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook "+ddnm)},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib ; "+ddnm)}},
+		{name: "not chained: another env, a timeout, another program form, a foreign hook between",
+			hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), withEnv(hk(own, "nvidia-cdi-hook noop"), "B=2"),
+				withTimeout(hk(own, "nvidia-cdi-hook noop")), hk(own, "nvidia-ctk hook noop"), hk(other, "nvidia-cdi-hook noop"), hk(own, "nvidia-cdi-hook noop")}},
 		{name: "unknown hook in a chain keeps the rest", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; chmod --mode 0755 --path /x ; "+ld)},
 			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook chmod --mode 0755 --path /x ; "+ld)}, work: OwnHooks{Links: lifted.Links, Hooks: 1}},
 		{name: "update-application-profile lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+ddnm+" ; update-application-profile")},
@@ -104,4 +115,12 @@ func TestLiftOwnHooks(t *testing.T) {
 			}
 		})
 	}
+}
+
+func withEnv(h *cdispecs.Hook, env ...string) *cdispecs.Hook { h.Env = env; return h }
+
+func withTimeout(h *cdispecs.Hook) *cdispecs.Hook {
+	t := 5
+	h.Timeout = &t
+	return h
 }
