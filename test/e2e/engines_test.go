@@ -7,14 +7,17 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	toml "github.com/pelletier/go-toml/v2"
 
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
+	"github.com/nctk/nctk/internal/hookargs"
 )
 
 // The tests in this file check the engine integration from the user's side:
@@ -334,6 +337,9 @@ func TestRuntimeCDIMode(t *testing.T) {
 	f := newRuncFixture(t, fixture.Spec{Layout: "multiarch", GPUs: 4}, e2e.RootfsOptions{})
 	specDir := engCDISpec(t, f.host)
 	libDir := e2e.LayoutDebian.LibDir()
+	e2e.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "cdi", "generate", "--separate-hooks", "--class", "sepgpu",
+		"--driver-root", f.host.Root.Path, "--output", filepath.Join(specDir, "nvidia-sep.yaml"),
+		"--nvidia-cdi-hook-path", tool(t, "nvidia-cdi-hook"))
 
 	for _, tc := range []struct {
 		name   string
@@ -350,6 +356,35 @@ func TestRuntimeCDIMode(t *testing.T) {
 			checkGPU(t, c.run(), want{host: f.host, GPUs: tc.gpus, LibDir: libDir, Display: true})
 		})
 	}
+	// A spec in NVIDIA's layout (one hook per step, as NVIDIA's tools and
+	// the device plugin write it): the lifting stops at update-ldcache
+	// --folder, and what stays runs as one chained hook process that gives
+	// the container what the separate hooks give.
+	t.Run("nvidia-layout/one-hook-process", func(t *testing.T) {
+		t.Parallel()
+		c := newRuncCase(t, f.host, f.image, e2e.LayoutDebian, "NVIDIA_VISIBLE_DEVICES=nvidia.com/sepgpu=1")
+		if res := c.rt.Create(c.bundle, c.id); !res.OK() {
+			t.Fatalf("create: %s\n%s", res, c.rt.Output(c.id))
+		}
+		var spec specs.Spec
+		if err := json.Unmarshal(c.spec(), &spec); err != nil {
+			t.Fatal(err)
+		}
+		var hooks []specs.Hook
+		if spec.Hooks != nil {
+			hooks = spec.Hooks.CreateContainer
+		}
+		if len(hooks) != 1 || !slices.Contains(hooks[0].Args, "update-ldcache") || !slices.Contains(hooks[0].Args, hookargs.ChainSeparator) {
+			t.Errorf("createContainer hooks: %+v, want one chained call starting at update-ldcache", hooks)
+		}
+		if res := c.rt.Start(c.id); !res.OK() {
+			t.Fatalf("start: %s", res)
+		}
+		if err := c.rt.WaitStopped(c.id, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		checkGPU(t, c.rt.Output(c.id), want{host: f.host, GPUs: []int{1}, LibDir: libDir, Display: true})
+	})
 	t.Run("error/unknown-device", func(t *testing.T) {
 		t.Parallel()
 		c := newRuncCase(t, f.host, f.image, e2e.LayoutDebian, "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=9")
