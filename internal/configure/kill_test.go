@@ -212,7 +212,8 @@ func (k *killRig) killThenRetry(budget time.Duration) {
 		}
 		got, gotMounts := k.configure(root)
 		if !maps.Equal(got, want) {
-			t.Fatalf("run %d: the configure after a kill left another rootfs than a clean one:\n%v\nwant\n%v", runs, treeDiff(got, want), want)
+			t.Fatalf("run %d: the configure after a kill left another rootfs than a clean one:\n%v\nthe kill had left (against the image):\n%v\nwant\n%v",
+				runs, treeDiff(got, want), treeDiff(mid, pristine), want)
 		}
 		if !maps.Equal(gotMounts, wantMounts) {
 			t.Fatalf("run %d: the configure after a kill mounted\n%v\nwant\n%v", runs, gotMounts, wantMounts)
