@@ -36,6 +36,23 @@ func MaybeRunChild(args []string) bool {
 // childFd is the descriptor the sealed ldconfig copy arrives on.
 const childFd = 3
 
+// aliveFd is the read end of the parent's liveness pipe (sandboxCommand).
+const aliveFd = 4
+
+// childParentAlive reports whether the parent still holds the liveness
+// pipe's write end: nothing is ever written, so a readable pipe or a
+// hang-up is its end of file.
+func childParentAlive() bool {
+	fds := []unix.PollFd{{Fd: aliveFd, Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n == 0
+	}
+}
+
 // keptCaps are the capabilities ldconfig keeps: enough to write the cache
 // and links in an image whose files root does not own (user-namespaced
 // rootfs), nothing that reaches outside files.
@@ -50,6 +67,14 @@ func runLdconfigChild(arg string) error {
 	// Capability, no_new_privs and exec changes are per thread: do all of
 	// them on this one.
 	runtime.LockOSThread()
+	// Nothing is changed before this look: a child whose parent died
+	// before it could set its parent-death signal stops here.
+	if !childParentAlive() {
+		return errors.New("the calling process is gone; not running ldconfig")
+	}
+	if _, err := unix.FcntlInt(aliveFd, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+		return fmt.Errorf("liveness descriptor: %w", err)
+	}
 	var cfg childConfig
 	if err := json.Unmarshal([]byte(arg), &cfg); err != nil {
 		return fmt.Errorf("bad configuration: %w", err)

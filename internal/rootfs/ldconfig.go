@@ -205,24 +205,25 @@ func (l *Ldconfig) Run(ctx context.Context, rootPath string, dirs []string, opts
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	exe := opts.Exe
-	if exe == "" {
-		exe = "/proc/self/exe"
+	// The child is PID 1 of its own PID namespace, killed when this
+	// thread dies (Pdeathsig). If this process is killed before the child
+	// has set that, the child's own check cannot tell (its parent lies
+	// outside its namespace: getppid is 0), and an orphan would go on to
+	// change the container root after its configure was killed, under a
+	// retry. So the child also holds the read end of a pipe whose only
+	// write end is ours, and starts with a look at it (childParentAlive):
+	// end of file means we are gone.
+	aliveR, aliveW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("run ldconfig: %w", err)
 	}
+	defer aliveW.Close()
+	defer aliveR.Close()
 	var out limitedBuffer
 	out.max = 64 << 10
-	cmd := exec.CommandContext(ctx, exe, childLdconfig, string(cfg))
-	cmd.Args[0] = "nctk-ldconfig"
-	cmd.Env = []string{}
-	cmd.Dir = "/"
-	cmd.Stdin = nil
+	cmd := sandboxCommand(ctx, opts.Exe, cfg, exeCopy, aliveR)
 	cmd.Stdout = &out
 	cmd.Stderr = &out
-	cmd.ExtraFiles = []*os.File{exeCopy}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
-		Pdeathsig:  syscall.SIGKILL,
-	}
 	err = cmd.Run()
 	output := strings.TrimSpace(out.String())
 	if opts.Log != nil && output != "" {
@@ -238,6 +239,27 @@ func (l *Ldconfig) Run(ctx context.Context, rootPath string, dirs []string, opts
 		return fmt.Errorf("process %s failed in container root %s: %w", l.path, rootPath, err)
 	}
 	return nil
+}
+
+// sandboxCommand is the sandbox child's command: exe (default
+// /proc/self/exe) re-executed as nctk-ldconfig with cfg, the sealed
+// ldconfig copy as fd 3 and alive, the parent-liveness pipe, as fd 4; new
+// mount, PID, IPC, UTS and network namespaces; no environment.
+func sandboxCommand(ctx context.Context, exe string, cfg []byte, exeCopy, alive *os.File) *exec.Cmd {
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	cmd := exec.CommandContext(ctx, exe, childLdconfig, string(cfg))
+	cmd.Args[0] = "nctk-ldconfig"
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.Stdin = nil
+	cmd.ExtraFiles = []*os.File{exeCopy, alive}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	return cmd
 }
 
 // limitedBuffer keeps the first max bytes written to it.

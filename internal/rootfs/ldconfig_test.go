@@ -3,11 +3,13 @@ package rootfs
 import (
 	"context"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -333,4 +335,62 @@ func BenchmarkPrepareLdconfig(b *testing.B) {
 		must(b, err)
 		l.Close()
 	}
+}
+
+// TestLdconfigChildParentGone: a sandbox child whose parent died before it
+// could set its parent-death signal (it cannot see that parent: it is PID 1
+// of its own namespace) finds the liveness pipe closed and changes nothing.
+func TestLdconfigChildParentGone(t *testing.T) {
+	requireRoot(t)
+	lib, _ := hostLib(t)
+	root := t.TempDir()
+	copyFile(t, lib, filepath.Join(root, "/usr/lib/x86_64-linux-gnu", filepath.Base(lib)))
+	must(t, os.MkdirAll(root+"/etc", 0o755))
+	l, err := PrepareLdconfig(hostLdconfig(t))
+	must(t, err)
+	defer l.Close()
+	exeCopy, err := l.sealed()
+	must(t, err)
+	var st syscall.Stat_t
+	must(t, syscall.Stat(root, &st))
+	cfg, err := json.Marshal(childConfig{Root: root, Dev: st.Dev, Ino: st.Ino, DropIn: true, Dirs: []string{"/usr/lib/x86_64-linux-gnu"}})
+	must(t, err)
+	before := listTree(t, root)
+	for _, parentGone := range []bool{true, false} {
+		r, w, err := os.Pipe()
+		must(t, err)
+		if parentGone {
+			w.Close()
+		}
+		cmd := sandboxCommand(context.Background(), "", cfg, exeCopy, r)
+		out, err := cmd.CombinedOutput()
+		r.Close()
+		w.Close()
+		if parentGone {
+			if err == nil || !strings.Contains(string(out), "calling process is gone") {
+				t.Errorf("parent gone: %v, %s; want a refusal", err, out)
+			}
+			if after := listTree(t, root); !slices.Equal(after, before) {
+				t.Errorf("parent gone: the root changed: %v, was %v", after, before)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("parent alive: %v: %s", err, out)
+		}
+		if _, err := os.Stat(root + "/etc/ld.so.cache"); err != nil {
+			t.Errorf("parent alive: no ld.so.cache: %v", err)
+		}
+	}
+}
+
+// listTree lists the paths below dir.
+func listTree(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	must(t, filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		out = append(out, strings.TrimPrefix(p, dir))
+		return err
+	}))
+	return out
 }
