@@ -143,15 +143,11 @@ func deviceCgroupEntry(entries []cgroupEntry) (cgroupEntry, int, error) {
 	return cgroupEntry{}, 0, errors.New("no devices or unified cgroup entries found")
 }
 
-// resolveDeviceCgroup locates the device cgroup of the process whose
-// parsed /proc/PID/cgroup is entries, given the mount table of the caller
-// (mounts, its parsed self/mountinfo) and the prefix under which those
-// mounts are visible (procRoot, "" for the host).
-func resolveDeviceCgroup(entries []cgroupEntry, mounts []mountEntry, procRoot string) (cgroupDir, error) {
-	want, version, err := deviceCgroupEntry(entries)
-	if err != nil {
-		return cgroupDir{}, err
-	}
+// resolveDeviceCgroup locates the device cgroup whose /proc/PID/cgroup
+// entry is want (deviceCgroupEntry: of version 1 or 2), given the mount
+// table of the caller (mounts, its parsed self/mountinfo) and the prefix
+// under which those mounts are visible (procRoot, "" for the host).
+func resolveDeviceCgroup(want cgroupEntry, version int, mounts []mountEntry, procRoot string) (cgroupDir, error) {
 	var notUnder []string
 	for _, m := range mounts {
 		if version == 1 && (m.FSType != "cgroup" || !hasString(m.SuperOpts, "devices")) {
@@ -175,6 +171,7 @@ func resolveDeviceCgroup(entries []cgroupEntry, mounts []mountEntry, procRoot st
 		if procRoot != "" {
 			// Standalone mode: the mounts lie in the container's rootfs,
 			// which the image controls; resolve the directory inside it.
+			var err error
 			if dir, err = securejoin.SecureJoin(procRoot, dir); err != nil {
 				return cgroupDir{}, fmt.Errorf("cgroup directory %s in %s: %w", path.Join(m.MountPoint, rel), procRoot, err)
 			}
@@ -243,18 +240,20 @@ func lookupDeviceCgroup(proc *procDir, procRoot string, pid int, self func() ([]
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", proc.name(cgRel), err)
 	}
+	want, version, err := deviceCgroupEntry(entries)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", proc.name(cgRel), err)
+	}
 	if procRoot == "" {
-		if want, version, err := deviceCgroupEntry(entries); err == nil {
-			if cg := standardDeviceCgroup(cgroupRoot, want, version, pid); cg != nil {
-				return cg, nil
-			}
+		if cg := standardDeviceCgroup(cgroupRoot, want, version, pid); cg != nil {
+			return cg, nil
 		}
 	}
 	mounts, err := self()
 	if err != nil {
 		return nil, err
 	}
-	d, err := resolveDeviceCgroup(entries, mounts, procRoot)
+	d, err := resolveDeviceCgroup(want, version, mounts, procRoot)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", proc.name(cgRel), err)
 	}

@@ -206,7 +206,11 @@ func findDeviceCgroup(cgroupData []byte, mounts []mountEntry, procRoot string) (
 	if err != nil {
 		return cgroupDir{}, err
 	}
-	return resolveDeviceCgroup(entries, mounts, procRoot)
+	want, version, err := deviceCgroupEntry(entries)
+	if err != nil {
+		return cgroupDir{}, err
+	}
+	return resolveDeviceCgroup(want, version, mounts, procRoot)
 }
 
 // TestStandardDeviceCgroup: the device cgroup of a process in a cgroup of

@@ -68,8 +68,7 @@ func Key(v any) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
+	return KeyOf(string(b)), nil
 }
 
 // KeyOf is Key for a key the caller spelled out as text: no encoding/json
