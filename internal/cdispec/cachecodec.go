@@ -153,11 +153,7 @@ func (w *cacheWriter) lib(l cachedLib) {
 
 func (w *cacheWriter) edits(e *cdispecs.ContainerEdits) {
 	w.strs(e.Env)
-	w.n(len(e.DeviceNodes), e.DeviceNodes == nil)
-	for _, d := range e.DeviceNodes {
-		if w.ptr(d != nil); d == nil {
-			continue
-		}
+	writePtrs(w, e.DeviceNodes, func(d *cdispecs.DeviceNode) {
 		w.str(d.Path)
 		w.str(d.HostPath)
 		w.str(d.Type)
@@ -173,19 +169,12 @@ func (w *cacheWriter) edits(e *cdispecs.ContainerEdits) {
 		if w.ptr(d.GID != nil); d.GID != nil {
 			w.uint(uint64(*d.GID))
 		}
-	}
-	w.n(len(e.NetDevices), e.NetDevices == nil)
-	for _, d := range e.NetDevices {
-		if w.ptr(d != nil); d != nil {
-			w.str(d.HostInterfaceName)
-			w.str(d.Name)
-		}
-	}
-	w.n(len(e.Hooks), e.Hooks == nil)
-	for _, h := range e.Hooks {
-		if w.ptr(h != nil); h == nil {
-			continue
-		}
+	})
+	writePtrs(w, e.NetDevices, func(d *cdispecs.LinuxNetDevice) {
+		w.str(d.HostInterfaceName)
+		w.str(d.Name)
+	})
+	writePtrs(w, e.Hooks, func(h *cdispecs.Hook) {
 		w.str(h.HookName)
 		w.str(h.Path)
 		w.strs(h.Args)
@@ -193,17 +182,13 @@ func (w *cacheWriter) edits(e *cdispecs.ContainerEdits) {
 		if w.ptr(h.Timeout != nil); h.Timeout != nil {
 			w.int(int64(*h.Timeout))
 		}
-	}
-	w.n(len(e.Mounts), e.Mounts == nil)
-	for _, m := range e.Mounts {
-		if w.ptr(m != nil); m == nil {
-			continue
-		}
+	})
+	writePtrs(w, e.Mounts, func(m *cdispecs.Mount) {
 		w.str(m.HostPath)
 		w.str(m.ContainerPath)
 		w.strs(m.Options)
 		w.str(m.Type)
-	}
+	})
 	if w.ptr(e.IntelRdt != nil); e.IntelRdt != nil {
 		w.str(e.IntelRdt.ClosID)
 		w.str(e.IntelRdt.L3CacheSchema)
@@ -214,6 +199,17 @@ func (w *cacheWriter) edits(e *cdispecs.ContainerEdits) {
 	w.n(len(e.AdditionalGIDs), e.AdditionalGIDs == nil)
 	for _, g := range e.AdditionalGIDs {
 		w.uint(uint64(g))
+	}
+}
+
+// writePtrs writes a list of pointers: its length (nil: 0), then for each
+// element its presence and, when present, what write writes of it.
+func writePtrs[T any](w *cacheWriter, l []*T, write func(*T)) {
+	w.n(len(l), l == nil)
+	for _, x := range l {
+		if w.ptr(x != nil); x != nil {
+			write(x)
+		}
 	}
 }
 
@@ -343,59 +339,37 @@ func (r *cacheReader) strs() []string {
 
 func (r *cacheReader) edits(e *cdispecs.ContainerEdits) {
 	e.Env = r.strs()
-	if n, ok := r.n(); ok {
-		e.DeviceNodes = make([]*cdispecs.DeviceNode, n)
-		for i := range e.DeviceNodes {
-			if !r.ptr() {
-				continue
-			}
-			d := &cdispecs.DeviceNode{Path: r.str(), HostPath: r.str(), Type: r.str(), Major: r.int(), Minor: r.int()}
-			if r.ptr() {
-				m := os.FileMode(r.u32())
-				d.FileMode = &m
-			}
-			d.Permissions = r.str()
-			if r.ptr() {
-				v := r.u32()
-				d.UID = &v
-			}
-			if r.ptr() {
-				v := r.u32()
-				d.GID = &v
-			}
-			e.DeviceNodes[i] = d
+	e.DeviceNodes = readPtrs(r, func() *cdispecs.DeviceNode {
+		d := &cdispecs.DeviceNode{Path: r.str(), HostPath: r.str(), Type: r.str(), Major: r.int(), Minor: r.int()}
+		if r.ptr() {
+			m := os.FileMode(r.u32())
+			d.FileMode = &m
 		}
-	}
-	if n, ok := r.n(); ok {
-		e.NetDevices = make([]*cdispecs.LinuxNetDevice, n)
-		for i := range e.NetDevices {
-			if r.ptr() {
-				e.NetDevices[i] = &cdispecs.LinuxNetDevice{HostInterfaceName: r.str(), Name: r.str()}
-			}
+		d.Permissions = r.str()
+		if r.ptr() {
+			v := r.u32()
+			d.UID = &v
 		}
-	}
-	if n, ok := r.n(); ok {
-		e.Hooks = make([]*cdispecs.Hook, n)
-		for i := range e.Hooks {
-			if !r.ptr() {
-				continue
-			}
-			h := &cdispecs.Hook{HookName: r.str(), Path: r.str(), Args: r.strs(), Env: r.strs()}
-			if r.ptr() {
-				t := int(r.int())
-				h.Timeout = &t
-			}
-			e.Hooks[i] = h
+		if r.ptr() {
+			v := r.u32()
+			d.GID = &v
 		}
-	}
-	if n, ok := r.n(); ok {
-		e.Mounts = make([]*cdispecs.Mount, n)
-		for i := range e.Mounts {
-			if r.ptr() {
-				e.Mounts[i] = &cdispecs.Mount{HostPath: r.str(), ContainerPath: r.str(), Options: r.strs(), Type: r.str()}
-			}
+		return d
+	})
+	e.NetDevices = readPtrs(r, func() *cdispecs.LinuxNetDevice {
+		return &cdispecs.LinuxNetDevice{HostInterfaceName: r.str(), Name: r.str()}
+	})
+	e.Hooks = readPtrs(r, func() *cdispecs.Hook {
+		h := &cdispecs.Hook{HookName: r.str(), Path: r.str(), Args: r.strs(), Env: r.strs()}
+		if r.ptr() {
+			t := int(r.int())
+			h.Timeout = &t
 		}
-	}
+		return h
+	})
+	e.Mounts = readPtrs(r, func() *cdispecs.Mount {
+		return &cdispecs.Mount{HostPath: r.str(), ContainerPath: r.str(), Options: r.strs(), Type: r.str()}
+	})
 	if r.ptr() {
 		e.IntelRdt = &cdispecs.IntelRdt{ClosID: r.str(), L3CacheSchema: r.str(), MemBwSchema: r.str(), Schemata: r.strs(), EnableMonitoring: r.bool()}
 	}
@@ -405,4 +379,19 @@ func (r *cacheReader) edits(e *cdispecs.ContainerEdits) {
 			e.AdditionalGIDs[i] = r.u32()
 		}
 	}
+}
+
+// readPtrs reads what writePtrs wrote, each present element with read.
+func readPtrs[T any](r *cacheReader, read func() *T) []*T {
+	n, ok := r.n()
+	if !ok {
+		return nil
+	}
+	l := make([]*T, n)
+	for i := range l {
+		if r.ptr() {
+			l[i] = read()
+		}
+	}
+	return l
 }
