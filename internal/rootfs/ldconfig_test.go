@@ -313,15 +313,24 @@ func TestLdconfigSandbox(t *testing.T) {
 	}
 }
 
+// libRootAndLdconfig returns a container root holding a copy of a host
+// library in /usr/lib/x86_64-linux-gnu and an empty /etc, and the host's
+// ldconfig prepared (closed when tb ends).
+func libRootAndLdconfig(tb testing.TB) (string, *Ldconfig) {
+	tb.Helper()
+	lib, _ := hostLib(tb)
+	root := tb.TempDir()
+	copyFile(tb, lib, filepath.Join(root, "/usr/lib/x86_64-linux-gnu", filepath.Base(lib)))
+	must(tb, os.MkdirAll(root+"/etc", 0o755))
+	l, err := PrepareLdconfig(hostLdconfig(tb))
+	must(tb, err)
+	tb.Cleanup(func() { l.Close() })
+	return root, l
+}
+
 func BenchmarkRunLdconfig(b *testing.B) {
 	requireRoot(b)
-	lib, _ := hostLib(b)
-	root := b.TempDir()
-	copyFile(b, lib, filepath.Join(root, "/usr/lib/x86_64-linux-gnu", filepath.Base(lib)))
-	must(b, os.MkdirAll(root+"/etc", 0o755))
-	l, err := PrepareLdconfig(hostLdconfig(b))
-	must(b, err)
-	defer l.Close()
+	root, l := libRootAndLdconfig(b)
 	b.ResetTimer()
 	for b.Loop() {
 		must(b, l.Run(context.Background(), root, []string{"/usr/lib/x86_64-linux-gnu"}, LdconfigOptions{}))
@@ -342,13 +351,7 @@ func BenchmarkPrepareLdconfig(b *testing.B) {
 // of its own namespace) finds the liveness pipe closed and changes nothing.
 func TestLdconfigChildParentGone(t *testing.T) {
 	requireRoot(t)
-	lib, _ := hostLib(t)
-	root := t.TempDir()
-	copyFile(t, lib, filepath.Join(root, "/usr/lib/x86_64-linux-gnu", filepath.Base(lib)))
-	must(t, os.MkdirAll(root+"/etc", 0o755))
-	l, err := PrepareLdconfig(hostLdconfig(t))
-	must(t, err)
-	defer l.Close()
+	root, l := libRootAndLdconfig(t)
 	exeCopy, err := l.sealed()
 	must(t, err)
 	var st syscall.Stat_t
