@@ -25,9 +25,30 @@ func IsLibraryName(name string) bool {
 	return (strings.HasPrefix(name, "lib") || strings.HasPrefix(name, "ld-")) && strings.Contains(name, ".so")
 }
 
-// EntriesFor returns the cache entries ldconfig (glibc 2.33–2.42) records
-// for these directory entries, directory by directory in order of first
-// appearance:
+// DirLib is one name ldconfig records for a library directory: Key (a
+// SONAME, or the name of a link that names itself, see EntriesFor) and
+// the directory entry Name it chose for it.
+type DirLib struct {
+	// Dir is the directory (cleaned) and Key the name the cache maps to
+	// Dir/Key.
+	Dir, Key string
+	// Name is the directory entry chosen for Key: a file, or a link;
+	// IsLink is set when that link counts as a name of its own (named after
+	// the SONAME, or a development link), for which ldconfig creates no
+	// SONAME link.
+	Name   string
+	IsLink bool
+	// Flags are the library's cache flags.
+	Flags int32
+}
+
+// SONAMELink reports whether ldconfig (without -X) makes Dir/Key a symlink
+// to Name: Name is not a link of its own and is not named Key.
+func (l DirLib) SONAMELink() bool { return !l.IsLink && l.Name != l.Key }
+
+// DirLibs returns what ldconfig (glibc 2.33–2.42) records for these
+// directory entries, directory by directory in order of first appearance,
+// and within a directory in the order ldconfig adds them to the cache:
 //
 //   - a file, or a symlink that is not named after the SONAME of what it
 //     points to, counts as an implementation of that SONAME (the file name
@@ -35,21 +56,18 @@ func IsLibraryName(name string) bool {
 //   - a symlink named after that SONAME, or a development link "libX.so"
 //     whose target's SONAME starts with its name (libcuda.so ->
 //     libcuda.so.1), is a name of its own;
-//   - each distinct name in a directory gets one entry, key NAME and value
-//     DIR/NAME, with the library's flags.
+//   - each distinct name in a directory is recorded once, for the entry
+//     ldconfig prefers (a file over a link, else the "newer" name by
+//     LibCmp).
 //
 // So libcuda.so.535.x, its SONAME link libcuda.so.1 and the dev link
-// libcuda.so give the entries libcuda.so.1 and libcuda.so, while a link
-// such as libGLX_indirect.so.0 -> libGLX_nvidia.so.535.x gives none of its
-// own. Names ldconfig ignores (IsLibraryName) are skipped.
-func EntriesFor(names []DirEntry) []Entry {
-	type group struct {
-		dir, key, name string
-		isLink         bool
-		flags          int32
-	}
+// libcuda.so give the names libcuda.so.1 (for the file) and libcuda.so,
+// while a link such as libGLX_indirect.so.0 -> libGLX_nvidia.so.535.x
+// counts as one more implementation of libGLX_nvidia.so.0. Names ldconfig
+// ignores (IsLibraryName) are skipped.
+func DirLibs(names []DirEntry) []DirLib {
 	var dirs []string
-	byDir := map[string][]*group{}
+	byDir := map[string][]*DirLib{}
 	for _, n := range names {
 		if !IsLibraryName(n.Name) {
 			continue
@@ -70,32 +88,43 @@ func EntriesFor(names []DirEntry) []Entry {
 		if !seen {
 			dirs = append(dirs, dir)
 		}
-		i := slices.IndexFunc(gs, func(g *group) bool { return g.key == soname })
+		i := slices.IndexFunc(gs, func(g *DirLib) bool { return g.Key == soname })
 		if i < 0 {
-			byDir[dir] = append(gs, &group{dir: dir, key: soname, name: n.Name, isLink: isLink, flags: n.Lib.Flags})
+			byDir[dir] = append(gs, &DirLib{Dir: dir, Key: soname, Name: n.Name, IsLink: isLink, Flags: n.Lib.Flags})
 			continue
 		}
 		g := gs[i]
 		// ldconfig keeps the file over a link, else the "newer" name; the
 		// flags follow it between plain ELF and libc5/libc6.
-		if (!isLink && g.isLink) || (isLink == g.isLink && LibCmp(g.name, n.Name) < 0) {
-			if f := n.Lib.Flags; g.flags != f {
-				if (g.flags == FlagELF && (f == FlagELFLibc5 || f == FlagELFLibc6)) ||
-					((g.flags == FlagELFLibc5 || g.flags == FlagELFLibc6) && f == FlagELF) {
-					g.flags = f
+		if (!isLink && g.IsLink) || (isLink == g.IsLink && LibCmp(g.Name, n.Name) < 0) {
+			if f := n.Lib.Flags; g.Flags != f {
+				if (g.Flags == FlagELF && (f == FlagELFLibc5 || f == FlagELFLibc6)) ||
+					((g.Flags == FlagELFLibc5 || g.Flags == FlagELFLibc6) && f == FlagELF) {
+					g.Flags = f
 				}
 			}
-			g.name, g.isLink = n.Name, isLink
+			g.Name, g.IsLink = n.Name, isLink
 		}
 	}
-	var out []Entry
+	var out []DirLib
 	for _, d := range dirs {
 		gs := byDir[d]
 		// ldconfig adds a directory's libraries last-seen first.
 		for i := len(gs) - 1; i >= 0; i-- {
-			g := gs[i]
-			out = append(out, Entry{Key: g.key, Value: d + "/" + g.key, Flags: g.flags})
+			out = append(out, *gs[i])
 		}
+	}
+	return out
+}
+
+// EntriesFor returns the cache entries ldconfig records for these
+// directory entries (DirLibs): key NAME and value DIR/NAME for each name,
+// with the library's flags.
+func EntriesFor(names []DirEntry) []Entry {
+	libs := DirLibs(names)
+	out := make([]Entry, len(libs))
+	for i, l := range libs {
+		out[i] = Entry{Key: l.Key, Value: l.Dir + "/" + l.Key, Flags: l.Flags}
 	}
 	return out
 }
