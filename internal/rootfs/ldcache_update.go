@@ -119,6 +119,16 @@ type libScan struct {
 	dirs  map[string]int
 	libs  map[fileID]ldcache.Library
 	facts LibFacts // nil: none
+	// learn, when set, says which inspected files the facts learn (nil:
+	// all).
+	learn func(st *unix.Stat_t) bool
+	// statLinks: a symlink's target is resolved and looked at first, and
+	// opened only when it is a regular file (image directories, where a
+	// link may lead to a device node).
+	statLinks bool
+	// dangling are the container paths of the links statLinks found
+	// leading nowhere.
+	dangling []string
 }
 
 func (r *Root) newLibScan() libScan {
@@ -228,6 +238,28 @@ func (r *Root) libraryEntry(sc *libScan, cp, dir, name string) (ldcache.DirEntry
 // inRootLibrary resolves cp inside the root and inspects the file it leads
 // to.
 func (r *Root) inRootLibrary(sc *libScan, cp string) (ldcache.Library, bool, error) {
+	if sc.statLinks {
+		fd, err := r.resolve(cp, unix.O_PATH)
+		if err == nil {
+			var st unix.Stat_t
+			err = unix.Fstat(fd, &st)
+			unix.Close(fd)
+			if err == nil {
+				if st.Mode&unix.S_IFMT != unix.S_IFREG {
+					return ldcache.Library{}, false, nil
+				}
+				if lib, isLib, found := sc.known(&st); found {
+					return lib, isLib, nil
+				}
+			}
+		}
+		if err != nil {
+			if err == unix.ENOENT || err == unix.ELOOP || err == unix.ENOTDIR {
+				sc.dangling = append(sc.dangling, cp)
+			}
+			return r.inspectOpened(sc, cp, -1, err)
+		}
+	}
 	fd, err := r.resolve(cp, readFlags)
 	return r.inspectOpened(sc, cp, fd, err)
 }
@@ -266,8 +298,9 @@ func (sc *libScan) inspect(fd int) (ldcache.Library, bool, error) {
 	}
 	id := fileID{st.Dev, st.Ino}
 	lib, err := ldcache.Inspect(fdReader(fd), st.Size)
+	learn := sc.facts != nil && (sc.learn == nil || sc.learn(&st))
 	if errors.Is(err, ldcache.ErrNotLibrary) {
-		if sc.facts != nil {
+		if learn {
 			sc.facts.Learn(&st, ldcache.Library{}, false)
 		}
 		return ldcache.Library{}, false, nil
@@ -276,7 +309,7 @@ func (sc *libScan) inspect(fd int) (ldcache.Library, bool, error) {
 		return ldcache.Library{}, false, err
 	}
 	sc.libs[id] = lib
-	if sc.facts != nil {
+	if learn {
 		sc.facts.Learn(&st, lib, true)
 	}
 	return lib, true, nil
@@ -466,6 +499,19 @@ func imageSystemDirs(debianLike bool, goarch string) []string {
 // /etc/ld.so.conf including ld.so.conf.d when the image has none (a symlink
 // there counts as present).
 func (r *Root) writeConfDropIn(dirs []string) error {
+	if err := r.writeConfInclude(); err != nil {
+		return err
+	}
+	content := confDropIn(dirs)
+	if old, err := r.ReadFile(ldSoConfDropIn, 64<<10); err == nil && string(old) == content {
+		return nil // already there (a restarted container)
+	}
+	return r.WriteFile(ldSoConfDropIn, []byte(content), 0o644)
+}
+
+// writeConfInclude creates /etc/ld.so.conf including ld.so.conf.d when the
+// image has none (a symlink there counts as present).
+func (r *Root) writeConfInclude() error {
 	dfd, err := r.mkdirAll("/etc", 0o755)
 	if err != nil {
 		return err
@@ -474,15 +520,9 @@ func (r *Root) writeConfDropIn(dirs []string) error {
 	err = unix.Fstatat(dfd, "ld.so.conf", &st, unix.AT_SYMLINK_NOFOLLOW)
 	unix.Close(dfd)
 	if err == unix.ENOENT {
-		if err := r.WriteFile(ldSoConf, []byte(ldSoConfInclude), 0o644); err != nil {
-			return err
-		}
+		return r.WriteFile(ldSoConf, []byte(ldSoConfInclude), 0o644)
 	}
-	content := confDropIn(dirs)
-	if old, err := r.ReadFile(ldSoConfDropIn, 64<<10); err == nil && string(old) == content {
-		return nil // already there (a restarted container)
-	}
-	return r.WriteFile(ldSoConfDropIn, []byte(content), 0o644)
+	return nil
 }
 
 // muslDefaultPath is the library path of musl's loader when the image has

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -281,4 +282,59 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "; ")
+}
+
+// ProbeSystemDirs returns the directories the host's ldconfig at hostPath
+// (an absolute host path) searches on its own, after those of its
+// configuration: its built-in system directories, in its order. It runs
+// that ldconfig once over a new empty directory (-r: it chroots there, so
+// nothing outside is read or written; -N -X: it writes nothing), which
+// names each of them in its complaint that it does not exist there.
+func ProbeSystemDirs(ctx context.Context, hostPath string) ([]string, error) {
+	if !path.IsAbs(hostPath) {
+		return nil, fmt.Errorf("probe ldconfig: %q is not an absolute host path", hostPath)
+	}
+	empty, err := os.MkdirTemp("", "nctk-ldconfig-probe-")
+	if err != nil {
+		return nil, fmt.Errorf("probe ldconfig %s: %w", hostPath, err)
+	}
+	defer os.Remove(empty)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, hostPath, "-r", empty, "-v", "-N", "-X",
+		"-f", "/nonexistent/ld.so.conf", "-C", "/nonexistent/ld.so.cache")
+	cmd.Env = []string{"LC_ALL=C"}
+	cmd.Dir = "/"
+	var out limitedBuffer
+	out.max = 64 << 10
+	cmd.Stdout, cmd.Stderr = &out, &out
+	runErr := cmd.Run()
+	dirs := systemDirsFromProbe(out.String())
+	if len(dirs) == 0 {
+		if runErr != nil {
+			return nil, fmt.Errorf("probe ldconfig %s: %w: %s", hostPath, runErr, lastLines(strings.TrimSpace(out.String()), 5))
+		}
+		return nil, fmt.Errorf("probe ldconfig %s: no system directory in its output: %s", hostPath, lastLines(strings.TrimSpace(out.String()), 5))
+	}
+	return dirs, nil
+}
+
+// systemDirsFromProbe reads the directories of ldconfig's "Can't stat DIR:
+// …" complaints, in order, each once.
+func systemDirsFromProbe(out string) []string {
+	var dirs []string
+	for _, line := range strings.Split(out, "\n") {
+		_, rest, ok := strings.Cut(line, "Can't stat ")
+		if !ok {
+			continue
+		}
+		d, _, ok := strings.Cut(rest, ": ")
+		if !ok || !path.IsAbs(d) || path.Clean(d) != d || d == "/" || strings.ContainsAny(d, " \t") {
+			continue
+		}
+		if !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }

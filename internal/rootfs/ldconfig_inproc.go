@@ -1,0 +1,459 @@
+package rootfs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/nctk/nctk/internal/ldcache"
+	"golang.org/x/sys/unix"
+)
+
+// ErrRebuildUnsupported: the container root holds something the in-process
+// ldconfig (Root.RebuildLdCache) does not reproduce exactly; the caller
+// runs the host's ldconfig instead (RunLdconfig).
+var ErrRebuildUnsupported = errors.New("not reproduced by the in-process ldconfig")
+
+// maxConfDepth bounds nested ld.so.conf includes (glibc has no bound).
+const maxConfDepth = 8
+
+// maxConfSize bounds one ld.so.conf file read in the root.
+const maxConfSize = 1 << 20
+
+// RebuildLdCache does in-process, in the container root, what RunLdconfig
+// with ConfDropIn does there with the host's ldconfig, whose own system
+// directories are systemDirs (ProbeSystemDirs): the same configuration
+// files (the drop-ins listing dirs and the image's system directories,
+// /etc/ld.so.conf when the image has none, the musl loader's path), the
+// same SONAME links and a byte-identical /etc/ld.so.cache, with no process
+// and no namespaces:
+//
+//   - the directories are those ldconfig searches, in its order: dirs (its
+//     command line), those of /etc/ld.so.conf and the files it includes,
+//     then systemDirs; a directory that does not exist is skipped, and one
+//     that is the same directory as an earlier one (through symlinks) is
+//     searched once, under its first name. Every path is resolved inside
+//     the root.
+//   - in each, the names ldconfig looks at (ldcache.IsLibraryName) are
+//     read as it reads them (ELF headers only; a symlink's target resolved
+//     inside the root and opened only when it is a regular file) and
+//     classified by ldcache.DirLibs;
+//   - for each library ldconfig links, DIR/SONAME is made a symlink to it
+//     unless it already leads to that file (a regular file there is left
+//     alone, as ldconfig leaves it);
+//   - the cache holds every name, sorted as ldconfig sorts, and replaces
+//     /etc/ld.so.cache atomically (mode 0644).
+//
+// ldconfig's auxiliary cache (/var/cache/ldconfig/aux-cache, a speed-up of
+// later ldconfig runs) is not written. What this does not reproduce (an
+// ld.so.conf "hwcap" line or a directory it cannot take literally,
+// glibc-hwcaps or legacy hwcap subdirectories, includes with patterns in
+// directory names or nested too deep) gives an error wrapping
+// ErrRebuildUnsupported before the cache or any link is written. Every
+// change is journaled. log may be nil.
+func (r *Root) RebuildLdCache(dirs, systemDirs []string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := checkLibDirs(dirs); err != nil {
+		return fmt.Errorf("rebuild ld.so.cache: %w", err)
+	}
+	if err := r.writeLdconfigConf(dirs, log); err != nil {
+		return err
+	}
+	libs, dangling, err := r.scanLdconfig(dirs, systemDirs)
+	if err != nil {
+		return err
+	}
+	data, err := ldconfigCache(libs)
+	if err != nil {
+		return r.errorf(ldSoCache, err)
+	}
+	for _, cp := range dangling {
+		// ldconfig removes the dangling links it meets whose names hold
+		// ".so." (stale SONAME links).
+		if strings.Contains(path.Base(cp), ".so.") {
+			if err := r.removeSymlink(cp); err != nil {
+				return err
+			}
+		}
+	}
+	links := 0
+	for _, l := range libs {
+		if !l.SONAMELink() {
+			continue
+		}
+		made, err := r.sonameLink(l)
+		if err != nil {
+			return err
+		}
+		if made {
+			links++
+		}
+	}
+	if err := r.WriteFile(ldSoCache, data, 0o644); err != nil {
+		return err
+	}
+	log.Debug("ld.so.cache rebuilt in-process", "libraries", len(libs), "links", links, "bytes", len(data))
+	return nil
+}
+
+// ldconfigCache encodes the cache ldconfig writes for libs (in the order
+// DirLibs and scanLdconfig give them).
+func ldconfigCache(libs []ldcache.DirLib) ([]byte, error) {
+	entries := make([]ldcache.Entry, len(libs))
+	for i, l := range libs {
+		entries[i] = ldcache.Entry{Key: l.Key, Value: l.Dir + "/" + l.Key, Flags: l.Flags}
+	}
+	ldcache.SortEntries(entries, nil)
+	return ldcache.Encode(&ldcache.Cache{Entries: entries})
+}
+
+// writeLdconfigConf writes what RunLdconfig's sandbox writes before it runs
+// ldconfig (prepareConf): /etc/ld.so.conf when the image has none, the
+// drop-in listing dirs, the drop-in listing the image's system
+// directories, and the musl loader's path.
+func (r *Root) writeLdconfigConf(dirs []string, log *slog.Logger) error {
+	if len(dirs) > 0 {
+		if err := r.writeConfDropIn(dirs); err != nil {
+			return err
+		}
+	} else if err := r.writeConfInclude(); err != nil {
+		return err
+	}
+	content := systemDirsDropIn(imageSystemDirs(r.Exists("/etc/debian_version"), runtime.GOARCH))
+	if old, err := r.ReadFile(ldSoConfSystemDropIn, 64<<10); err != nil || string(old) != content {
+		if err := r.WriteFile(ldSoConfSystemDropIn, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	if len(dirs) == 0 {
+		return nil
+	}
+	return r.updateMuslPath(dirs, log)
+}
+
+// scanDir is a directory ldconfig searches: its path as ldconfig names it
+// and a descriptor of it.
+type scanDir struct {
+	path string
+	fd   int
+}
+
+// scanLdconfig returns what ldconfig finds in the directories it searches
+// (see RebuildLdCache), and the links there that lead nowhere, without
+// changing anything.
+func (r *Root) scanLdconfig(dirs, systemDirs []string) ([]ldcache.DirLib, []string, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(r.fd, &st); err != nil {
+		return nil, nil, r.errorf("/", err)
+	}
+	sc := r.newLibScan()
+	defer sc.close()
+	// Only files from outside the root's own file system (the mounted
+	// driver libraries, volumes) are worth remembering across containers.
+	rootDev := st.Dev
+	sc.learn = func(st *unix.Stat_t) bool { return st.Dev != rootDev }
+	sc.statLinks = true
+	list, err := r.ldconfigDirs(&sc, dirs, systemDirs)
+	if err != nil {
+		return nil, nil, err
+	}
+	var names []ldcache.DirEntry
+	for _, d := range list {
+		if names, err = r.scanLibDir(&sc, d, names); err != nil {
+			return nil, nil, err
+		}
+	}
+	return ldcache.DirLibs(names), sc.dangling, nil
+}
+
+// ldconfigDirs opens the directories ldconfig searches, in its order, each
+// once (sc keeps the descriptors).
+func (r *Root) ldconfigDirs(sc *libScan, dirs, systemDirs []string) ([]scanDir, error) {
+	var list []scanDir
+	seen := map[fileID]bool{}
+	add := func(d string) error {
+		if _, open := sc.dirs[d]; open || maskedPath(d) {
+			return nil
+		}
+		fd, err := r.resolve(d, unix.O_RDONLY|unix.O_DIRECTORY)
+		switch err {
+		case nil:
+		case unix.ENOENT, unix.ENOTDIR, unix.ELOOP:
+			return nil // ldconfig: "Can't stat", or "Can't open directory"
+		default:
+			return r.errorf(d, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return r.errorf(d, err)
+		}
+		var fs unix.Statfs_t
+		if err := unix.Fstatfs(fd, &fs); err != nil || fs.Type == unix.PROC_SUPER_MAGIC || fs.Type == unix.SYSFS_MAGIC {
+			unix.Close(fd) // the sandbox masks procfs and sysfs
+			return nil
+		}
+		id := fileID{st.Dev, st.Ino}
+		if seen[id] {
+			unix.Close(fd)
+			return nil
+		}
+		seen[id] = true
+		sc.dirs[d] = fd
+		list = append(list, scanDir{path: d, fd: fd})
+		return nil
+	}
+	for _, d := range dirs {
+		if c := strings.TrimRight(d, "/"); c != path.Clean(d) || c == "" {
+			return nil, fmt.Errorf("library directory %q: %w", d, ErrRebuildUnsupported)
+		}
+		if err := add(strings.TrimRight(d, "/")); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.confDirs(ldSoConf, 0, add); err != nil {
+		return nil, err
+	}
+	for _, d := range systemDirs {
+		if err := add(d); err != nil {
+			return nil, err
+		}
+	}
+	return list, nil
+}
+
+// maskedPath reports whether p lies in /proc, /sys or /dev, which the
+// ldconfig sandbox covers with empty directories (maskSystemDirs).
+func maskedPath(p string) bool {
+	for _, m := range []string{"/proc", "/sys", "/dev"} {
+		if p == m || strings.HasPrefix(p, m+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// confDirs reads the ld.so.conf file file in the root, as ldconfig does,
+// calling add for each directory it names (a missing or unreadable file
+// names none, as for ldconfig).
+func (r *Root) confDirs(file string, depth int, add func(string) error) error {
+	if maskedPath(file) {
+		return nil
+	}
+	if depth > maxConfDepth {
+		return fmt.Errorf("%s: includes nested more than %d deep: %w", file, maxConfDepth, ErrRebuildUnsupported)
+	}
+	st, err := r.Stat(file)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			return nil
+		}
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil
+	}
+	data, err := r.ReadFile(file, maxConfSize)
+	if err != nil {
+		return err
+	}
+	lines, err := ldcache.ParseConf(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w: %w", file, err, ErrRebuildUnsupported)
+	}
+	for _, l := range lines {
+		if l.Dir != "" {
+			if err := add(l.Dir); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, pat := range l.Include {
+			if !path.IsAbs(pat) {
+				pat = path.Dir(file) + "/" + pat
+			}
+			files, err := r.glob(pat)
+			if err != nil {
+				return fmt.Errorf("%s line %d: %w", file, l.Line, err)
+			}
+			for _, f := range files {
+				if err := r.confDirs(f, depth+1, add); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// glob returns the paths in the root that the include pattern pat matches,
+// sorted, as glob(3) in the C locale gives them: wildcards in the last
+// component only, names starting with "." only for a pattern that does.
+func (r *Root) glob(pat string) ([]string, error) {
+	dir, base := path.Split(pat)
+	const meta = `*?[\`
+	if base == "" || strings.ContainsAny(dir, meta) || strings.Contains(pat, "..") || strings.Contains(pat, "//") || strings.Contains(pat, "/./") {
+		return nil, fmt.Errorf("include pattern %q: %w", pat, ErrRebuildUnsupported)
+	}
+	if !strings.ContainsAny(base, meta) {
+		return []string{pat}, nil
+	}
+	if _, err := path.Match(base, ""); err != nil {
+		return nil, fmt.Errorf("include pattern %q: %w", pat, ErrRebuildUnsupported)
+	}
+	names, err := r.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, ".") && !strings.HasPrefix(base, ".") {
+			continue
+		}
+		if ok, _ := path.Match(base, n); ok {
+			out = append(out, dir+n)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// hwcapSubdir reports whether ldconfig (some glibc version) searches a
+// library directory's subdirectory of this name: glibc-hwcaps, and the
+// legacy hardware-capability and platform names glibc before 2.37 knew.
+func hwcapSubdir(name string) bool {
+	switch name {
+	case "glibc-hwcaps", "tls",
+		"i386", "i486", "i586", "i686", "x86_64", "sse2", "avx512_1", "haswell", "xeon_phi",
+		"asimd", "aarch64", "v5l", "v6l", "v7l", "v8l", "vfp", "neon", "vfpv3",
+		"power4", "power5", "power5+", "power6", "power6x", "power7", "power8", "power9", "power10",
+		"ppc970", "cell", "ppca2", "ppce500mc", "ppc-cell-be", "altivec",
+		"z900", "z990", "z9-109", "z10", "z196", "zEC12", "z13", "z14", "z15", "z16":
+		return true
+	}
+	return false
+}
+
+// scanLibDir appends to names the library entries of the directory d, as
+// ldconfig reads them.
+func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]ldcache.DirEntry, error) {
+	fd, err := unix.Dup(d.fd)
+	if err != nil {
+		return nil, r.errorf(d.path, err)
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	ents, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return nil, r.errorf(d.path, err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if hwcapSubdir(name) && !e.Type().IsRegular() {
+			return nil, fmt.Errorf("%s/%s: a hardware-capability subdirectory: %w", d.path, name, ErrRebuildUnsupported)
+		}
+		if !ldcache.IsLibraryName(name) || strings.HasSuffix(name, ".#prelink#") || strings.Contains(name, ".#prelink#.") || e.IsDir() {
+			continue
+		}
+		de, ok, err := r.libraryEntry(sc, d.path+"/"+name, d.path, name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			names = append(names, de)
+		}
+	}
+	return names, nil
+}
+
+// sonameLink makes l.Dir/l.Key a symlink to l.Name as ldconfig's
+// create_links does: nothing when it leads to that file already (a
+// relative link to the name, or any path to the same file), a new link
+// when there is nothing or a symlink to something else, nothing (logged by
+// ldconfig as "not a symbolic link") when another file is there.
+func (r *Root) sonameLink(l ldcache.DirLib) (bool, error) {
+	dfd, err := r.openDir(l.Dir)
+	if err != nil {
+		return false, r.errorf(l.Dir, err)
+	}
+	defer unix.Close(dfd)
+	var lst unix.Stat_t
+	switch err := unix.Fstatat(dfd, l.Key, &lst, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == unix.ENOENT:
+	case err != nil:
+		return false, r.errorf(l.Dir+"/"+l.Key, err)
+	case lst.Mode&unix.S_IFMT == unix.S_IFLNK:
+		if t, err := readlinkat(dfd, l.Key); err == nil && t == l.Name {
+			return false, nil
+		}
+		if r.sameFile(l.Dir+"/"+l.Key, l.Dir+"/"+l.Name) {
+			return false, nil
+		}
+	default:
+		// A regular file (or other object): ldconfig leaves it, whether
+		// it is the library itself (a hard link) or not.
+		return false, nil
+	}
+	if err := r.Symlink(l.Name, l.Dir+"/"+l.Key); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// sameFile reports whether a and b resolve inside the root to one file.
+func (r *Root) sameFile(a, b string) bool {
+	sa, err := r.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := r.Stat(b)
+	return err == nil && sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
+// removeSymlink removes the symlink cp (journaled: Rollback puts it back).
+func (r *Root) removeSymlink(cp string) error {
+	dir, name, err := split(cp)
+	if err != nil {
+		return r.errorf(cp, err)
+	}
+	dfd, err := r.openDir(dir)
+	if err != nil {
+		return r.errorf(dir, err)
+	}
+	defer unix.Close(dfd)
+	old, err := readlinkat(dfd, name)
+	if err == unix.ENOENT {
+		return nil
+	}
+	if err != nil {
+		return r.errorf(cp, err)
+	}
+	if err := unix.Unlinkat(dfd, name, 0); err != nil && err != unix.ENOENT {
+		return r.errorf(cp, fmt.Errorf("remove dangling link: %w", err))
+	}
+	d, err := unix.Dup(dfd)
+	if err != nil {
+		return nil
+	}
+	r.record(undo{
+		desc: "remove " + cp,
+		run: func() error {
+			if err := unix.Symlinkat(old, d, name); err != nil && err != unix.EEXIST {
+				return err
+			}
+			return nil
+		},
+		done: func() { unix.Close(d) },
+	})
+	return nil
+}

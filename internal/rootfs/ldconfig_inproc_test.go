@@ -1,0 +1,360 @@
+package rootfs
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/ldcache"
+)
+
+// hostSystemDirs probes the host ldconfig's built-in directories.
+func hostSystemDirs(t testing.TB) (ldconfig string, dirs []string) {
+	t.Helper()
+	ldconfig = hostLdconfig(t)
+	if _, err := os.Stat(ldconfig); err != nil {
+		t.Skipf("no host ldconfig to compare with: %v", err)
+	}
+	dirs, err := ProbeSystemDirs(context.Background(), ldconfig)
+	if err != nil {
+		t.Fatalf("ProbeSystemDirs(%s): %v", ldconfig, err)
+	}
+	return ldconfig, dirs
+}
+
+func TestProbeSystemDirs(t *testing.T) {
+	_, dirs := hostSystemDirs(t)
+	// Every glibc ldconfig searches /lib and /usr/lib (or their lib64
+	// siblings) on its own.
+	if !slices.ContainsFunc(dirs, func(d string) bool { return strings.HasSuffix(d, "/lib") || strings.HasSuffix(d, "/lib64") }) {
+		t.Errorf("ProbeSystemDirs = %q: no lib or lib64 directory", dirs)
+	}
+	if _, err := ProbeSystemDirs(context.Background(), "/bin/true"); err == nil {
+		t.Error("ProbeSystemDirs(/bin/true): no error for a program that names no directory")
+	}
+	if _, err := ProbeSystemDirs(context.Background(), "sbin/ldconfig"); err == nil {
+		t.Error("ProbeSystemDirs(relative): no error")
+	}
+	got := systemDirsFromProbe("ldconfig: Can't stat /lib64: No such file or directory\nnoise\n" +
+		"ldconfig: Can't stat /usr/lib64: No such file or directory\nldconfig: Can't stat /lib64: x\n" +
+		"ldconfig: Can't stat relative: x\nldconfig: Can't stat /a b: x\n")
+	if want := []string{"/lib64", "/usr/lib64"}; !slices.Equal(got, want) {
+		t.Errorf("systemDirsFromProbe = %q, want %q", got, want)
+	}
+}
+
+// cacheLines renders a cache's entries for comparison.
+func cacheLines(t *testing.T, data []byte) []string {
+	t.Helper()
+	c, err := ldcache.Parse(data)
+	if err != nil {
+		t.Fatalf("parse cache: %v", err)
+	}
+	var out []string
+	for _, e := range c.Entries {
+		out = append(out, fmt.Sprintf("%s => %s flags=%#x os=%#x hwcap=%#x", e.Key, e.Value, e.Flags, e.OSVersion, e.HWCap))
+	}
+	return append(out, fmt.Sprintf("hwcaps=%q", c.HWCaps))
+}
+
+// TestScanLdconfigHost: over the host's own root, what the in-process
+// ldconfig would write is what the host's ldconfig writes (-X: no links,
+// -C: to a temporary file; nothing of the host changes).
+func TestScanLdconfigHost(t *testing.T) {
+	ldconfig, sys := hostSystemDirs(t)
+	r, err := Open("/")
+	must(t, err)
+	defer r.Close()
+	libs, _, err := r.scanLdconfig(nil, sys)
+	if errors.Is(err, ErrRebuildUnsupported) {
+		t.Skipf("this host's libraries are beyond the in-process ldconfig: %v", err)
+	}
+	must(t, err)
+	got, err := ldconfigCache(libs)
+	must(t, err)
+	out := filepath.Join(t.TempDir(), "ld.so.cache")
+	if b, err := exec.Command(ldconfig, "-X", "-i", "-C", out).CombinedOutput(); err != nil {
+		t.Fatalf("ldconfig -X -C: %v\n%s", err, b)
+	}
+	want, err := os.ReadFile(out)
+	must(t, err)
+	g, w := cacheLines(t, got), cacheLines(t, want)
+	if !slices.Equal(g, w) {
+		t.Errorf("in-process cache differs from the host ldconfig's:\n%s", lineDiff(g, w))
+	}
+	t.Logf("%d libraries in %d entries compared (system directories %q)", len(libs), len(w)-1, sys)
+}
+
+// lineDiff lists the lines only one side has.
+func lineDiff(got, want []string) string {
+	var b strings.Builder
+	for _, l := range got {
+		if !slices.Contains(want, l) {
+			b.WriteString("+ " + l + "\n")
+		}
+	}
+	for _, l := range want {
+		if !slices.Contains(got, l) {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	if b.Len() == 0 {
+		return fmt.Sprintf("same lines, other order:\n got %q\nwant %q", got, want)
+	}
+	return b.String()
+}
+
+// treeState describes every file below dir: type, mode, link target or
+// content digest.
+func treeState(t *testing.T, dir string, skip ...string) []string {
+	t.Helper()
+	var out []string
+	must(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel := strings.TrimPrefix(p, dir)
+		for _, s := range skip {
+			if rel == s || strings.HasPrefix(rel, s+"/") {
+				return nil
+			}
+		}
+		info, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		line := fmt.Sprintf("%s %v", rel, info.Mode())
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			line += " -> " + target
+		case info.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			line += fmt.Sprintf(" %x", sha256.Sum256(b))
+		}
+		out = append(out, line)
+		return nil
+	}))
+	return out
+}
+
+// ldconfigTestRoot builds a test image of the given kind at root from the
+// host's libraries.
+func ldconfigTestRoot(t testing.TB, root, kind string) {
+	t.Helper()
+	lib, soname := hostLib(t)
+	libc := "/lib/x86_64-linux-gnu/libc.so.6"
+	if _, err := os.Stat(libc); err != nil {
+		t.Skipf("no %s to build test images", libc)
+	}
+	w := func(p, content string) {
+		must(t, os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755))
+		must(t, os.WriteFile(filepath.Join(root, p), []byte(content), 0o644))
+	}
+	ln := func(target, p string) {
+		must(t, os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755))
+		must(t, os.Symlink(target, filepath.Join(root, p)))
+	}
+	base := filepath.Base(lib)
+	switch kind {
+	case "debian":
+		w("etc/debian_version", "12.0\n")
+		w("etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n\n")
+		w("etc/ld.so.conf.d/x86_64-linux-gnu.conf", "# Multiarch support\n/usr/local/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n")
+		w("etc/ld.so.conf.d/libc.conf", "# libc default configuration\n/usr/local/lib\n")
+		w("etc/ld.so.conf.d/.hidden.conf", "/opt/hidden\n")
+		w("etc/ld.so.conf.d/notconf", "/opt/notconf\n")
+		ln("usr/lib", "lib")
+		d := "usr/lib/x86_64-linux-gnu"
+		copyFile(t, libc, filepath.Join(root, d, "libc.so.6"))
+		copyFile(t, lib, filepath.Join(root, d, base)) // no SONAME link: ldconfig makes it
+		ln(soname, filepath.Join(d, "libz.so"))        // dev link
+		w(d+"/libc.so", "/* GNU ld script */\nGROUP ( /lib/x86_64-linux-gnu/libc.so.6 )\n")
+		w(d+"/libbogus.so.1", "not an ELF file at all, but long enough to be read as one")
+		ln("libgone.so.1.0", filepath.Join(d, "libgone.so.1"))
+		ln("/usr", filepath.Join(d, "libdir.so"))
+		ln("/usr/lib/x86_64-linux-gnu/"+base, filepath.Join(d, "libabs.so.3"))
+		// Leads to a host file the image lacks: dangling inside the root.
+		ln(hostLdconfig(t), filepath.Join(d, "libhost.so.1"))
+		ln("../../../../../../.."+hostLdconfig(t), filepath.Join(d, "libclimb.so"))
+		must(t, os.MkdirAll(filepath.Join(root, d, "libnotalib.so.d"), 0o755))
+		must(t, os.MkdirAll(filepath.Join(root, d, "gconv"), 0o755))
+		copyFile(t, lib, filepath.Join(root, "opt/hidden", base))
+		copyFile(t, lib, filepath.Join(root, "opt/notconf", base))
+		// The driver's folder: libraries with links as a spec makes them,
+		// one SONAME link stale, one SONAME path a regular file.
+		must(t, os.MkdirAll(filepath.Join(root, "usr/local/nvidia/lib64"), 0o755))
+		injectDriver(t, root, "usr/local/nvidia/lib64")
+		nv := filepath.Join(root, "usr/local/nvidia/lib64")
+		must(t, os.Remove(filepath.Join(nv, "libnvidia-ml.so.1")))
+		must(t, os.Symlink("libnvidia-ml.so.400.1", filepath.Join(nv, "libnvidia-ml.so.1")))
+		must(t, os.Remove(filepath.Join(nv, "libnvidia-ptxjitcompiler.so.1")))
+		w("usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.1", "a stray file where the link goes")
+		// A stale cache the rebuild replaces.
+		w("etc/ld.so.cache", "garbage")
+	case "rhel":
+		w("etc/redhat-release", "Rocky Linux release 9\n")
+		w("etc/ld.so.conf", "# comment\ninclude ld.so.conf.d/*.conf\n  /opt/app/lib/  # trailing slash and comment\n/opt/missing\n/usr/lib64\n")
+		w("etc/ld.so.conf.d/app.conf", "/opt/app/lib\n/opt/app/lib64\n")
+		copyFile(t, libc, filepath.Join(root, "usr/lib64/libc.so.6"))
+		copyFile(t, lib, filepath.Join(root, "usr/lib64", base))
+		ln(base, filepath.Join(root, "usr/lib64", soname)[len(root)+1:])
+		ln("usr/lib64", "lib64")
+		copyFile(t, lib, filepath.Join(root, "opt/app/lib/libapp.so.2.0"))
+		ln("/opt/app/lib", "opt/app/lib64")
+		injectDriver(t, root, "usr/lib64")
+	case "bare":
+		copyFile(t, lib, filepath.Join(root, "lib", base))
+		injectDriver(t, root, "lib")
+	default:
+		t.Fatalf("unknown kind %q", kind)
+	}
+}
+
+// TestRebuildLdCacheMatchesLdconfig: on the same images, the in-process
+// rebuild gives the tree (configuration files, SONAME links, every other
+// file) and the cache entries that the host's ldconfig run in its sandbox
+// gives.
+func TestRebuildLdCacheMatchesLdconfig(t *testing.T) {
+	requireRoot(t)
+	ldconfig, sys := hostSystemDirs(t)
+	for _, tc := range []struct {
+		kind string
+		dirs []string
+	}{
+		{"debian", []string{"/usr/local/nvidia/lib64"}},
+		{"rhel", []string{"/usr/lib64"}},
+		{"bare", []string{"/lib"}},
+		{"bare", nil},
+	} {
+		t.Run(tc.kind+fmt.Sprint(len(tc.dirs)), func(t *testing.T) {
+			want, got := t.TempDir(), t.TempDir()
+			ldconfigTestRoot(t, want, tc.kind)
+			ldconfigTestRoot(t, got, tc.kind)
+			// Twice: a run makes SONAME links that a link seen before them
+			// leads to only in the next run, for ldconfig as for the
+			// rebuild.
+			for range 2 {
+				if err := RunLdconfig(context.Background(), want, tc.dirs, LdconfigOptions{Ldconfig: ldconfig, ConfDropIn: true}); err != nil {
+					t.Fatalf("RunLdconfig: %v", err)
+				}
+				r, err := Open(got)
+				must(t, err)
+				err = r.RebuildLdCache(tc.dirs, sys, nil)
+				r.Commit()
+				r.Close()
+				if err != nil {
+					t.Fatalf("RebuildLdCache: %v", err)
+				}
+				gc, err := os.ReadFile(filepath.Join(got, "etc/ld.so.cache"))
+				must(t, err)
+				wc, err := os.ReadFile(filepath.Join(want, "etc/ld.so.cache"))
+				must(t, err)
+				if g, w := cacheLines(t, gc), cacheLines(t, wc); !slices.Equal(g, w) {
+					t.Errorf("cache entries differ:\n%s", lineDiff(g, w))
+				}
+				skip := []string{"/etc/ld.so.cache", "/var/cache/ldconfig"}
+				if g, w := treeState(t, got, skip...), treeState(t, want, skip...); !slices.Equal(g, w) {
+					t.Errorf("trees differ:\n%s", lineDiff(g, w))
+				}
+			}
+		})
+	}
+}
+
+// TestRebuildLdCacheUnsupported: what the in-process ldconfig does not
+// reproduce is refused before any library link or the cache is written,
+// and Rollback leaves the image as it was.
+func TestRebuildLdCacheUnsupported(t *testing.T) {
+	requireRoot(t)
+	for name, setup := range map[string]func(root string){
+		"hwcap line": func(root string) {
+			must(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte("hwcap 1 foo\n"), 0o644))
+		},
+		"relative directory": func(root string) {
+			must(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte("opt/lib\n"), 0o644))
+		},
+		"library type": func(root string) {
+			must(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte("/opt/lib=libc6\n"), 0o644))
+		},
+		"pattern in a directory name": func(root string) {
+			must(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte("include /etc/*/x.conf\n"), 0o644))
+		},
+		"include loop": func(root string) {
+			must(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte("include /etc/ld.so.conf\n"), 0o644))
+		},
+		"glibc-hwcaps": func(root string) {
+			must(t, os.MkdirAll(filepath.Join(root, "lib/glibc-hwcaps/x86-64-v3"), 0o755))
+		},
+		"legacy tls": func(root string) {
+			must(t, os.MkdirAll(filepath.Join(root, "lib/tls"), 0o755))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			ldconfigTestRoot(t, root, "bare")
+			must(t, os.MkdirAll(filepath.Join(root, "etc"), 0o755))
+			setup(root)
+			before := treeState(t, root)
+			r, err := Open(root)
+			must(t, err)
+			defer r.Close()
+			err = r.RebuildLdCache([]string{"/lib"}, []string{"/lib", "/usr/lib"}, nil)
+			if !errors.Is(err, ErrRebuildUnsupported) {
+				t.Fatalf("RebuildLdCache: %v, want ErrRebuildUnsupported", err)
+			}
+			if _, err := os.Lstat(filepath.Join(root, "etc/ld.so.cache")); err == nil {
+				t.Error("a cache was written")
+			}
+			must(t, r.Rollback())
+			if after := treeState(t, root); !slices.Equal(before, after) {
+				t.Errorf("Rollback left changes:\n%s", lineDiff(after, before))
+			}
+		})
+	}
+}
+
+// BenchmarkRebuildLdCache: the in-process rebuild over the debian test
+// image (BenchmarkRunLdconfig is the host's ldconfig in its sandbox over a
+// smaller one).
+func BenchmarkRebuildLdCache(b *testing.B) {
+	requireRoot(b)
+	_, sys := hostSystemDirs(b)
+	root := b.TempDir()
+	ldconfigTestRoot(b, root, "debian")
+	dirs := []string{"/usr/local/nvidia/lib64"}
+	for b.Loop() {
+		r, err := Open(root)
+		must(b, err)
+		must(b, r.RebuildLdCache(dirs, sys, nil))
+		r.Commit()
+		r.Close()
+	}
+}
+
+// BenchmarkRunLdconfigDebian: the host's ldconfig in its sandbox over the
+// same image as BenchmarkRebuildLdCache.
+func BenchmarkRunLdconfigDebian(b *testing.B) {
+	requireRoot(b)
+	ldconfig, _ := hostSystemDirs(b)
+	root := b.TempDir()
+	ldconfigTestRoot(b, root, "debian")
+	dirs := []string{"/usr/local/nvidia/lib64"}
+	for b.Loop() {
+		must(b, RunLdconfig(context.Background(), root, dirs, LdconfigOptions{Ldconfig: ldconfig, ConfDropIn: true}))
+	}
+}
