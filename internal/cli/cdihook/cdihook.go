@@ -465,6 +465,17 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 	if err != nil {
 		return err
 	}
+	if len(u.Libs) == 0 {
+		err := rebuildLdcache(h, root, hostPath, u.Folders)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, rootfs.ErrRebuildUnsupported) {
+			h.log.Debug("running ldconfig: the in-process rebuild does not reproduce this image", "reason", err)
+		} else {
+			h.log.Warn("in-process ld.so.cache rebuild failed; running ldconfig", "error", err)
+		}
+	}
 	if err := rootfs.RunLdconfig(context.Background(), root, u.Folders, rootfs.LdconfigOptions{
 		Ldconfig: hostPath, ConfDropIn: true, Log: h.log,
 	}); err != nil {
@@ -474,6 +485,39 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 	// ld.so.conf: the compat libraries enable-cuda-compat chose go first
 	// again.
 	return h.withRootAt(root, func(r *rootfs.Root) error { return cudacompat.Promote(r, h.log) })
+}
+
+// rebuildLdcache does in the container root at root what the host's
+// ldconfig at hostPath would do there over folders (rootfs.RebuildLdCache:
+// the same links and cache entries, no process), with the ldconfig's own
+// system directories probed once per binary and kept
+// (cdispec.LdconfigSystemDirs), then puts the CUDA compat libraries first
+// as after ldconfig. The libraries' ELF headers come from the library
+// facts where known. An error leaves the root as it was.
+func rebuildLdcache(h *hookEnv, root, hostPath string, folders []string) error {
+	cacheDir := cdispec.DefaultCacheDir(h.Getenv)
+	sys, err := cdispec.LdconfigSystemDirs(cacheDir, hostPath, func() ([]string, error) {
+		return rootfs.ProbeSystemDirs(context.Background(), hostPath)
+	})
+	if err != nil {
+		return err
+	}
+	facts := cdispec.OpenLibFacts(cacheDir)
+	err = h.withRootAt(root, func(r *rootfs.Root) error {
+		h.removeStale(r, "/etc", "/etc/ld.so.conf.d")
+		r.UseLibFacts(facts)
+		if err := r.RebuildLdCache(folders, sys, h.log); err != nil {
+			return err
+		}
+		return cudacompat.Promote(r, h.log)
+	})
+	if err != nil {
+		return err
+	}
+	if err := facts.Save(); err != nil {
+		h.log.Debug("library facts not kept", "error", err)
+	}
+	return nil
 }
 
 // disableDeviceNodeModification masks the container's

@@ -332,21 +332,20 @@ func TestRootIsHostRoot(t *testing.T) {
 	}
 }
 
-// TestUpdateLdcache runs update-ldcache every way: ldconfig (--folder
-// only, as NVIDIA's CDI specs call it), in-process (--lib, as
-// nvidia-container-runtime's spec edits call it), and the fall back to
-// ldconfig when the in-process update fails (the OCI state on stdin,
-// read once, still names the root), on an image whose cache is a symlink
-// to the host's.
+// TestUpdateLdcache runs update-ldcache every way: --folder only (as
+// NVIDIA's CDI specs call it) rebuilt in-process, and with ldconfig when the
+// image holds what the in-process rebuild does not reproduce (a legacy
+// hwcap subdirectory); --lib in-process (as nvidia-container-runtime's spec
+// edits call it), and the fall back to ldconfig when that fails (the OCI
+// state on stdin, read once, still names the root); each on an image whose
+// cache is a symlink to the host's.
 func TestUpdateLdcache(t *testing.T) {
-	for _, tc := range []struct{ inProcess, fallback bool }{{false, false}, {true, false}, {false, true}} {
-		t.Run(fmt.Sprintf("inProcess=%v,fallback=%v", tc.inProcess, tc.fallback), func(t *testing.T) {
-			testUpdateLdcache(t, tc.inProcess, tc.fallback)
-		})
+	for _, mode := range []string{"rebuild", "rebuild-unsupported", "lib", "lib-fallback"} {
+		t.Run(mode, func(t *testing.T) { testUpdateLdcache(t, mode) })
 	}
 }
 
-func testUpdateLdcache(t *testing.T, inProcess, fallback bool) {
+func testUpdateLdcache(t *testing.T, mode string) {
 	e2e.RequireRoot(t)
 	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
 	if len(matches) == 0 {
@@ -355,45 +354,53 @@ func testUpdateLdcache(t *testing.T, inProcess, fallback bool) {
 	b, root := bundle(t)
 	data, err := os.ReadFile(matches[0])
 	must(t, err)
-	must(t, os.MkdirAll(root+"/usr/local/nvidia/lib64", 0o755))
-	must(t, os.WriteFile(root+"/usr/local/nvidia/lib64/"+filepath.Base(matches[0]), data, 0o755))
+	drv := "/usr/local/nvidia/lib64"
+	must(t, os.MkdirAll(root+drv, 0o755))
+	must(t, os.WriteFile(root+drv+"/"+filepath.Base(matches[0]), data, 0o755))
 	hostCache, _ := os.ReadFile("/etc/ld.so.cache")
 	must(t, os.MkdirAll(root+"/etc", 0o755))
 	must(t, os.Symlink("/etc/ld.so.cache", root+"/etc/ld.so.cache")) // hostile
-	args := []string{"update-ldcache", "--folder", "/usr/local/nvidia/lib64"}
-	if inProcess {
+	args := []string{"--debug", "update-ldcache", "--folder", drv}
+	switch mode {
+	case "rebuild-unsupported":
+		must(t, os.MkdirAll(root+drv+"/tls", 0o755))
+	case "lib", "lib-fallback":
 		// The runtime creates the SONAME link before (create-symlinks).
-		must(t, os.Symlink(filepath.Base(matches[0]), root+"/usr/local/nvidia/lib64/libz.so.1"))
-		args = append(args, "--lib", "/usr/local/nvidia/lib64/"+filepath.Base(matches[0]), "--lib", "/usr/local/nvidia/lib64/libz.so.1")
-	}
-	if fallback {
-		args = append(args, "--lib", "/usr/local/nvidia/lib64/libnctk-absent.so.1")
+		must(t, os.Symlink(filepath.Base(matches[0]), root+drv+"/libz.so.1"))
+		args = append(args, "--lib", drv+"/"+filepath.Base(matches[0]), "--lib", drv+"/libz.so.1")
+		if mode == "lib-fallback" {
+			args = append(args, "--lib", drv+"/libnctk-absent.so.1")
+		}
 	}
 	r := run(stateFor(b), nil, args...)
-	if inProcess && strings.Contains(r.stderr, "running ldconfig") {
-		t.Errorf("fell back to ldconfig: %s", r.stderr)
-	}
-	if fallback && !strings.Contains(r.stderr, "running ldconfig") {
-		t.Errorf("did not fall back to ldconfig: %s", r.stderr)
-	}
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	ranLdconfig := strings.Contains(r.stderr, "running ldconfig")
+	if wantLdconfig := strings.HasSuffix(mode, "-unsupported") || strings.HasSuffix(mode, "-fallback"); ranLdconfig != wantLdconfig {
+		t.Errorf("ran ldconfig: %v, want %v: %s", ranLdconfig, wantLdconfig, r.stderr)
+	}
+	if mode == "rebuild" && !strings.Contains(r.stderr, "rebuilt in-process") {
+		t.Errorf("no in-process rebuild logged: %s", r.stderr)
 	}
 	if now, _ := os.ReadFile("/etc/ld.so.cache"); !bytes.Equal(now, hostCache) {
 		t.Fatal("the host's ld.so.cache changed")
 	}
 	cache, _ := os.ReadFile(root + "/etc/ld.so.cache")
-	if !strings.Contains(string(cache), "/usr/local/nvidia/lib64/libz.so.1") {
+	if !strings.Contains(string(cache), drv+"/libz.so.1") {
 		t.Error("container cache lacks the library")
 	}
-	if conf, _ := os.ReadFile(root + "/etc/ld.so.conf.d/00-nctk.conf"); !strings.Contains(string(conf), "/usr/local/nvidia/lib64") {
+	if target, err := os.Readlink(root + drv + "/libz.so.1"); err != nil || target != filepath.Base(matches[0]) {
+		t.Errorf("SONAME link: %q, %v", target, err)
+	}
+	if conf, _ := os.ReadFile(root + "/etc/ld.so.conf.d/00-nctk.conf"); !strings.Contains(string(conf), drv) {
 		t.Errorf("drop-in = %q", conf)
 	}
-	if inProcess && !fallback {
+	if mode == "lib" {
 		// What the library's ELF headers say is kept for the next
 		// container, by the file's identity, in the CDI cache directory.
 		var st unix.Stat_t
-		must(t, unix.Stat(root+"/usr/local/nvidia/lib64/"+filepath.Base(matches[0]), &st))
+		must(t, unix.Stat(root+drv+"/"+filepath.Base(matches[0]), &st))
 		if lib, isLib, found := cdispec.OpenLibFacts(cdispec.DefaultCacheDir(os.Getenv)).Library(&st); !found || !isLib || lib.SONAME != "libz.so.1" {
 			t.Errorf("library facts for %s: %+v, isLib %v, found %v", matches[0], lib, isLib, found)
 		}

@@ -145,7 +145,9 @@ func TestEnableCudaCompatHostile(t *testing.T) {
 // TestCudaCompatFirstInCache: with real driver libraries (the fixture
 // packages), enable-cuda-compat then update-ldcache (in-process, and with
 // ldconfig) leave the compat libcuda.so.1 ahead of the driver's in the
-// container's ld.so.cache, whichever order the hooks run in.
+// container's ld.so.cache, whichever order the hooks run in; with --folder
+// only, rebuilt in-process, or by ldconfig when the image holds what the
+// rebuild does not reproduce (a legacy hwcap subdirectory).
 func TestCudaCompatFirstInCache(t *testing.T) {
 	newer, _ := filepath.Glob("/var/cache/nctk/pkgroot/535-amd64/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.535.*")
 	older, _ := filepath.Glob("/var/cache/nctk/pkgroot/470-amd64/usr/lib/x86_64-linux-gnu/nvidia/tesla-470/libcuda.so.470.*")
@@ -162,20 +164,24 @@ func TestCudaCompatFirstInCache(t *testing.T) {
 	drvLib := drv + "/" + filepath.Base(older[0])
 	enable := []string{"enable-cuda-compat", "--host-driver-version=470.256.02"}
 	inProcess := []string{"update-ldcache", "--folder", drv, "--lib", drvLib, "--lib", drv + "/libcuda.so.1"}
-	withLdconfig := []string{"update-ldcache", "--folder", drv}
+	folders := []string{"update-ldcache", "--folder", drv}
 	tests := []struct {
 		name  string
 		chain [][]string
 	}{
 		{"compat then in-process update", [][]string{enable, inProcess}},
 		{"in-process update then compat", [][]string{inProcess, enable}},
-		{"compat then ldconfig", [][]string{enable, withLdconfig}},
+		{"compat then in-process rebuild", [][]string{enable, folders}},
+		{"compat then ldconfig", [][]string{enable, folders}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			b, root := compatRoot(t, map[string][]byte{compatLib: read(newer[0]), drvLib: read(older[0])})
 			must(t, os.Symlink(filepath.Base(compatLib), root+compat+"/libcuda.so.1"))
 			must(t, os.Symlink(filepath.Base(drvLib), root+drv+"/libcuda.so.1"))
+			if strings.HasSuffix(tc.name, "ldconfig") {
+				must(t, os.MkdirAll(root+drv+"/tls", 0o755))
+			}
 			var args []string
 			for i, h := range tc.chain {
 				if i > 0 {
@@ -188,8 +194,12 @@ func TestCudaCompatFirstInCache(t *testing.T) {
 					t.Skip("no host ldconfig")
 				}
 			}
-			if r := run(stateFor(b), nil, args...); r.code != 0 {
+			r := run(stateFor(b), nil, append([]string{"--debug"}, args...)...)
+			if r.code != 0 {
 				t.Fatalf("exit %d: %s", r.code, r.stderr)
+			}
+			if ran, want := strings.Contains(r.stderr, "running ldconfig"), strings.HasSuffix(tc.name, "ldconfig"); ran != want {
+				t.Errorf("ran ldconfig: %v, want %v: %s", ran, want, r.stderr)
 			}
 			cacheData, err := os.ReadFile(root + "/etc/ld.so.cache")
 			if err != nil {

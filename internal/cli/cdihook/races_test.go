@@ -198,7 +198,7 @@ func TestHookRaces(t *testing.T) {
 			},
 			flip: "/etc/ld.so.conf.d", target: abs, sub: "/etc/ld.so.conf.d",
 			args: []string{"update-ldcache", "--folder", lib, "--lib", lib + "/" + libzName, "--lib", lib + "/libz.so.1"}},
-		{name: "update-ldcache, /etc, folders only (confined ldconfig)",
+		{name: "update-ldcache, /etc, folders only (in-process rebuild)",
 			image: func(t *testing.T, root, host string) {
 				must(t, os.MkdirAll(root+"/etc/ld.so.conf.d", 0o755))
 				must(t, os.MkdirAll(root+lib, 0o755))
