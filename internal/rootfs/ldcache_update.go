@@ -122,13 +122,18 @@ type libScan struct {
 	// learn, when set, says which inspected files the facts learn (nil:
 	// all).
 	learn func(st *unix.Stat_t) bool
-	// statLinks: a symlink's target is resolved and looked at first, and
-	// opened only when it is a regular file (image directories, where a
-	// link may lead to a device node).
+	// statLinks: an image link met in a directory scan is followed by
+	// linkedLibrary (image directories, where a link may lead to a device
+	// node).
 	statLinks bool
 	// dangling are the container paths of the links statLinks found
 	// leading nowhere.
 	dangling []string
+	// pendingFiles and pendingLinks (by cleaned container path; nil for
+	// none) are what will exist in the root later: an image link whose
+	// target is one of them is followed there.
+	pendingFiles map[string]PendingFile
+	pendingLinks map[string]string
 }
 
 func (r *Root) newLibScan() libScan {
@@ -223,7 +228,13 @@ func (r *Root) libraryEntry(sc *libScan, cp, dir, name string) (ldcache.DirEntry
 		return ldcache.DirEntry{Dir: dir, Name: name, Lib: lib}, true, nil
 	}
 	if isLink {
-		lib, ok, err = r.inRootLibrary(sc, cp)
+		if target, pending := sc.pendingTarget(dfd, dir, name); pending {
+			lib, ok, err = r.pendingLibrary(sc, target, sc.pendingFiles, sc.pendingLinks)
+		} else if sc.statLinks {
+			lib, ok, err = r.linkedLibrary(sc, cp)
+		} else {
+			lib, ok, err = r.inRootLibrary(sc, cp)
+		}
 	} else {
 		// Not a link: open it in the directory already resolved.
 		fd, oerr := OpenNoFollow(dfd, name, readFlags)
@@ -235,31 +246,54 @@ func (r *Root) libraryEntry(sc *libScan, cp, dir, name string) (ldcache.DirEntry
 	return ldcache.DirEntry{Dir: dir, Name: name, IsLink: isLink, Lib: lib}, true, nil
 }
 
+// pendingTarget returns the container path the image link name in dir
+// (open as dfd) points to, when a pending file or link will be there.
+func (sc *libScan) pendingTarget(dfd int, dir, name string) (string, bool) {
+	if sc.pendingFiles == nil && sc.pendingLinks == nil {
+		return "", false
+	}
+	t, err := readlinkat(dfd, name)
+	if err != nil {
+		return "", false
+	}
+	if !path.IsAbs(t) {
+		t = path.Join(dir, t)
+	}
+	t = path.Clean(t)
+	_, file := sc.pendingFiles[t]
+	_, link := sc.pendingLinks[t]
+	return t, file || link
+}
+
+// linkedLibrary is inRootLibrary for the image's link cp met in a
+// directory scan: what it leads to is looked at first and opened only when
+// it is a regular file not known already; a link that leads nowhere is
+// noted in sc.dangling.
+func (r *Root) linkedLibrary(sc *libScan, cp string) (ldcache.Library, bool, error) {
+	fd, err := r.resolve(cp, unix.O_PATH)
+	if err == nil {
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+		if err == nil {
+			if st.Mode&unix.S_IFMT != unix.S_IFREG {
+				return ldcache.Library{}, false, nil
+			}
+			if lib, isLib, found := sc.known(&st); found {
+				return lib, isLib, nil
+			}
+			return r.inRootLibrary(sc, cp)
+		}
+	}
+	if err == unix.ENOENT || err == unix.ELOOP || err == unix.ENOTDIR {
+		sc.dangling = append(sc.dangling, cp)
+	}
+	return r.inspectOpened(sc, cp, -1, err)
+}
+
 // inRootLibrary resolves cp inside the root and inspects the file it leads
 // to.
 func (r *Root) inRootLibrary(sc *libScan, cp string) (ldcache.Library, bool, error) {
-	if sc.statLinks {
-		fd, err := r.resolve(cp, unix.O_PATH)
-		if err == nil {
-			var st unix.Stat_t
-			err = unix.Fstat(fd, &st)
-			unix.Close(fd)
-			if err == nil {
-				if st.Mode&unix.S_IFMT != unix.S_IFREG {
-					return ldcache.Library{}, false, nil
-				}
-				if lib, isLib, found := sc.known(&st); found {
-					return lib, isLib, nil
-				}
-			}
-		}
-		if err != nil {
-			if err == unix.ENOENT || err == unix.ELOOP || err == unix.ENOTDIR {
-				sc.dangling = append(sc.dangling, cp)
-			}
-			return r.inspectOpened(sc, cp, -1, err)
-		}
-	}
 	fd, err := r.resolve(cp, readFlags)
 	return r.inspectOpened(sc, cp, fd, err)
 }

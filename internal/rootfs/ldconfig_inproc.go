@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"runtime"
@@ -25,24 +26,45 @@ const maxConfDepth = 8
 // maxConfSize bounds one ld.so.conf file read in the root.
 const maxConfSize = 1 << 20
 
+// RebuildOptions are what RebuildLdCache needs besides the directories.
+type RebuildOptions struct {
+	// SystemDirs are the host ldconfig's own system directories
+	// (ProbeSystemDirs).
+	SystemDirs []string
+	// Pending is what will exist in the root when the container starts
+	// but does not yet (the runtime rebuilds before the low-level runtime
+	// mounts the driver's files): its files and links count as there,
+	// read from the host files and followed through the links, in their
+	// directories (a directory that does not exist yet included).
+	Pending Pending
+	// Mounts are container paths other mounts will cover: a directory or
+	// configuration file at, below or above one, or a directory holding
+	// one, is not what the container will see, and is refused
+	// (ErrRebuildUnsupported). /proc, /sys and /dev are left out anyway.
+	Mounts []string
+}
+
 // RebuildLdCache does in-process, in the container root, what RunLdconfig
-// with ConfDropIn does there with the host's ldconfig, whose own system
-// directories are systemDirs (ProbeSystemDirs): the same configuration
-// files (the drop-ins listing dirs and the image's system directories,
+// with ConfDropIn does there with the host's ldconfig (whose own system
+// directories are o.SystemDirs): the same configuration files (the
+// drop-ins listing dirs and the image's system directories,
 // /etc/ld.so.conf when the image has none, the musl loader's path), the
-// same SONAME links and a byte-identical /etc/ld.so.cache, with no process
+// same SONAME links and the same /etc/ld.so.cache entries, with no process
 // and no namespaces:
 //
 //   - the directories are those ldconfig searches, in its order: dirs (its
 //     command line), those of /etc/ld.so.conf and the files it includes,
-//     then systemDirs; a directory that does not exist is skipped, and one
-//     that is the same directory as an earlier one (through symlinks) is
-//     searched once, under its first name. Every path is resolved inside
-//     the root.
+//     then the system directories; a directory that does not exist is
+//     skipped, and one that is the same directory as an earlier one
+//     (through symlinks) is searched once, under its first name; /proc,
+//     /sys and /dev count as empty, as in the sandbox. Every path is
+//     resolved inside the root.
 //   - in each, the names ldconfig looks at (ldcache.IsLibraryName) are
 //     read as it reads them (ELF headers only; a symlink's target resolved
 //     inside the root and opened only when it is a regular file) and
 //     classified by ldcache.DirLibs;
+//   - links there that lead nowhere and whose names hold ".so." are
+//     removed, as ldconfig removes them;
 //   - for each library ldconfig links, DIR/SONAME is made a symlink to it
 //     unless it already leads to that file (a regular file there is left
 //     alone, as ldconfig leaves it);
@@ -50,13 +72,14 @@ const maxConfSize = 1 << 20
 //     /etc/ld.so.cache atomically (mode 0644).
 //
 // ldconfig's auxiliary cache (/var/cache/ldconfig/aux-cache, a speed-up of
-// later ldconfig runs) is not written. What this does not reproduce (an
-// ld.so.conf "hwcap" line or a directory it cannot take literally,
-// glibc-hwcaps or legacy hwcap subdirectories, includes with patterns in
-// directory names or nested too deep) gives an error wrapping
-// ErrRebuildUnsupported before the cache or any link is written. Every
-// change is journaled. log may be nil.
-func (r *Root) RebuildLdCache(dirs, systemDirs []string, log *slog.Logger) error {
+// its later runs) is not written, and the cache names nctk as its
+// generator. What this does not reproduce (an ld.so.conf "hwcap" line or a
+// directory it cannot take literally, glibc-hwcaps or legacy hwcap
+// subdirectories, includes with patterns in directory names or nested too
+// deep, what o.Mounts cover) gives an error wrapping ErrRebuildUnsupported
+// before any library link or the cache is written. Every change is
+// journaled. log may be nil.
+func (r *Root) RebuildLdCache(dirs []string, o RebuildOptions, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -66,7 +89,7 @@ func (r *Root) RebuildLdCache(dirs, systemDirs []string, log *slog.Logger) error
 	if err := r.writeLdconfigConf(dirs, log); err != nil {
 		return err
 	}
-	libs, dangling, err := r.scanLdconfig(dirs, systemDirs)
+	libs, dangling, err := r.scanLdconfig(dirs, o)
 	if err != nil {
 		return err
 	}
@@ -138,17 +161,70 @@ func (r *Root) writeLdconfigConf(dirs []string, log *slog.Logger) error {
 	return r.updateMuslPath(dirs, log)
 }
 
-// scanDir is a directory ldconfig searches: its path as ldconfig names it
-// and a descriptor of it.
+// scanDir is a directory ldconfig searches: its path as ldconfig names it,
+// a descriptor of it (-1 for one that only pending files will make), and
+// the pending files and links that will be in it, by name.
 type scanDir struct {
-	path string
-	fd   int
+	path    string
+	fd      int
+	pending map[string]string // name -> the pending entry's container path
+}
+
+// pendingByDir groups what p will create by the directory it will be in:
+// by identity for a directory the root has, by path for one it does not
+// have yet.
+type pendingByDir struct {
+	byID   map[fileID]map[string]string
+	byPath map[string]map[string]string
+}
+
+func (r *Root) groupPending(p Pending) (pendingByDir, error) {
+	g := pendingByDir{byID: map[fileID]map[string]string{}, byPath: map[string]map[string]string{}}
+	put := func(m map[string]string, name, cp string) map[string]string {
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[name] = cp
+		return m
+	}
+	paths := make([]string, 0, len(p.Files)+len(p.Links))
+	for _, f := range p.Files {
+		paths = append(paths, f.Path)
+	}
+	for _, l := range p.Links {
+		paths = append(paths, l.Path)
+	}
+	for _, cp := range paths {
+		cp = path.Clean("/" + cp)
+		dir, name := path.Split(cp)
+		dir = path.Clean(dir)
+		if !ldcache.IsLibraryName(name) {
+			continue
+		}
+		fd, err := r.openDir(dir)
+		if err == unix.ENOENT {
+			g.byPath[dir] = put(g.byPath[dir], name, cp)
+			continue
+		}
+		if err != nil {
+			return g, r.errorf(dir, err)
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+		if err != nil {
+			return g, r.errorf(dir, err)
+		}
+		id := fileID{st.Dev, st.Ino}
+		g.byID[id] = put(g.byID[id], name, cp)
+	}
+	return g, nil
 }
 
 // scanLdconfig returns what ldconfig finds in the directories it searches
 // (see RebuildLdCache), and the links there that lead nowhere, without
 // changing anything.
-func (r *Root) scanLdconfig(dirs, systemDirs []string) ([]ldcache.DirLib, []string, error) {
+func (r *Root) scanLdconfig(dirs []string, o RebuildOptions) ([]ldcache.DirLib, []string, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(r.fd, &st); err != nil {
 		return nil, nil, r.errorf("/", err)
@@ -160,7 +236,27 @@ func (r *Root) scanLdconfig(dirs, systemDirs []string) ([]ldcache.DirLib, []stri
 	rootDev := st.Dev
 	sc.learn = func(st *unix.Stat_t) bool { return st.Dev != rootDev }
 	sc.statLinks = true
-	list, err := r.ldconfigDirs(&sc, dirs, systemDirs)
+	if len(o.Pending.Files)+len(o.Pending.Links) > 0 {
+		sc.pendingFiles = map[string]PendingFile{}
+		for _, f := range o.Pending.Files {
+			sc.pendingFiles[path.Clean(f.Path)] = f
+		}
+		sc.pendingLinks = map[string]string{}
+		for _, l := range o.Pending.Links {
+			sc.pendingLinks[path.Clean(l.Path)] = l.Target
+		}
+	}
+	pending, err := r.groupPending(o.Pending)
+	if err != nil {
+		return nil, nil, err
+	}
+	var mounts []string
+	for _, m := range o.Mounts {
+		if m = path.Clean("/" + m); !maskedPath(m) {
+			mounts = append(mounts, m)
+		}
+	}
+	list, err := r.ldconfigDirs(&sc, dirs, o.SystemDirs, pending, mounts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -173,19 +269,41 @@ func (r *Root) scanLdconfig(dirs, systemDirs []string) ([]ldcache.DirLib, []stri
 	return ldcache.DirLibs(names), sc.dangling, nil
 }
 
+// covered reports whether a mount point in mounts lies at, above or below
+// p: p is not what the container will see there.
+func covered(p string, mounts []string) (string, bool) {
+	for _, m := range mounts {
+		if m == p || m == "/" || strings.HasPrefix(p, m+"/") || strings.HasPrefix(m, p+"/") {
+			return m, true
+		}
+	}
+	return "", false
+}
+
 // ldconfigDirs opens the directories ldconfig searches, in its order, each
-// once (sc keeps the descriptors).
-func (r *Root) ldconfigDirs(sc *libScan, dirs, systemDirs []string) ([]scanDir, error) {
+// once (sc keeps the descriptors), with the pending entries each will hold.
+func (r *Root) ldconfigDirs(sc *libScan, dirs, systemDirs []string, pending pendingByDir, mounts []string) ([]scanDir, error) {
 	var list []scanDir
 	seen := map[fileID]bool{}
+	seenPath := map[string]bool{}
 	add := func(d string) error {
-		if _, open := sc.dirs[d]; open || maskedPath(d) {
+		if seenPath[d] || maskedPath(d) {
 			return nil
+		}
+		if m, ok := covered(d, mounts); ok {
+			return fmt.Errorf("library directory %s: the mount at %s covers it: %w", d, m, ErrRebuildUnsupported)
 		}
 		fd, err := r.resolve(d, unix.O_RDONLY|unix.O_DIRECTORY)
 		switch err {
 		case nil:
-		case unix.ENOENT, unix.ENOTDIR, unix.ELOOP:
+		case unix.ENOENT:
+			if names := pending.byPath[d]; names != nil {
+				// Only the pending mounts will make it.
+				seenPath[d] = true
+				list = append(list, scanDir{path: d, fd: -1, pending: names})
+			}
+			return nil // ldconfig: "Can't stat"
+		case unix.ENOTDIR, unix.ELOOP:
 			return nil // ldconfig: "Can't stat", or "Can't open directory"
 		default:
 			return r.errorf(d, err)
@@ -205,9 +323,9 @@ func (r *Root) ldconfigDirs(sc *libScan, dirs, systemDirs []string) ([]scanDir, 
 			unix.Close(fd)
 			return nil
 		}
-		seen[id] = true
+		seen[id], seenPath[d] = true, true
 		sc.dirs[d] = fd
-		list = append(list, scanDir{path: d, fd: fd})
+		list = append(list, scanDir{path: d, fd: fd, pending: pending.byID[id]})
 		return nil
 	}
 	for _, d := range dirs {
@@ -218,7 +336,7 @@ func (r *Root) ldconfigDirs(sc *libScan, dirs, systemDirs []string) ([]scanDir, 
 			return nil, err
 		}
 	}
-	if err := r.confDirs(ldSoConf, 0, add); err != nil {
+	if err := r.confDirs(ldSoConf, 0, add, mounts); err != nil {
 		return nil, err
 	}
 	for _, d := range systemDirs {
@@ -243,9 +361,12 @@ func maskedPath(p string) bool {
 // confDirs reads the ld.so.conf file file in the root, as ldconfig does,
 // calling add for each directory it names (a missing or unreadable file
 // names none, as for ldconfig).
-func (r *Root) confDirs(file string, depth int, add func(string) error) error {
+func (r *Root) confDirs(file string, depth int, add func(string) error, mounts []string) error {
 	if maskedPath(file) {
 		return nil
+	}
+	if m, ok := covered(file, mounts); ok {
+		return fmt.Errorf("%s: the mount at %s covers it: %w", file, m, ErrRebuildUnsupported)
 	}
 	if depth > maxConfDepth {
 		return fmt.Errorf("%s: includes nested more than %d deep: %w", file, maxConfDepth, ErrRebuildUnsupported)
@@ -279,12 +400,15 @@ func (r *Root) confDirs(file string, depth int, add func(string) error) error {
 			if !path.IsAbs(pat) {
 				pat = path.Dir(file) + "/" + pat
 			}
+			if m, ok := covered(path.Dir(pat), mounts); ok {
+				return fmt.Errorf("%s line %d: the mount at %s covers %s: %w", file, l.Line, m, path.Dir(pat), ErrRebuildUnsupported)
+			}
 			files, err := r.glob(pat)
 			if err != nil {
 				return fmt.Errorf("%s line %d: %w", file, l.Line, err)
 			}
 			for _, f := range files {
-				if err := r.confDirs(f, depth+1, add); err != nil {
+				if err := r.confDirs(f, depth+1, add, mounts); err != nil {
 					return err
 				}
 			}
@@ -345,24 +469,28 @@ func hwcapSubdir(name string) bool {
 }
 
 // scanLibDir appends to names the library entries of the directory d, as
-// ldconfig reads them.
+// ldconfig reads them, its pending entries counted in.
 func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]ldcache.DirEntry, error) {
-	fd, err := unix.Dup(d.fd)
-	if err != nil {
-		return nil, r.errorf(d.path, err)
-	}
-	f := os.NewFile(uintptr(fd), d.path)
-	ents, err := f.ReadDir(-1)
-	f.Close()
-	if err != nil {
-		return nil, r.errorf(d.path, err)
+	var ents []os.DirEntry
+	if d.fd >= 0 {
+		fd, err := unix.Dup(d.fd)
+		if err != nil {
+			return nil, r.errorf(d.path, err)
+		}
+		f := os.NewFile(uintptr(fd), d.path)
+		ents, err = f.ReadDir(-1)
+		f.Close()
+		if err != nil {
+			return nil, r.errorf(d.path, err)
+		}
 	}
 	for _, e := range ents {
 		name := e.Name()
 		if hwcapSubdir(name) && !e.Type().IsRegular() {
 			return nil, fmt.Errorf("%s/%s: a hardware-capability subdirectory: %w", d.path, name, ErrRebuildUnsupported)
 		}
-		if !ldcache.IsLibraryName(name) || strings.HasSuffix(name, ".#prelink#") || strings.Contains(name, ".#prelink#.") || e.IsDir() {
+		if _, ok := d.pending[name]; ok || !ldcache.IsLibraryName(name) || strings.HasSuffix(name, ".#prelink#") ||
+			strings.Contains(name, ".#prelink#.") || e.IsDir() {
 			continue
 		}
 		de, ok, err := r.libraryEntry(sc, d.path+"/"+name, d.path, name)
@@ -371,6 +499,17 @@ func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]l
 		}
 		if ok {
 			names = append(names, de)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(d.pending)) {
+		cp := d.pending[name]
+		_, isLink := sc.pendingLinks[cp]
+		lib, ok, err := r.pendingLibrary(sc, cp, sc.pendingFiles, sc.pendingLinks)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			names = append(names, ldcache.DirEntry{Dir: d.path, Name: name, IsLink: isLink, Lib: lib})
 		}
 	}
 	return names, nil
@@ -383,6 +522,10 @@ func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]l
 // ldconfig as "not a symbolic link") when another file is there.
 func (r *Root) sonameLink(l ldcache.DirLib) (bool, error) {
 	dfd, err := r.openDir(l.Dir)
+	if err == unix.ENOENT {
+		// A directory only pending mounts will make: made here.
+		return true, r.Symlink(l.Name, l.Dir+"/"+l.Key)
+	}
 	if err != nil {
 		return false, r.errorf(l.Dir, err)
 	}

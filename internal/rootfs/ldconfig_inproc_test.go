@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/ldcache"
 )
 
@@ -73,7 +74,7 @@ func TestScanLdconfigHost(t *testing.T) {
 	r, err := Open("/")
 	must(t, err)
 	defer r.Close()
-	libs, _, err := r.scanLdconfig(nil, sys)
+	libs, _, err := r.scanLdconfig(nil, RebuildOptions{SystemDirs: sys})
 	if errors.Is(err, ErrRebuildUnsupported) {
 		t.Skipf("this host's libraries are beyond the in-process ldconfig: %v", err)
 	}
@@ -206,7 +207,7 @@ func ldconfigTestRoot(t testing.TB, root, kind string) {
 		w("usr/local/nvidia/lib64/libnvidia-ptxjitcompiler.so.1", "a stray file where the link goes")
 		// A stale cache the rebuild replaces.
 		w("etc/ld.so.cache", "garbage")
-	case "rhel":
+	case "rhel", "rhel-nodriver":
 		w("etc/redhat-release", "Rocky Linux release 9\n")
 		w("etc/ld.so.conf", "# comment\ninclude ld.so.conf.d/*.conf\n  /opt/app/lib/  # trailing slash and comment\n/opt/missing\n/usr/lib64\n")
 		w("etc/ld.so.conf.d/app.conf", "/opt/app/lib\n/opt/app/lib64\n")
@@ -216,7 +217,9 @@ func ldconfigTestRoot(t testing.TB, root, kind string) {
 		ln("usr/lib64", "lib64")
 		copyFile(t, lib, filepath.Join(root, "opt/app/lib/libapp.so.2.0"))
 		ln("/opt/app/lib", "opt/app/lib64")
-		injectDriver(t, root, "usr/lib64")
+		if kind == "rhel" {
+			injectDriver(t, root, "usr/lib64")
+		}
 	case "bare":
 		copyFile(t, lib, filepath.Join(root, "lib", base))
 		injectDriver(t, root, "lib")
@@ -254,7 +257,7 @@ func TestRebuildLdCacheMatchesLdconfig(t *testing.T) {
 				}
 				r, err := Open(got)
 				must(t, err)
-				err = r.RebuildLdCache(tc.dirs, sys, nil)
+				err = r.RebuildLdCache(tc.dirs, RebuildOptions{SystemDirs: sys}, nil)
 				r.Commit()
 				r.Close()
 				if err != nil {
@@ -313,7 +316,7 @@ func TestRebuildLdCacheUnsupported(t *testing.T) {
 			r, err := Open(root)
 			must(t, err)
 			defer r.Close()
-			err = r.RebuildLdCache([]string{"/lib"}, []string{"/lib", "/usr/lib"}, nil)
+			err = r.RebuildLdCache([]string{"/lib"}, RebuildOptions{SystemDirs: []string{"/lib", "/usr/lib"}}, nil)
 			if !errors.Is(err, ErrRebuildUnsupported) {
 				t.Fatalf("RebuildLdCache: %v, want ErrRebuildUnsupported", err)
 			}
@@ -340,7 +343,7 @@ func BenchmarkRebuildLdCache(b *testing.B) {
 	for b.Loop() {
 		r, err := Open(root)
 		must(b, err)
-		must(b, r.RebuildLdCache(dirs, sys, nil))
+		must(b, r.RebuildLdCache(dirs, RebuildOptions{SystemDirs: sys}, nil))
 		r.Commit()
 		r.Close()
 	}
@@ -356,5 +359,103 @@ func BenchmarkRunLdconfigDebian(b *testing.B) {
 	dirs := []string{"/usr/local/nvidia/lib64"}
 	for b.Loop() {
 		must(b, RunLdconfig(context.Background(), root, dirs, LdconfigOptions{Ldconfig: ldconfig, ConfDropIn: true}))
+	}
+}
+
+// pendingDriver is the fixture's 64-bit driver as a CDI spec in NVIDIA's
+// layout gives it to libDir: the library files as mounts of the host's
+// files, and the links create-symlinks makes (not the SONAME links, which
+// ldconfig makes); apply makes them in a root (copies, not mounts).
+func pendingDriver(t testing.TB, libDir string) (p Pending, apply func(root string)) {
+	t.Helper()
+	fx := fixture.Build(t, fixture.Spec{Layout: fixture.Multiarch, GPUs: 1})
+	for _, l := range fx.Libraries {
+		if l.Is32 {
+			continue
+		}
+		base := filepath.Base(l.Path)
+		p.Files = append(p.Files, PendingFile{Path: libDir + "/" + base, Source: filepath.Join(fx.Path, l.Path)})
+		switch l.Name {
+		case "libcuda.so", "libnvidia-opticalflow.so":
+			p.Links = append(p.Links, PendingLink{Path: libDir + "/" + l.Name, Target: l.SONAME})
+		case "libGLX_nvidia.so":
+			p.Links = append(p.Links, PendingLink{Path: libDir + "/libGLX_indirect.so.0", Target: base})
+		}
+	}
+	return p, func(root string) {
+		for _, f := range p.Files {
+			copyFile(t, f.Source, filepath.Join(root, f.Path))
+		}
+		for _, l := range p.Links {
+			must(t, os.Symlink(l.Target, filepath.Join(root, l.Path)))
+		}
+	}
+}
+
+// TestRebuildLdCachePending: rebuilt before the driver's files are there
+// (as the runtime does before runc mounts them), the cache and links are
+// what the host's ldconfig makes once they are; and what other mounts
+// would cover is refused.
+func TestRebuildLdCachePending(t *testing.T) {
+	requireRoot(t)
+	ldconfig, sys := hostSystemDirs(t)
+	for _, tc := range []struct{ name, kind, dir string }{
+		{"debian, a folder of the image", "debian", "/usr/lib/x86_64-linux-gnu"},
+		{"debian, a folder the mounts make", "debian", "/usr/local/nvidia/lib"},
+		{"rhel", "rhel-nodriver", "/usr/lib64"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, apply := pendingDriver(t, tc.dir)
+			want, got := t.TempDir(), t.TempDir()
+			ldconfigTestRoot(t, want, tc.kind)
+			ldconfigTestRoot(t, got, tc.kind)
+			apply(want)
+			dirs := []string{tc.dir}
+			if err := RunLdconfig(context.Background(), want, dirs, LdconfigOptions{Ldconfig: ldconfig, ConfDropIn: true}); err != nil {
+				t.Fatalf("RunLdconfig: %v", err)
+			}
+			// The links create-symlinks makes exist before the rebuild
+			// (the runtime makes them first); the files do not.
+			for _, l := range p.Links {
+				must(t, os.MkdirAll(filepath.Join(got, filepath.Dir(l.Path)), 0o755))
+				must(t, os.Symlink(l.Target, filepath.Join(got, l.Path)))
+			}
+			r, err := Open(got)
+			must(t, err)
+			err = r.RebuildLdCache(dirs, RebuildOptions{SystemDirs: sys, Pending: p, Mounts: []string{"/etc/hosts", "/proc", "/dev/shm"}}, nil)
+			r.Commit()
+			r.Close()
+			if err != nil {
+				t.Fatalf("RebuildLdCache: %v", err)
+			}
+			for _, f := range p.Files {
+				copyFile(t, f.Source, filepath.Join(got, f.Path))
+			}
+			gc, err := os.ReadFile(filepath.Join(got, "etc/ld.so.cache"))
+			must(t, err)
+			wc, err := os.ReadFile(filepath.Join(want, "etc/ld.so.cache"))
+			must(t, err)
+			if g, w := cacheLines(t, gc), cacheLines(t, wc); !slices.Equal(g, w) {
+				t.Errorf("cache entries differ:\n%s", lineDiff(g, w))
+			}
+			skip := []string{"/etc/ld.so.cache", "/var/cache/ldconfig"}
+			if g, w := treeState(t, got, skip...), treeState(t, want, skip...); !slices.Equal(g, w) {
+				t.Errorf("trees differ:\n%s", lineDiff(g, w))
+			}
+		})
+	}
+	for _, mount := range []string{"/usr/lib64", "/usr", "/usr/lib64/libextra.so.1", "/etc/ld.so.conf.d", "/etc/ld.so.conf.d/x.conf", "/etc"} {
+		t.Run("mount "+mount, func(t *testing.T) {
+			root := t.TempDir()
+			ldconfigTestRoot(t, root, "rhel")
+			r, err := Open(root)
+			must(t, err)
+			defer r.Close()
+			err = r.RebuildLdCache([]string{"/usr/lib64"}, RebuildOptions{SystemDirs: sys, Mounts: []string{mount}}, nil)
+			if !errors.Is(err, ErrRebuildUnsupported) {
+				t.Fatalf("RebuildLdCache with a mount at %s: %v, want ErrRebuildUnsupported", mount, err)
+			}
+			must(t, r.Rollback())
+		})
 	}
 }

@@ -506,7 +506,7 @@ func rebuildLdcache(h *hookEnv, root, hostPath string, folders []string) error {
 	err = h.withRootAt(root, func(r *rootfs.Root) error {
 		h.removeStale(r, "/etc", "/etc/ld.so.conf.d")
 		r.UseLibFacts(facts)
-		if err := r.RebuildLdCache(folders, sys, h.log); err != nil {
+		if err := r.RebuildLdCache(folders, rootfs.RebuildOptions{SystemDirs: sys}, h.log); err != nil {
 			return err
 		}
 		return cudacompat.Promote(r, h.log)
