@@ -44,6 +44,10 @@ import (
 //	sep         the same with a spec written with --separate-hooks
 //	            (NVIDIA's layout: create-symlinks, update-ldcache running
 //	            the host's ldconfig, disable-device-node-modification);
+//	sep-native  `runc create` of the config.json the CDI library makes from
+//	            that spec: NVIDIA's layout applied by an engine, calling
+//	            nctk's hook (what the device plugin's and GPU Operator's
+//	            specs do on a host with nctk);
 //	native      `runc create` of the config.json the CDI library makes from
 //	            nctk's spec (InjectDevices, what podman, containerd's CRI
 //	            and Docker 25+ do natively): its one chained hook process;
@@ -52,7 +56,9 @@ import (
 //	hook        `runc create` with the prestart hook `docker run --gpus`
 //	            adds (nvidia-container-runtime-hook → configure, in process);
 //	base        only when $NCTK_BENCH_BASELINE_BIN names a directory with
-//	            another nctk build: that build's spec and runtime (CDI mode);
+//	            another nctk build: that build's spec and runtime (CDI mode),
+//	            and base-native, base-sep, base-sep-native, base-legacy,
+//	            base-hook as above;
 //	nv-cdi      only when $NCTK_BENCH_NVIDIA_BIN names a directory with
 //	            NVIDIA's nvidia-container-runtime and nvidia-cdi-hook
 //	            (1.20, built locally): NVIDIA's runtime in CDI mode with the
@@ -234,6 +240,7 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	own := vs["own"] // the in-process runs below use it whatever $NCTK_BENCH_ONLY keeps
 	sepEnv := specDir("sep", nctkBin, "cdi", "--separate-hooks")
 	vs["sep"] = wrapper(nctkBin, sepEnv, orig)
+	vs["sep-native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(sepEnv))}
 	vs["native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(ownEnv))}
 	vs["legacy"] = wrapper(nctkBin, specDir("legacy", nctkBin, "legacy"), legacySpec)
 	vs["hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
@@ -244,6 +251,9 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		baseEnv := specDir("base", base, "cdi")
 		vs["base"] = wrapper(base, baseEnv, orig)
 		vs["base-native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(baseEnv))}
+		baseSep := specDir("base-sep", base, "cdi", "--separate-hooks")
+		vs["base-sep"] = wrapper(base, baseSep, orig)
+		vs["base-sep-native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(baseSep))}
 		baseLegacy := specDir("base-legacy", base, "legacy")
 		vs["base-legacy"] = wrapper(base, baseLegacy, legacySpec)
 		vs["base-hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
