@@ -21,6 +21,18 @@ type OwnHooks struct {
 	// LdconfigDirs are the update-ldcache --folder directories (the
 	// ld.so.conf.d drop-in).
 	LdconfigDirs []string
+	// Rebuild: an update-ldcache part without --lib (NVIDIA's layout:
+	// the host's ldconfig over whole folders) was taken out; the caller
+	// rebuilds the container's ld.so.cache as that ldconfig would
+	// (rootfs.RebuildLdCache over LdconfigDirs) after the links and the
+	// CUDA compat drop-ins, before the compat libraries are put first, or
+	// leaves the hook in place when the rebuild cannot reproduce the image
+	// (lifting again with LiftOptions.NoRebuild).
+	Rebuild bool
+	// LdconfigPath is that part's --ldconfig-path ("" for the hook's
+	// default): the host ldconfig whose own directories the rebuild
+	// searches.
+	LdconfigPath string
 	// Libs are the update-ldcache --lib container paths (the libraries
 	// and links whose ld.so.cache entries are written).
 	Libs []string
@@ -53,6 +65,9 @@ type LiftOptions struct {
 	// update-application-profile can be done from them before the
 	// container exists. Without it, that part stays a hook.
 	DevicesKnown bool
+	// NoRebuild keeps update-ldcache without --lib (ldconfig over whole
+	// folders) as a hook: it stops the lifting.
+	NoRebuild bool
 }
 
 // LiftOwnHooks takes the work of nctk's own hooks out of the CDI edits e
@@ -74,8 +89,10 @@ type LiftOptions struct {
 //     masks a file of the container's procfs): it stays as a hook with
 //     o.KeepInContainer, and is dropped without (no driver in the host's
 //     procfs, so the hook would have nothing to mask);
-//   - anything else (update-ldcache without --lib, which runs ldconfig over
-//     whole folders; mount-proc-driver; hooks this version does not know;
+//   - update-ldcache without --lib (ldconfig over whole folders) is lifted
+//     as OwnHooks.Rebuild, once, and not with --lib parts, unless
+//     o.NoRebuild;
+//   - anything else (mount-proc-driver; hooks this version does not know;
 //     arguments that do not parse; a hook that is not nctk's own) stops
 //     the lifting: it and every createContainer hook after it stay as they
 //     are, so that the lifted work is exactly the work that would have run
@@ -235,10 +252,25 @@ func liftPart(part []string, w *OwnHooks, o LiftOptions, mountPoints mountSet) (
 		}
 		w.Links = append(w.Links, h.Links...)
 	case hookargs.UpdateLdcache:
+		if len(h.Libs) == 0 {
+			// ldconfig over whole folders: rebuilt by the caller, once,
+			// and not after an in-process update (whose entries a
+			// rebuild would replace, the other way round).
+			if h.ContainerSpec != "" || o.NoRebuild || w.Rebuild || len(w.Libs) > 0 || mountPoints.hidesLdcache() {
+				return false, false
+			}
+			w.Rebuild, w.LdconfigPath = true, h.LdconfigPath
+			for _, d := range h.Folders {
+				if !slices.Contains(w.LdconfigDirs, d) {
+					w.LdconfigDirs = append(w.LdconfigDirs, d)
+				}
+			}
+			break
+		}
 		// The libraries are read before the mounts exist: from the host
 		// file of a mount at their exact path, else inside the root; one
 		// below a mount point (a directory mount) is not there yet.
-		if h.ContainerSpec != "" || len(h.Libs) == 0 || mountPoints.hidesLdcache() ||
+		if w.Rebuild || h.ContainerSpec != "" || mountPoints.hidesLdcache() ||
 			slices.ContainsFunc(h.Libs, func(l string) bool { return mountPoints.under(l, false) }) {
 			return false, false
 		}

@@ -29,6 +29,8 @@ func TestLiftOwnHooks(t *testing.T) {
 		keep   bool
 		// devUnknown: the container's /dev is not only config.json's nodes.
 		devUnknown bool
+		// noRebuild: update-ldcache without --lib stays a hook.
+		noRebuild  bool
 		specMounts []string         // the edits' own mounts (container paths)
 		want       []*cdispecs.Hook // nil: e returned unchanged
 		work       OwnHooks
@@ -40,18 +42,37 @@ func TestLiftOwnHooks(t *testing.T) {
 		{name: "nvidia-ctk hook form, separate entries", hooks: []*cdispecs.Hook{hk(own, "nvidia-ctk hook "+links), hk(own, "nvidia-ctk hook "+ld)},
 			want: []*cdispecs.Hook{}, work: lifted},
 		{name: "foreign hook first: nothing lifted", hooks: []*cdispecs.Hook{hk(other, "nvidia-cdi-hook noop"), hk(own, "nvidia-cdi-hook "+links)}},
-		{name: "update-ldcache without --lib stops", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links), hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook noop")},
+		// NVIDIA's layout (one hook per step, ldconfig over folders):
+		// rebuilt by the caller.
+		{name: "update-ldcache without --lib: rebuild", keep: true, hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links), hk(own, "nvidia-cdi-hook "+compat),
+			hk(own, "nvidia-cdi-hook update-ldcache --folder /lib --folder /usr/lib --ldconfig-path /sbin/ldconfig.real"), hk(own, "nvidia-cdi-hook "+ddnm), hk(own, "nvidia-cdi-hook update-application-profile")},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm+" ; update-application-profile")},
+			work: OwnHooks{Links: lifted.Links, Compat: []hookargs.EnableCudaCompat{{HostDriverVersion: "470.256.02"}}, LdconfigDirs: []string{"/lib", "/usr/lib"},
+				Rebuild: true, LdconfigPath: "/sbin/ldconfig.real", Hooks: 3}},
+		{name: "rebuild, everything lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links), hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"),
+			hk(own, "nvidia-cdi-hook "+ddnm), hk(own, "nvidia-cdi-hook update-application-profile")},
+			want: []*cdispecs.Hook{}, work: OwnHooks{Links: lifted.Links, LdconfigDirs: []string{"/lib"}, Rebuild: true, AppProfile: true, Hooks: 4}},
+		{name: "a second rebuild stops", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook update-ldcache --folder /opt")},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /opt")}, work: OwnHooks{LdconfigDirs: []string{"/lib"}, Rebuild: true, Hooks: 1}},
+		{name: "--lib after a rebuild stops", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /opt ; "+ld)},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ld)}, work: OwnHooks{LdconfigDirs: []string{"/opt"}, Rebuild: true, Hooks: 1}},
+		{name: "rebuild after --lib stops", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ld+" ; update-ldcache --folder /opt")},
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /opt")}, work: OwnHooks{LdconfigDirs: lifted.LdconfigDirs, Libs: lifted.Libs, Hooks: 1}},
+		{name: "rebuild, ld.so.conf.d mounted: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib")}, mounts: []string{"/etc/ld.so.conf.d"}},
+		{name: "rebuild with --container-spec: not lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib --container-spec /x.json")}},
+		// With NoRebuild (the rebuild cannot reproduce the image): what
+		// stays after the lifting stopped runs as one chained process, in
+		// the same order.
+		{name: "NoRebuild: update-ldcache without --lib stops", noRebuild: true, hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links), hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook noop")},
 			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib ; noop")},
 			work: OwnHooks{Links: lifted.Links, Hooks: 1}},
-		// NVIDIA's layout (one hook per step): what stays after the
-		// lifting stopped runs as one chained process, in the same order.
-		{name: "separate hooks after the stop: one chain", keep: true, hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links),
+		{name: "NoRebuild: separate hooks after the stop: one chain", noRebuild: true, keep: true, hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links),
 			hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook "+ddnm), hk(own, "nvidia-cdi-hook update-application-profile")},
 			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib ; "+ddnm+" ; update-application-profile")},
 			work: OwnHooks{Links: lifted.Links, Hooks: 1}},
-		{name: "nothing lifted, separate hooks: one chain", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook "+ddnm)},
+		{name: "NoRebuild: nothing lifted, separate hooks: one chain", noRebuild: true, hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), hk(own, "nvidia-cdi-hook "+ddnm)},
 			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib ; "+ddnm)}},
-		{name: "not chained: another env, a timeout, another program form, a foreign hook between",
+		{name: "NoRebuild: not chained: another env, a timeout, another program form, a foreign hook between", noRebuild: true,
 			hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook update-ldcache --folder /lib"), withEnv(hk(own, "nvidia-cdi-hook noop"), "B=2"),
 				withTimeout(hk(own, "nvidia-cdi-hook noop")), hk(own, "nvidia-ctk hook noop"), hk(other, "nvidia-cdi-hook noop"), hk(own, "nvidia-cdi-hook noop")}},
 		{name: "unknown hook in a chain keeps the rest", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; chmod --mode 0755 --path /x ; "+ld)},
@@ -88,7 +109,7 @@ func TestLiftOwnHooks(t *testing.T) {
 			for _, m := range tc.specMounts {
 				e.Mounts = append(e.Mounts, &cdispecs.Mount{HostPath: m, ContainerPath: m})
 			}
-			got, work := LiftOwnHooks(e, isOwn, LiftOptions{KeepInContainer: tc.keep, Mounts: tc.mounts, DevicesKnown: !tc.devUnknown})
+			got, work := LiftOwnHooks(e, isOwn, LiftOptions{KeepInContainer: tc.keep, Mounts: tc.mounts, DevicesKnown: !tc.devUnknown, NoRebuild: tc.noRebuild})
 			if tc.want == nil {
 				if got != e || !reflect.DeepEqual(work, OwnHooks{}) {
 					t.Errorf("lifted %+v from %+v, want nothing", work, tc.hooks)

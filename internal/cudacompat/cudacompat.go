@@ -82,6 +82,11 @@ func Enable(r *rootfs.Root, dir string, log *slog.Logger) error {
 	return Promote(r, log)
 }
 
+// Configure writes the drop-in of Enable without updating ld.so.cache, for
+// a caller that rebuilds the cache from the configuration next (as
+// ldconfig run after enable-cuda-compat does) and then calls Promote.
+func Configure(r *rootfs.Root, dir string) error { return writeConf(r, dir) }
+
 // find returns the container path of the one regular file named
 // libcuda.so.*.* in dir, or "" (with a log line) when dir is missing or
 // holds none or several. Symlinks of that name are not counted (as

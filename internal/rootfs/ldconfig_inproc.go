@@ -37,9 +37,10 @@ type RebuildOptions struct {
 	// read from the host files and followed through the links, in their
 	// directories (a directory that does not exist yet included).
 	Pending Pending
-	// Mounts are container paths other mounts will cover: a directory or
-	// configuration file at, below or above one, or a directory holding
-	// one, is not what the container will see, and is refused
+	// Mounts are the container paths of other mounts (not Pending's): a
+	// directory ldconfig searches or a file it reads at or below one, or
+	// a directory with one right in it under a name ldconfig looks at, is
+	// not what the container will see, and is refused
 	// (ErrRebuildUnsupported). /proc, /sys and /dev are left out anyway.
 	Mounts []string
 }
@@ -269,11 +270,17 @@ func (r *Root) scanLdconfig(dirs []string, o RebuildOptions) ([]ldcache.DirLib, 
 	return ldcache.DirLibs(names), sc.dangling, nil
 }
 
-// covered reports whether a mount point in mounts lies at, above or below
-// p: p is not what the container will see there.
-func covered(p string, mounts []string) (string, bool) {
+// covered reports whether a mount point in mounts changes what ldconfig
+// would find at p, a directory it searches or a file it reads: one at p or
+// above it, or one right in p whose name ldconfig looks at (a library, a
+// hardware-capability subdirectory; with conf, any name: an included
+// configuration file). Mounts deeper below p do not matter.
+func covered(p string, mounts []string, conf bool) (string, bool) {
 	for _, m := range mounts {
-		if m == p || m == "/" || strings.HasPrefix(p, m+"/") || strings.HasPrefix(m, p+"/") {
+		if m == p || m == "/" || strings.HasPrefix(p, m+"/") {
+			return m, true
+		}
+		if dir, name := path.Split(m); path.Clean(dir) == p && (conf || ldcache.IsLibraryName(name) || hwcapSubdir(name)) {
 			return m, true
 		}
 	}
@@ -290,7 +297,7 @@ func (r *Root) ldconfigDirs(sc *libScan, dirs, systemDirs []string, pending pend
 		if seenPath[d] || maskedPath(d) {
 			return nil
 		}
-		if m, ok := covered(d, mounts); ok {
+		if m, ok := covered(d, mounts, false); ok {
 			return fmt.Errorf("library directory %s: the mount at %s covers it: %w", d, m, ErrRebuildUnsupported)
 		}
 		fd, err := r.resolve(d, unix.O_RDONLY|unix.O_DIRECTORY)
@@ -365,7 +372,7 @@ func (r *Root) confDirs(file string, depth int, add func(string) error, mounts [
 	if maskedPath(file) {
 		return nil
 	}
-	if m, ok := covered(file, mounts); ok {
+	if m, ok := covered(file, mounts, false); ok {
 		return fmt.Errorf("%s: the mount at %s covers it: %w", file, m, ErrRebuildUnsupported)
 	}
 	if depth > maxConfDepth {
@@ -400,7 +407,7 @@ func (r *Root) confDirs(file string, depth int, add func(string) error, mounts [
 			if !path.IsAbs(pat) {
 				pat = path.Dir(file) + "/" + pat
 			}
-			if m, ok := covered(path.Dir(pat), mounts); ok {
+			if m, ok := covered(path.Dir(pat), mounts, true); ok {
 				return fmt.Errorf("%s line %d: the mount at %s covers %s: %w", file, l.Line, m, path.Dir(pat), ErrRebuildUnsupported)
 			}
 			files, err := r.glob(pat)

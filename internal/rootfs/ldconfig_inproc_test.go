@@ -422,7 +422,7 @@ func TestRebuildLdCachePending(t *testing.T) {
 			}
 			r, err := Open(got)
 			must(t, err)
-			err = r.RebuildLdCache(dirs, RebuildOptions{SystemDirs: sys, Pending: p, Mounts: []string{"/etc/hosts", "/proc", "/dev/shm"}}, nil)
+			err = r.RebuildLdCache(dirs, RebuildOptions{SystemDirs: sys, Pending: p, Mounts: []string{"/etc/hosts", "/proc", "/dev/shm", "/lib/firmware/nvidia/535/gsp.bin", "/usr/lib64/firmware", "/usr/bin/nvidia-smi"}}, nil)
 			r.Commit()
 			r.Close()
 			if err != nil {

@@ -494,20 +494,27 @@ func cdiInjected(b *testing.B, spec []byte, dir string) []byte {
 	if err := json.Unmarshal(spec, &s); err != nil {
 		b.Fatal(err)
 	}
-	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
-	if err != nil {
-		b.Fatal(err)
-	}
 	devices := strings.Split(s.Annotations["cdi.k8s.io/nctk-bench"], ",")
 	delete(s.Annotations, "cdi.k8s.io/nctk-bench")
-	if _, err := cache.InjectDevices(&s, devices...); err != nil {
-		b.Fatalf("inject %v from %s: %v", devices, dir, err)
-	}
+	injectCDI(b, &s, dir, devices...)
 	out, err := json.Marshal(&s)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return out
+}
+
+// injectCDI applies the CDI devices of the specs in dir to s with the CDI
+// library, as podman, containerd's CRI and Docker 25+ do.
+func injectCDI(t testing.TB, s *specs.Spec, dir string, devices ...string) {
+	t.Helper()
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cache.InjectDevices(s, devices...); err != nil {
+		t.Fatalf("inject %v from %s: %v", devices, dir, err)
+	}
 }
 
 // canonicalJSON is data re-encoded with sorted keys: equal for equal

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
-	"github.com/nctk/nctk/internal/hookargs"
 )
 
 // The tests in this file check the engine integration from the user's side:
@@ -357,12 +357,62 @@ func TestRuntimeCDIMode(t *testing.T) {
 		})
 	}
 	// A spec in NVIDIA's layout (one hook per step, as NVIDIA's tools and
-	// the device plugin write it): the lifting stops at update-ldcache
-	// --folder, and what stays runs as one chained hook process that gives
-	// the container what the separate hooks give.
-	t.Run("nvidia-layout/one-hook-process", func(t *testing.T) {
+	// the device plugin write it): the runtime does every step itself,
+	// update-ldcache over whole folders included (rebuilt before runc
+	// mounts the driver's files), and the container root gets what the
+	// same spec's hooks, run by runc, give it; the container sees its GPU.
+	t.Run("nvidia-layout/lifted", func(t *testing.T) {
 		t.Parallel()
 		c := newRuncCase(t, f.host, f.image, e2e.LayoutDebian, "NVIDIA_VISIBLE_DEVICES=nvidia.com/sepgpu=1")
+		// The same bundle for plain runc with the spec applied by the CDI
+		// library (as podman or containerd's CRI apply it).
+		hooksRoot := copyRootfs(t, f.image)
+		hooksBundle := e2e.MakeBundle(t, hooksRoot, "/bin/true")
+		e2e.EditSpec(t, hooksBundle, func(s *specs.Spec) {
+			injectCDI(t, s, specDir, "nvidia.com/sepgpu=1")
+		})
+		if res := c.rt.Create(c.bundle, c.id); !res.OK() {
+			t.Fatalf("create: %s\n%s", res, c.rt.Output(c.id))
+		}
+		var spec specs.Spec
+		if err := json.Unmarshal(c.spec(), &spec); err != nil {
+			t.Fatal(err)
+		}
+		if spec.Hooks != nil {
+			for _, h := range spec.Hooks.CreateContainer {
+				if slices.Contains(h.Args, "update-ldcache") || slices.Contains(h.Args, "create-symlinks") {
+					t.Errorf("createContainer hook %q left in config.json, want its work done by the runtime", h.Args)
+				}
+			}
+		}
+		runc := e2e.NewRuntime(t, e2e.RequireTool(t, "runc"))
+		hid := "nctk-hooks-" + filepath.Base(hooksBundle)
+		if res := runc.Create(hooksBundle, hid); !res.OK() {
+			t.Fatalf("runc create with the spec's hooks: %s\n%s", res, runc.Output(hid))
+		}
+		// The probe's own mount point (newRuncCase) is made by runc in
+		// the runtime's bundle only.
+		skip := []string{"/var/cache/ldconfig", path.Dir(probeLdconfig)}
+		if got, want := rootState(t, c.rootfs, skip...), rootState(t, hooksRoot, skip...); !slices.Equal(got, want) {
+			t.Errorf("the runtime's container root differs from the hooks':\n%s", stateDiff(got, want))
+		}
+		if res := c.rt.Start(c.id); !res.OK() {
+			t.Fatalf("start: %s", res)
+		}
+		if err := c.rt.WaitStopped(c.id, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		checkGPU(t, c.rt.Output(c.id), want{host: f.host, GPUs: []int{1}, LibDir: libDir, Display: true})
+	})
+	// An image the in-process rebuild does not reproduce (a legacy hwcap
+	// subdirectory in a library directory): update-ldcache stays a hook,
+	// runs the host's ldconfig, and the container still sees its GPU.
+	t.Run("nvidia-layout/ldconfig-hook", func(t *testing.T) {
+		t.Parallel()
+		c := newRuncCase(t, f.host, f.image, e2e.LayoutDebian, "NVIDIA_VISIBLE_DEVICES=nvidia.com/sepgpu=1")
+		if err := os.MkdirAll(filepath.Join(c.rootfs, libDir, "tls"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if res := c.rt.Create(c.bundle, c.id); !res.OK() {
 			t.Fatalf("create: %s\n%s", res, c.rt.Output(c.id))
 		}
@@ -374,8 +424,8 @@ func TestRuntimeCDIMode(t *testing.T) {
 		if spec.Hooks != nil {
 			hooks = spec.Hooks.CreateContainer
 		}
-		if len(hooks) != 1 || !slices.Contains(hooks[0].Args, "update-ldcache") || !slices.Contains(hooks[0].Args, hookargs.ChainSeparator) {
-			t.Errorf("createContainer hooks: %+v, want one chained call starting at update-ldcache", hooks)
+		if len(hooks) != 1 || !slices.Contains(hooks[0].Args, "update-ldcache") {
+			t.Errorf("createContainer hooks: %+v, want one call starting at update-ldcache", hooks)
 		}
 		if res := c.rt.Start(c.id); !res.OK() {
 			t.Fatalf("start: %s", res)

@@ -210,6 +210,25 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 		log.Debug("not a GPU container; spec left as it is", "spec", specPath)
 		return nil
 	}
+	err = r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, false)
+	if errors.Is(err, rootfs.ErrRebuildUnsupported) {
+		// Nothing was written: the spec's update-ldcache stays a hook, to
+		// run the host's ldconfig in the container.
+		log.Debug("the image needs ldconfig itself; update-ldcache stays a hook", "reason", err)
+		if doc, err = ocispec.Load(specPath); err != nil {
+			return err
+		}
+		err = r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, true)
+	}
+	return err
+}
+
+// injectPlan applies the plan p to doc and to the container root at
+// rootPath and saves doc to specPath; with noRebuild, a CDI spec's
+// update-ldcache over whole folders stays a hook. An error wrapping
+// rootfs.ErrRebuildUnsupported leaves everything as it was.
+func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPath, rootPath string, cfg *config.Config, log *logger, noRebuild bool) error {
+	spec := doc.Spec()
 	// Symlinks and ld.so.cache are done here, in the container root, before
 	// the low-level runtime runs; only the /proc/driver/nvidia view needs
 	// a createContainer hook (it mounts inside the container), and only
@@ -226,7 +245,7 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	if p.CDI != nil {
 		q := *p
 		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), cdispec.LiftOptions{
-			KeepInContainer: inContainer, Mounts: mounts, DevicesKnown: !bindsInDev(spec)})
+			KeepInContainer: inContainer, Mounts: mounts, DevicesKnown: !bindsInDev(spec), NoRebuild: noRebuild})
 		p = &q
 	}
 	if err := checkUserMounts(spec.Mounts, p, own); err != nil {
@@ -250,6 +269,11 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	}
 	w := rootWork(p, own)
 	w.Compat = append(legacyCompat(p, cfg, mounts), own.Compat...)
+	if own.Rebuild {
+		if w.Rebuild, err = r.rebuildOptions(own.LdconfigPath, w.Pending, mounts); err != nil {
+			return err
+		}
+	}
 	if own.AppProfile {
 		// The device nodes runc will make are all the container's /dev
 		// will hold (LiftOptions.DevicesKnown): config.json's, now that
@@ -287,6 +311,54 @@ type work struct {
 	// (update-application-profile done here; nothing written when zero,
 	// as the hook writes nothing for a container without GPU nodes).
 	AppProfile appprofile.Mask
+	// Rebuild, when set, rebuilds ld.so.cache over LdconfigDirs as the
+	// host's ldconfig would once the mounts exist (a CDI spec's
+	// update-ldcache without --lib), instead of adding Libs to it.
+	Rebuild *rootfs.RebuildOptions
+}
+
+// rebuildOptions are the options of the ld.so.cache rebuild that replaces
+// a CDI spec's update-ldcache over whole folders: the system directories
+// of the host ldconfig that hook would run (ldconfigPath, "" for its
+// default; probed once per binary, cdispec.LdconfigSystemDirs), pending's
+// library files as what the rebuild reads from the host, and its other
+// mounts with mounts as what it must not read under. An error wraps
+// rootfs.ErrRebuildUnsupported: the hook then stays.
+func (r *Runtime) rebuildOptions(ldconfigPath string, pending rootfs.Pending, mounts []string) (*rootfs.RebuildOptions, error) {
+	if ldconfigPath == "" {
+		ldconfigPath = config.DefaultLdconfig
+	}
+	unsupported := func(err error) error { return fmt.Errorf("update-ldcache: %w: %w", err, rootfs.ErrRebuildUnsupported) }
+	l, err := config.ParseHostLdconfig(ldconfigPath)
+	if err != nil {
+		return nil, unsupported(err)
+	}
+	hostPath, err := l.HostPath()
+	if err != nil {
+		return nil, unsupported(err)
+	}
+	sys, err := cdispec.LdconfigSystemDirs(r.CDICacheDir, hostPath, func() ([]string, error) {
+		return rootfs.ProbeSystemDirs(context.Background(), hostPath)
+	})
+	if err != nil {
+		return nil, unsupported(err)
+	}
+	o := &rootfs.RebuildOptions{SystemDirs: sys, Mounts: slices.Clone(mounts)}
+	o.Pending.Links = pending.Links
+	for _, f := range pending.Files {
+		if ldcache.IsLibraryName(path.Base(f.Path)) {
+			if f.Library != nil {
+				o.Pending.Files = append(o.Pending.Files, f)
+				continue
+			}
+			if st, err := os.Stat(f.Source); err == nil && st.Mode().IsRegular() {
+				o.Pending.Files = append(o.Pending.Files, f)
+				continue
+			}
+		}
+		o.Mounts = append(o.Mounts, f.Path)
+	}
+	return o, nil
 }
 
 // legacyCompat is the CUDA forward-compatibility step of a plan's own
@@ -352,7 +424,7 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 	}
 	err = func() error {
 		var names []ldcache.DirEntry
-		if len(w.LdconfigDirs) > 0 {
+		if len(w.LdconfigDirs) > 0 && w.Rebuild == nil {
 			var err error
 			if names, err = root.PendingLibraryEntries(w.Pending, w.Libs); err != nil {
 				return fmt.Errorf("update ld.so.cache: %w", err)
@@ -376,7 +448,23 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 				return fmt.Errorf("create symlink: %w", err)
 			}
 		}
-		if len(w.LdconfigDirs) > 0 {
+		if w.Rebuild != nil {
+			// As the hooks do it: enable-cuda-compat's drop-ins, ldconfig
+			// over the folders and the configuration, the compat
+			// libraries first.
+			for _, dir := range compat {
+				if err := cudacompat.Configure(root, dir); err != nil {
+					return fmt.Errorf("CUDA compat libraries in %s: %w", dir, err)
+				}
+			}
+			if err := root.RebuildLdCache(w.LdconfigDirs, *w.Rebuild, log); err != nil {
+				return fmt.Errorf("rebuild ld.so.cache: %w", err)
+			}
+			if err := cudacompat.Promote(root, log); err != nil {
+				return fmt.Errorf("CUDA compat libraries: %w", err)
+			}
+			compat = nil
+		} else if len(w.LdconfigDirs) > 0 {
 			if err := root.UpdateLdCacheFor(names, w.LdconfigDirs, log); err != nil {
 				return fmt.Errorf("update ld.so.cache: %w", err)
 			}
