@@ -35,11 +35,13 @@
 //     or v2 BPF program replacement), unless --no-cgroups;
 //  5. the driver's libraries added to the image's ld.so.cache, in process
 //     and inside the root (rootfs.Root.UpdateLdCache; the runtime does the
-//     same from the host files before the low-level runtime runs); only
-//     when the image holds a newer CUDA compat libcuda does the host
-//     ldconfig run instead, confined to the container root, over the
-//     plan's library directories and the compat directory, after which
-//     the compat libraries are put first in the cache in process
+//     same from the host files before the low-level runtime runs); when
+//     the image holds a newer CUDA compat libcuda, the cache is rebuilt as
+//     the host ldconfig would rebuild it over the plan's library
+//     directories and the compat directory (rootfs.Root.RebuildLdCache, in
+//     process; that ldconfig runs, confined to the container root, only
+//     where the rebuild does not reproduce the image), after which the
+//     compat libraries are put first in the cache in process
 //     (cudacompat.Enable).
 //
 // A failure in any step undoes the earlier ones (mounts lazily unmounted,
@@ -118,6 +120,12 @@ type Options struct {
 	// LdconfigExe overrides the binary re-executed as the ldconfig sandbox
 	// (tests); "" is this binary.
 	LdconfigExe string
+	// LdconfigDirs, when set, knows the built-in directories of the host
+	// ldconfig (cdispec.LdconfigSystemDirs): with them the CUDA compat
+	// step rebuilds ld.so.cache in process (rootfs.RebuildLdCache)
+	// instead of running that ldconfig. Asked on the host, only when
+	// compat libraries may be used.
+	LdconfigDirs LdconfigDirs
 	// LibFacts, when set, answer for the driver's library files before
 	// their ELF headers are read for the ld.so.cache, and learn what was
 	// read (cdispec.LibFacts). Apply only asks and tells, in memory; the
@@ -127,6 +135,12 @@ type Options struct {
 	// hooks are test seams (nil outside this package's tests; a pointer
 	// keeps Options comparable).
 	hooks *applyHooks
+}
+
+// LdconfigDirs knows the built-in directories of host ldconfig binaries.
+type LdconfigDirs interface {
+	// SystemDirs returns those of the ldconfig at hostPath.
+	SystemDirs(hostPath string) ([]string, error)
 }
 
 // applyHooks are points inside Apply where a test can act.
@@ -272,14 +286,16 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 				r.UseLibFacts(opts.LibFacts)
 				return r.UpdateLdCache(p.LdcacheLibs(), p.LdconfigDirs, log)
 			}
-			// A newer CUDA compat libcuda in the image: the host ldconfig
-			// runs, confined to the container, over the driver's and the
-			// compat directory; its ordering puts the driver's
-			// libcuda.so.1 first, so the compat directory is then listed
-			// in ld.so.conf.d and its libraries put first in the cache,
-			// in process (what nvidia-cdi-hook's enable-cuda-compat and
-			// update-ldcache give).
-			if err := prep.ldconfig.Run(ctx, c.Rootfs, dirs, rootfs.LdconfigOptions{NoPivot: opts.NoPivot, Exe: opts.LdconfigExe, Log: log}); err != nil {
+			// A newer CUDA compat libcuda in the image: ld.so.cache is
+			// rebuilt as the host ldconfig would rebuild it over the
+			// driver's and the compat directory (in process; that
+			// ldconfig runs, confined to the container, only when the
+			// rebuild does not reproduce the image); its ordering puts
+			// the driver's libcuda.so.1 first, so the compat directory is
+			// then listed in ld.so.conf.d and its libraries put first in
+			// the cache, in process (what nvidia-cdi-hook's
+			// enable-cuda-compat and update-ldcache give).
+			if err := prep.rebuildLdCache(ctx, r, c.Rootfs, dirs, opts, log); err != nil {
 				return err
 			}
 			return cudacompat.Enable(r, compat, log)
@@ -327,6 +343,9 @@ type prepared struct {
 	mounts   []*rootfs.Source // parallel to plan.Mounts
 	proc     *rootfs.ProcDriver
 	ldconfig *rootfs.Ldconfig
+	// systemDirs are the host ldconfig's built-in directories (nil:
+	// unknown, the ldconfig runs).
+	systemDirs []string
 }
 
 // deviceOptions are NVIDIA's device mount flags (a read-only mount does not
@@ -375,8 +394,28 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 			return fail(phase.Ldcache, err)
 		}
 		pr.ldconfig = l
+		if opts.LdconfigDirs != nil {
+			if pr.systemDirs, err = opts.LdconfigDirs.SystemDirs(hp); err != nil && opts.Log != nil {
+				opts.Log.Debug("ldconfig's own directories unknown; it will run for CUDA compat libraries", "ldconfig", hp, "error", err)
+			}
+		}
 	}
 	return pr, nil
+}
+
+// rebuildLdCache rebuilds the container's ld.so.cache over dirs as the
+// prepared host ldconfig would (without configuration drop-ins): in
+// process when its directories are known and the rebuild reproduces the
+// image (it writes nothing before it knows), else by running it.
+func (pr *prepared) rebuildLdCache(ctx context.Context, r *rootfs.Root, rootPath string, dirs []string, opts Options, log *slog.Logger) error {
+	if pr.systemDirs != nil {
+		err := r.RebuildLdCache(dirs, rootfs.RebuildOptions{SystemDirs: pr.systemDirs, NoConf: true}, log)
+		if !errors.Is(err, rootfs.ErrRebuildUnsupported) {
+			return err
+		}
+		log.Debug("running ldconfig: the in-process rebuild does not reproduce this image", "reason", err)
+	}
+	return pr.ldconfig.Run(ctx, rootPath, dirs, rootfs.LdconfigOptions{NoPivot: opts.NoPivot, Exe: opts.LdconfigExe, Log: log})
 }
 
 // sourceKind is the rootfs kind of a plan mount; an unknown kind is 0,

@@ -354,32 +354,54 @@ func withCompat(t *testing.T, c *container, d *driver, p *plan.Plan, o *Options)
 	o.CUDACompatMode, o.DriverVersion = CompatLdconfig, "535.261.03"
 }
 
+// fixedDirs are ldconfig's built-in directories, known.
+type fixedDirs []string
+
+func (d fixedDirs) SystemDirs(string) ([]string, error) { return d, nil }
+
 func TestCompatDir(t *testing.T) {
-	c := startContainer(t, false)
-	d := newDriver(t)
-	p := d.plan()
-	var o Options
-	// Its directory joins ldconfig's command line (nothing is mounted).
-	withCompat(t, c, d, p, &o)
-	must(t, Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, o))
-	cache, _ := os.ReadFile(c.inside("/etc/ld.so.cache"))
-	if !strings.Contains(string(cache), CompatDir) {
-		t.Error("compat directory not in the container's ld.so.cache")
+	// The cache as the host's ldconfig writes it over the driver's and the
+	// compat directory, and as the in-process rebuild writes it (with the
+	// ldconfig's directories known; the sandbox would fail).
+	caches := map[string][]string{}
+	for _, mode := range []string{"ldconfig", "in process"} {
+		t.Run(mode, func(t *testing.T) {
+			c := startContainer(t, false)
+			d := newDriver(t)
+			p := d.plan()
+			var o Options
+			// Its directory joins ldconfig's command line (nothing is mounted).
+			withCompat(t, c, d, p, &o)
+			if mode == "in process" {
+				sys, err := rootfs.ProbeSystemDirs(context.Background(), hostLdconfigPath(t))
+				must(t, err)
+				o.LdconfigDirs, o.LdconfigExe = fixedDirs(sys), "/bin/false"
+			}
+			must(t, Apply(context.Background(), p, Container{PID: c.pid, Rootfs: c.rootfs}, o))
+			cache, _ := os.ReadFile(c.inside("/etc/ld.so.cache"))
+			if !strings.Contains(string(cache), CompatDir) {
+				t.Error("compat directory not in the container's ld.so.cache")
+			}
+			parsed, err := ldcache.Parse(cache)
+			must(t, err)
+			for _, e := range parsed.Entries {
+				caches[mode] = append(caches[mode], fmt.Sprintf("%s => %s %#x", e.Key, e.Value, e.Flags))
+			}
+			// Listed first for the image's own ldconfig runs, as enable-cuda-compat
+			// does (the e2e TestCudaCompat checks the loader's choice).
+			if conf, err := os.ReadFile(c.inside(cudacompat.Conf)); err != nil || string(conf) != CompatDir+"\n" {
+				t.Errorf("%s = %q, %v", cudacompat.Conf, conf, err)
+			}
+			if _, ok := c.mounts(t)[CompatDir+"/libcuda.so.580.65.06"]; ok {
+				t.Error("a compat library from the image was mounted")
+			}
+		})
 	}
-	// Listed first for the image's own ldconfig runs, as enable-cuda-compat
-	// does (the e2e TestCudaCompat checks the loader's choice).
-	if conf, err := os.ReadFile(c.inside(cudacompat.Conf)); err != nil || string(conf) != CompatDir+"\n" {
-		t.Errorf("%s = %q, %v", cudacompat.Conf, conf, err)
-	}
-	if _, ok := c.mounts(t)[CompatDir+"/libcuda.so.580.65.06"]; ok {
-		t.Error("a compat library from the image was mounted")
+	if a, b := caches["ldconfig"], caches["in process"]; len(a) == 0 || !slices.Equal(a, b) {
+		t.Errorf("ld.so.cache entries:\nldconfig   %q\nin process %q", a, b)
 	}
 }
 
-// TestCompatDirRule: configure uses the rule of enable-cuda-compat and the
-// runtime (cudacompat.Select): a newer branch's regular file is used, an
-// older or equal branch, a link out of the root or a disabled mode is
-// not, and a FIFO is refused.
 func TestCompatDirRule(t *testing.T) {
 	elfLib, err := os.ReadFile("/proc/self/exe")
 	must(t, err)
@@ -565,4 +587,14 @@ func TestApplyLibFacts(t *testing.T) {
 			t.Errorf("the facts were not taught %s: %v", d.lib, f.learnt)
 		}
 	}
+}
+
+// hostLdconfigPath is the host's default ldconfig as Apply resolves it.
+func hostLdconfigPath(t *testing.T) string {
+	t.Helper()
+	p, err := config.Ldconfig{}.HostPath()
+	if err != nil {
+		t.Skipf("no host ldconfig: %v", err)
+	}
+	return p
 }

@@ -43,11 +43,16 @@ type RebuildOptions struct {
 	// not what the container will see, and is refused
 	// (ErrRebuildUnsupported). /proc, /sys and /dev are left out anyway.
 	Mounts []string
+	// NoConf leaves the image's configuration as it is (RunLdconfig
+	// without ConfDropIn): no drop-in, no /etc/ld.so.conf, no musl path
+	// file; nothing is written before the scan.
+	NoConf bool
 }
 
 // RebuildLdCache does in-process, in the container root, what RunLdconfig
-// with ConfDropIn does there with the host's ldconfig (whose own system
-// directories are o.SystemDirs): the same configuration files (the
+// with ConfDropIn (without it, with o.NoConf) does there with the host's
+// ldconfig (whose own system directories are o.SystemDirs): the same
+// configuration files (the
 // drop-ins listing dirs and the image's system directories,
 // /etc/ld.so.conf when the image has none, the musl loader's path), the
 // same SONAME links and the same /etc/ld.so.cache entries, with no process
@@ -87,8 +92,10 @@ func (r *Root) RebuildLdCache(dirs []string, o RebuildOptions, log *slog.Logger)
 	if err := checkLibDirs(dirs); err != nil {
 		return fmt.Errorf("rebuild ld.so.cache: %w", err)
 	}
-	if err := r.writeLdconfigConf(dirs, log); err != nil {
-		return err
+	if !o.NoConf {
+		if err := r.writeLdconfigConf(dirs, log); err != nil {
+			return err
+		}
 	}
 	libs, dangling, err := r.scanLdconfig(dirs, o)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/nctk/nctk/internal/planner"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/requirements"
+	"github.com/nctk/nctk/internal/rootfs"
 	"github.com/nctk/nctk/internal/selector"
 )
 
@@ -247,8 +248,10 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	// and written here, outside the container's mount namespace.
 	var facts *cdispec.LibFacts
 	if pc := job.Driver.ProbeConfig; !pc.NoCache && pc.CacheDir != "" {
-		facts = cdispec.OpenLibFacts(cdispec.CacheDirIn(pc.CacheDir))
+		cacheDir := cdispec.CacheDirIn(pc.CacheDir)
+		facts = cdispec.OpenLibFacts(cacheDir)
 		opts.LibFacts = facts
+		opts.LdconfigDirs = &ldconfigDirs{ctx: ctx, cacheDir: cacheDir}
 	}
 	if err := steps.apply(ctx, res.Plan, c, opts); err != nil {
 		return err // a *phase.Error
@@ -257,6 +260,21 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 		log.Debug("library facts not kept", "error", err)
 	}
 	return nil
+}
+
+// ldconfigDirs finds a host ldconfig's built-in directories by running it
+// once (rootfs.ProbeSystemDirs) and keeps them by the binary's identity in
+// the CDI cache directory (cdispec.LdconfigSystemDirs), which
+// nvidia-cdi-hook shares.
+type ldconfigDirs struct {
+	ctx      context.Context
+	cacheDir string
+}
+
+func (d *ldconfigDirs) SystemDirs(hostPath string) ([]string, error) {
+	return cdispec.LdconfigSystemDirs(d.cacheDir, hostPath, func() ([]string, error) {
+		return rootfs.ProbeSystemDirs(d.ctx, hostPath)
+	})
 }
 
 // containerTarget detects the image's library layout through the

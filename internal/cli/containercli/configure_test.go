@@ -140,6 +140,11 @@ func TestConfigureCommandLine(t *testing.T) {
 		t.Errorf("options.LibFacts = %#v, want the run cache's library facts", got.LibFacts)
 	}
 	got.LibFacts = nil
+	// The ldconfig's own directories, kept in the same run cache.
+	if _, ok := got.LdconfigDirs.(*ldconfigDirs); !ok && runcache.DefaultDir(os.Getenv) != "" {
+		t.Errorf("options.LdconfigDirs = %#v, want the run cache's", got.LdconfigDirs)
+	}
+	got.LdconfigDirs = nil
 	if got != want {
 		t.Errorf("options = %+v, want %+v", got, want)
 	}
