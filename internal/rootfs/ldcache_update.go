@@ -134,6 +134,8 @@ type libScan struct {
 	// target is one of them is followed there.
 	pendingFiles map[string]PendingFile
 	pendingLinks map[string]string
+	// entries counts the directory entries a rebuild's scan read.
+	entries int
 }
 
 func (r *Root) newLibScan() libScan {

@@ -26,6 +26,16 @@ const maxConfDepth = 8
 // maxConfSize bounds one ld.so.conf file read in the root.
 const maxConfSize = 1 << 20
 
+// Bounds on what one rebuild reads of an image (a hostile one could list
+// endless directories or fill one with names): past them the rebuild
+// gives up (ErrRebuildUnsupported) and the caller runs the host's ldconfig
+// in its sandbox, under its CPU and time limits.
+const (
+	maxScanDirs    = 1024
+	maxScanEntries = 1 << 17
+	maxConfFiles   = 1024
+)
+
 // RebuildOptions are what RebuildLdCache needs besides the directories.
 type RebuildOptions struct {
 	// SystemDirs are the host ldconfig's own system directories
@@ -82,8 +92,10 @@ type RebuildOptions struct {
 // generator. What this does not reproduce (an ld.so.conf "hwcap" line or a
 // directory it cannot take literally, glibc-hwcaps or legacy hwcap
 // subdirectories, includes with patterns in directory names or nested too
-// deep, what o.Mounts cover) gives an error wrapping ErrRebuildUnsupported
-// before any library link or the cache is written. Every change is
+// deep, what o.Mounts cover, more than maxScanDirs directories or
+// maxScanEntries names, and whatever the scan cannot read as ldconfig
+// reads it) gives an error wrapping ErrRebuildUnsupported before any
+// library link or the cache is written. Every change is
 // journaled. log may be nil.
 func (r *Root) RebuildLdCache(dirs []string, o RebuildOptions, log *slog.Logger) error {
 	if log == nil {
@@ -99,6 +111,12 @@ func (r *Root) RebuildLdCache(dirs []string, o RebuildOptions, log *slog.Logger)
 	}
 	libs, dangling, err := r.scanLdconfig(dirs, o)
 	if err != nil {
+		if !errors.Is(err, ErrRebuildUnsupported) {
+			// What the image holds cannot be read as ldconfig reads it
+			// (an unreadable file, an ELF file that does not parse):
+			// ldconfig, which skips such files with a warning, decides.
+			err = fmt.Errorf("%w: %w", err, ErrRebuildUnsupported)
+		}
 		return err
 	}
 	data, err := ldconfigCache(libs)
@@ -337,6 +355,10 @@ func (r *Root) ldconfigDirs(sc *libScan, dirs, systemDirs []string, pending pend
 			unix.Close(fd)
 			return nil
 		}
+		if len(list) >= maxScanDirs {
+			unix.Close(fd)
+			return fmt.Errorf("more than %d library directories: %w", maxScanDirs, ErrRebuildUnsupported)
+		}
 		seen[id], seenPath[d] = true, true
 		sc.dirs[d] = fd
 		list = append(list, scanDir{path: d, fd: fd, pending: pending.byID[id]})
@@ -350,7 +372,8 @@ func (r *Root) ldconfigDirs(sc *libScan, dirs, systemDirs []string, pending pend
 			return nil, err
 		}
 	}
-	if err := r.confDirs(ldSoConf, 0, add, mounts); err != nil {
+	conf := confReader{r: r, add: add, mounts: mounts}
+	if err := conf.read(ldSoConf, 0); err != nil {
 		return nil, err
 	}
 	for _, d := range systemDirs {
@@ -372,18 +395,31 @@ func maskedPath(p string) bool {
 	return false
 }
 
-// confDirs reads the ld.so.conf file file in the root, as ldconfig does,
-// calling add for each directory it names (a missing or unreadable file
-// names none, as for ldconfig).
-func (r *Root) confDirs(file string, depth int, add func(string) error, mounts []string) error {
+// confReader reads ld.so.conf files in the root, as ldconfig does,
+// calling add for each directory they name; mounts are the other mounts
+// (RebuildOptions.Mounts).
+type confReader struct {
+	r      *Root
+	add    func(string) error
+	mounts []string
+	files  int // read so far
+}
+
+// read reads file (a missing or unreadable one names nothing, as for
+// ldconfig), at include depth depth.
+func (c *confReader) read(file string, depth int) error {
+	r := c.r
 	if maskedPath(file) {
 		return nil
 	}
-	if m, ok := covered(file, mounts, false); ok {
+	if m, ok := covered(file, c.mounts, false); ok {
 		return fmt.Errorf("%s: the mount at %s covers it: %w", file, m, ErrRebuildUnsupported)
 	}
 	if depth > maxConfDepth {
 		return fmt.Errorf("%s: includes nested more than %d deep: %w", file, maxConfDepth, ErrRebuildUnsupported)
+	}
+	if c.files++; c.files > maxConfFiles {
+		return fmt.Errorf("%s: more than %d configuration files: %w", file, maxConfFiles, ErrRebuildUnsupported)
 	}
 	st, err := r.Stat(file)
 	if err != nil {
@@ -405,7 +441,7 @@ func (r *Root) confDirs(file string, depth int, add func(string) error, mounts [
 	}
 	for _, l := range lines {
 		if l.Dir != "" {
-			if err := add(l.Dir); err != nil {
+			if err := c.add(l.Dir); err != nil {
 				return err
 			}
 			continue
@@ -414,7 +450,7 @@ func (r *Root) confDirs(file string, depth int, add func(string) error, mounts [
 			if !path.IsAbs(pat) {
 				pat = path.Dir(file) + "/" + pat
 			}
-			if m, ok := covered(path.Dir(pat), mounts, true); ok {
+			if m, ok := covered(path.Dir(pat), c.mounts, true); ok {
 				return fmt.Errorf("%s line %d: the mount at %s covers %s: %w", file, l.Line, m, path.Dir(pat), ErrRebuildUnsupported)
 			}
 			files, err := r.glob(pat)
@@ -422,7 +458,7 @@ func (r *Root) confDirs(file string, depth int, add func(string) error, mounts [
 				return fmt.Errorf("%s line %d: %w", file, l.Line, err)
 			}
 			for _, f := range files {
-				if err := r.confDirs(f, depth+1, add, mounts); err != nil {
+				if err := c.read(f, depth+1); err != nil {
 					return err
 				}
 			}
@@ -497,6 +533,9 @@ func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]l
 		if err != nil {
 			return nil, r.errorf(d.path, err)
 		}
+	}
+	if sc.entries += len(ents); sc.entries > maxScanEntries {
+		return nil, fmt.Errorf("more than %d names in the library directories: %w", maxScanEntries, ErrRebuildUnsupported)
 	}
 	for _, e := range ents {
 		name := e.Name()

@@ -306,6 +306,20 @@ func TestRebuildLdCacheUnsupported(t *testing.T) {
 		"legacy tls": func(root string) {
 			must(t, os.MkdirAll(filepath.Join(root, "lib/tls"), 0o755))
 		},
+		"too many configuration files": func(root string) {
+			must(t, os.WriteFile(filepath.Join(root, "etc/empty.conf"), nil, 0o644))
+			must(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte(strings.Repeat("include /etc/empty.conf\n", maxConfFiles)), 0o644))
+		},
+		"too many directories": func(root string) {
+			var conf strings.Builder
+			for i := range maxScanDirs + 1 {
+				d := fmt.Sprintf("/opt/d%d", i)
+				must(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+				conf.WriteString(d + "\n")
+			}
+			must(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte(conf.String()), 0o644))
+		},
+
 	} {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
