@@ -2,10 +2,8 @@ package rootfs
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/ldcache"
 )
@@ -89,68 +88,27 @@ func TestScanLdconfigHost(t *testing.T) {
 	must(t, err)
 	g, w := cacheLines(t, got), cacheLines(t, want)
 	if !slices.Equal(g, w) {
-		t.Errorf("in-process cache differs from the host ldconfig's:\n%s", lineDiff(g, w))
+		t.Errorf("in-process cache differs from the host ldconfig's:\n%s", e2e.LineDiff(g, w))
 	}
 	t.Logf("%d libraries in %d entries compared (system directories %q)", len(libs), len(w)-1, sys)
 }
 
-// lineDiff lists the lines only one side has.
-func lineDiff(got, want []string) string {
-	var b strings.Builder
-	for _, l := range got {
-		if !slices.Contains(want, l) {
-			b.WriteString("+ " + l + "\n")
-		}
-	}
-	for _, l := range want {
-		if !slices.Contains(got, l) {
-			b.WriteString("- " + l + "\n")
-		}
-	}
-	if b.Len() == 0 {
-		return fmt.Sprintf("same lines, other order:\n got %q\nwant %q", got, want)
-	}
-	return b.String()
-}
-
-// treeState describes every file below dir: type, mode, link target or
-// content digest.
-func treeState(t *testing.T, dir string, skip ...string) []string {
+// sameRoots fails t when the roots got and want differ in their
+// ld.so.cache entries or in any other file (ldconfig's aux-cache left
+// out).
+func sameRoots(t *testing.T, got, want string) {
 	t.Helper()
-	var out []string
-	must(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel := strings.TrimPrefix(p, dir)
-		for _, s := range skip {
-			if rel == s || strings.HasPrefix(rel, s+"/") {
-				return nil
-			}
-		}
-		info, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		line := fmt.Sprintf("%s %v", rel, info.Mode())
-		switch {
-		case info.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			line += " -> " + target
-		case info.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			line += fmt.Sprintf(" %x", sha256.Sum256(b))
-		}
-		out = append(out, line)
-		return nil
-	}))
-	return out
+	gc, err := os.ReadFile(filepath.Join(got, "etc/ld.so.cache"))
+	must(t, err)
+	wc, err := os.ReadFile(filepath.Join(want, "etc/ld.so.cache"))
+	must(t, err)
+	if g, w := cacheLines(t, gc), cacheLines(t, wc); !slices.Equal(g, w) {
+		t.Errorf("cache entries differ:\n%s", e2e.LineDiff(g, w))
+	}
+	skip := []string{"/etc/ld.so.cache", "/var/cache/ldconfig"}
+	if g, w := e2e.TreeState(t, got, skip...), e2e.TreeState(t, want, skip...); !slices.Equal(g, w) {
+		t.Errorf("trees differ:\n%s", e2e.LineDiff(g, w))
+	}
 }
 
 // ldconfigTestRoot builds a test image of the given kind at root from the
@@ -263,17 +221,7 @@ func TestRebuildLdCacheMatchesLdconfig(t *testing.T) {
 				if err != nil {
 					t.Fatalf("RebuildLdCache: %v", err)
 				}
-				gc, err := os.ReadFile(filepath.Join(got, "etc/ld.so.cache"))
-				must(t, err)
-				wc, err := os.ReadFile(filepath.Join(want, "etc/ld.so.cache"))
-				must(t, err)
-				if g, w := cacheLines(t, gc), cacheLines(t, wc); !slices.Equal(g, w) {
-					t.Errorf("cache entries differ:\n%s", lineDiff(g, w))
-				}
-				skip := []string{"/etc/ld.so.cache", "/var/cache/ldconfig"}
-				if g, w := treeState(t, got, skip...), treeState(t, want, skip...); !slices.Equal(g, w) {
-					t.Errorf("trees differ:\n%s", lineDiff(g, w))
-				}
+				sameRoots(t, got, want)
 			}
 		})
 	}
@@ -319,14 +267,13 @@ func TestRebuildLdCacheUnsupported(t *testing.T) {
 			}
 			must(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte(conf.String()), 0o644))
 		},
-
 	} {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
 			ldconfigTestRoot(t, root, "bare")
 			must(t, os.MkdirAll(filepath.Join(root, "etc"), 0o755))
 			setup(root)
-			before := treeState(t, root)
+			before := e2e.TreeState(t, root)
 			r, err := Open(root)
 			must(t, err)
 			defer r.Close()
@@ -338,8 +285,8 @@ func TestRebuildLdCacheUnsupported(t *testing.T) {
 				t.Error("a cache was written")
 			}
 			must(t, r.Rollback())
-			if after := treeState(t, root); !slices.Equal(before, after) {
-				t.Errorf("Rollback left changes:\n%s", lineDiff(after, before))
+			if after := e2e.TreeState(t, root); !slices.Equal(before, after) {
+				t.Errorf("Rollback left changes:\n%s", e2e.LineDiff(after, before))
 			}
 		})
 	}
@@ -445,17 +392,7 @@ func TestRebuildLdCachePending(t *testing.T) {
 			for _, f := range p.Files {
 				copyFile(t, f.Source, filepath.Join(got, f.Path))
 			}
-			gc, err := os.ReadFile(filepath.Join(got, "etc/ld.so.cache"))
-			must(t, err)
-			wc, err := os.ReadFile(filepath.Join(want, "etc/ld.so.cache"))
-			must(t, err)
-			if g, w := cacheLines(t, gc), cacheLines(t, wc); !slices.Equal(g, w) {
-				t.Errorf("cache entries differ:\n%s", lineDiff(g, w))
-			}
-			skip := []string{"/etc/ld.so.cache", "/var/cache/ldconfig"}
-			if g, w := treeState(t, got, skip...), treeState(t, want, skip...); !slices.Equal(g, w) {
-				t.Errorf("trees differ:\n%s", lineDiff(g, w))
-			}
+			sameRoots(t, got, want)
 		})
 	}
 	for _, mount := range []string{"/usr/lib64", "/usr", "/usr/lib64/libextra.so.1", "/etc/ld.so.conf.d", "/etc/ld.so.conf.d/x.conf", "/etc"} {

@@ -11,9 +11,11 @@ import (
 	"testing"
 )
 
-// rootState describes every file below root (but those at or below skip):
-// path, type and permissions, a link's target, a regular file's digest.
-func rootState(t testing.TB, root string, skip ...string) []string {
+// TreeState describes every file below root, those at or below skip
+// (paths relative to root, with a leading "/") left out: one line each with
+// the path, type and permissions, a link's target, a regular file's digest.
+// Two roots with equal states hold the same files.
+func TreeState(t testing.TB, root string, skip ...string) []string {
 	t.Helper()
 	var out []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -57,8 +59,9 @@ func rootState(t testing.TB, root string, skip ...string) []string {
 	return out
 }
 
-// stateDiff lists the lines only one of two rootState results has.
-func stateDiff(got, want []string) string {
+// LineDiff lists the lines only one side has ("+" got, "-" want), or says
+// that both hold the same lines in another order.
+func LineDiff(got, want []string) string {
 	var b strings.Builder
 	for _, l := range got {
 		if !slices.Contains(want, l) {
@@ -69,6 +72,9 @@ func stateDiff(got, want []string) string {
 		if !slices.Contains(got, l) {
 			b.WriteString("- " + l + "\n")
 		}
+	}
+	if b.Len() == 0 {
+		return fmt.Sprintf("same lines, other order:\n got %q\nwant %q", got, want)
 	}
 	return b.String()
 }
