@@ -109,7 +109,9 @@ func (r *Root) RebuildLdCache(dirs []string, o RebuildOptions, log *slog.Logger)
 			return err
 		}
 	}
-	libs, dangling, err := r.scanLdconfig(dirs, o)
+	sc := r.newLibScan()
+	defer sc.close()
+	libs, dangling, err := r.scanLdconfig(&sc, dirs, o)
 	if err != nil {
 		if !errors.Is(err, ErrRebuildUnsupported) {
 			// What the image holds cannot be read as ldconfig reads it
@@ -137,7 +139,11 @@ func (r *Root) RebuildLdCache(dirs []string, o RebuildOptions, log *slog.Logger)
 		if !l.SONAMELink() {
 			continue
 		}
-		made, err := r.sonameLink(l)
+		dfd, open := sc.dirs[l.Dir]
+		if !open {
+			dfd = -1
+		}
+		made, err := r.sonameLink(l, dfd)
 		if err != nil {
 			return err
 		}
@@ -249,14 +255,12 @@ func (r *Root) groupPending(p Pending) (pendingByDir, error) {
 
 // scanLdconfig returns what ldconfig finds in the directories it searches
 // (see RebuildLdCache), and the links there that lead nowhere, without
-// changing anything.
-func (r *Root) scanLdconfig(dirs []string, o RebuildOptions) ([]ldcache.DirLib, []string, error) {
+// changing anything; sc keeps the directories open.
+func (r *Root) scanLdconfig(sc *libScan, dirs []string, o RebuildOptions) ([]ldcache.DirLib, []string, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(r.fd, &st); err != nil {
 		return nil, nil, r.errorf("/", err)
 	}
-	sc := r.newLibScan()
-	defer sc.close()
 	// Only files from outside the root's own file system (the mounted
 	// driver libraries, volumes) are worth remembering across containers.
 	rootDev := st.Dev
@@ -282,13 +286,13 @@ func (r *Root) scanLdconfig(dirs []string, o RebuildOptions) ([]ldcache.DirLib, 
 			mounts = append(mounts, m)
 		}
 	}
-	list, err := r.ldconfigDirs(&sc, dirs, o.SystemDirs, pending, mounts)
+	list, err := r.ldconfigDirs(sc, dirs, o.SystemDirs, pending, mounts)
 	if err != nil {
 		return nil, nil, err
 	}
 	var names []ldcache.DirEntry
 	for _, d := range list {
-		if names, err = r.scanLibDir(&sc, d, names); err != nil {
+		if names, err = r.scanLibDir(sc, d, names); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -568,21 +572,17 @@ func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]l
 	return names, nil
 }
 
-// sonameLink makes l.Dir/l.Key a symlink to l.Name as ldconfig's
-// create_links does: nothing when it leads to that file already (a
+// sonameLink makes l.Dir/l.Key (dfd the directory, -1 when it does not
+// exist yet) a symlink to l.Name as ldconfig's create_links does: nothing when it leads to that file already (a
 // relative link to the name, or any path to the same file), a new link
 // when there is nothing or a symlink to something else, nothing (logged by
 // ldconfig as "not a symbolic link") when another file is there.
-func (r *Root) sonameLink(l ldcache.DirLib) (bool, error) {
-	dfd, err := r.openDir(l.Dir)
-	if err == unix.ENOENT {
-		// A directory only pending mounts will make: made here.
+func (r *Root) sonameLink(l ldcache.DirLib, dfd int) (bool, error) {
+	if dfd < 0 {
+		// Not opened by the scan: a directory only pending mounts will
+		// make, made here.
 		return true, r.Symlink(l.Name, l.Dir+"/"+l.Key)
 	}
-	if err != nil {
-		return false, r.errorf(l.Dir, err)
-	}
-	defer unix.Close(dfd)
 	var lst unix.Stat_t
 	switch err := unix.Fstatat(dfd, l.Key, &lst, unix.AT_SYMLINK_NOFOLLOW); {
 	case err == unix.ENOENT:

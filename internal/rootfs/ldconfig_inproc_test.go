@@ -73,7 +73,9 @@ func TestScanLdconfigHost(t *testing.T) {
 	r, err := Open("/")
 	must(t, err)
 	defer r.Close()
-	libs, _, err := r.scanLdconfig(nil, RebuildOptions{SystemDirs: sys})
+	sc := r.newLibScan()
+	defer sc.close()
+	libs, _, err := r.scanLdconfig(&sc, nil, RebuildOptions{SystemDirs: sys})
 	if errors.Is(err, ErrRebuildUnsupported) {
 		t.Skipf("this host's libraries are beyond the in-process ldconfig: %v", err)
 	}
