@@ -55,6 +55,12 @@ func trixieCDISpec(t *testing.T, root *e2e.EngineRoot, host *gpuHost) {
 	root.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "cdi", "generate",
 		"--driver-root", host.Root.Path, "--output", "/etc/cdi/nvidia.yaml",
 		"--nvidia-cdi-hook-path", tool(t, "nvidia-cdi-hook"))
+	// The same devices in NVIDIA's layout (one hook per step, update-ldcache
+	// over the folder: what NVIDIA's tools and the device plugin write),
+	// as class sepgpu.
+	root.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "cdi", "generate", "--separate-hooks", "--class", "sepgpu",
+		"--driver-root", host.Root.Path, "--output", "/etc/cdi/nvidia-sep.yaml",
+		"--nvidia-cdi-hook-path", tool(t, "nvidia-cdi-hook"))
 }
 
 // checkVersion fails t unless out (a version line) starts with prefix.
@@ -157,6 +163,9 @@ func TestTrixiePodman(t *testing.T) {
 		{"gpu=1", []string{"nvidia.com/gpu=1"}, []int{1}},
 		{"gpu=0+gpu=3", []string{"nvidia.com/gpu=0", "nvidia.com/gpu=3"}, []int{0, 3}},
 		{"gpu=all", []string{"nvidia.com/gpu=all"}, []int{0, 1, 2, 3}},
+		// NVIDIA's layout: podman runs the spec's five hooks, nctk's
+		// update-ldcache rebuilding the cache in process.
+		{"sepgpu=2", []string{"nvidia.com/sepgpu=2"}, []int{2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
