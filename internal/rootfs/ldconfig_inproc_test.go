@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -411,4 +412,20 @@ func TestRebuildLdCachePending(t *testing.T) {
 			must(t, r.Rollback())
 		})
 	}
+}
+
+func FuzzSystemDirsFromProbe(f *testing.F) {
+	f.Add("ldconfig: Can't stat /lib/x86_64-linux-gnu: No such file or directory\nldconfig: Can't stat /usr/lib: No such file or directory\n")
+	f.Add("ldconfig: Can't stat : x\nCan't stat /a/../b: y\n")
+	f.Fuzz(func(t *testing.T, out string) {
+		dirs := systemDirsFromProbe(out)
+		for i, d := range dirs {
+			if !path.IsAbs(d) || path.Clean(d) != d || d == "/" || strings.ContainsAny(d, " \t\n") {
+				t.Fatalf("bad directory %q", d)
+			}
+			if slices.Contains(dirs[:i], d) {
+				t.Fatalf("directory %q twice", d)
+			}
+		}
+	})
 }
