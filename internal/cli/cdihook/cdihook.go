@@ -504,7 +504,7 @@ func rebuildLdcache(h *hookEnv, root, hostPath string, folders []string) error {
 	}
 	facts := cdispec.OpenLibFacts(cacheDir)
 	err = h.withRootAt(root, func(r *rootfs.Root) error {
-		h.removeStale(r, "/etc", "/etc/ld.so.conf.d")
+		h.removeStale(r, append([]string{"/etc", "/etc/ld.so.conf.d"}, folders...)...)
 		r.UseLibFacts(facts)
 		if err := r.RebuildLdCache(folders, rootfs.RebuildOptions{SystemDirs: sys}, h.log); err != nil {
 			return err

@@ -506,11 +506,19 @@ func compatDirs(root *rootfs.Root, steps []hookargs.EnableCudaCompat, log *slog.
 
 // staleDirs are the container directories prepareRootfs writes into: the
 // parents of w's symlinks and, with ld.so.cache or CUDA compat work, /etc
-// and /etc/ld.so.conf.d.
+// and /etc/ld.so.conf.d, and with a rebuild its folders.
 func staleDirs(w work) []string {
 	var dirs []string
 	if len(w.LdconfigDirs) > 0 || len(w.Compat) > 0 {
 		dirs = append(dirs, "/etc", "/etc/ld.so.conf.d")
+	}
+	if w.Rebuild != nil {
+		// The rebuild's SONAME links go there.
+		for _, d := range w.LdconfigDirs {
+			if d = path.Clean("/" + d); !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
 	}
 	for _, s := range w.Symlinks {
 		if d := path.Dir(path.Clean("/" + s.Path)); !slices.Contains(dirs, d) {
