@@ -16,25 +16,63 @@ import (
 	"github.com/nctk/nctk/internal/cudacompat/compattest"
 )
 
-// TestHookKillThenRetry: create-symlinks killed at a random point leaves at
-// most its own temporary files and some of the links (or the image's file
-// it was replacing, swapped aside); running the hook again gives exactly
-// the root of a run that was never interrupted.
+// TestHookKillThenRetry: a hook killed at a random point leaves at most its
+// own temporary files and part of its work (create-symlinks: some of the
+// links, or the image's file it was replacing, swapped aside;
+// update-ldcache --folder: some SONAME links, the drop-ins, not the
+// cache); running the hook again gives exactly the root of a run that was
+// never interrupted.
 func TestHookKillThenRetry(t *testing.T) {
-	var args []string
-	for i := range 40 {
-		args = append(args, "--link", fmt.Sprintf("libfoo.so.%d::/usr/lib/x86_64-linux-gnu/libfoo%d.so", i, i))
-	}
-	args = append([]string{"create-symlinks"}, args...)
-	image := func(root string) {
-		must(t, os.MkdirAll(root+"/usr/lib/x86_64-linux-gnu", 0o755))
-		// Image files the links replace (ForceSymlink swaps them aside).
+	const lib = "/usr/lib/x86_64-linux-gnu"
+	t.Run("create-symlinks", func(t *testing.T) {
+		var args []string
 		for i := range 40 {
-			if i%3 == 0 {
-				must(t, os.WriteFile(fmt.Sprintf("%s/usr/lib/x86_64-linux-gnu/libfoo%d.so", root, i), []byte("image"), 0o644))
+			args = append(args, "--link", fmt.Sprintf("libfoo.so.%d::%s/libfoo%d.so", i, lib, i))
+		}
+		killThenRetry(t, lib, append([]string{"create-symlinks"}, args...), func(root string) {
+			must(t, os.MkdirAll(root+lib, 0o755))
+			// Image files the links replace (ForceSymlink swaps them aside).
+			for i := range 40 {
+				if i%3 == 0 {
+					must(t, os.WriteFile(fmt.Sprintf("%s%s/libfoo%d.so", root, lib, i), []byte("image"), 0o644))
+				}
+			}
+		})
+	})
+	t.Run("update-ldcache --folder", func(t *testing.T) {
+		// The host's small versioned libraries (regular files), each with
+		// its own SONAME, without their SONAME links: the rebuild makes
+		// those.
+		var drv []string
+		all, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/lib*.so.*.*")
+		for _, f := range all {
+			if st, err := os.Lstat(f); err == nil && st.Mode().IsRegular() && st.Size() < 256<<10 && len(drv) < 40 {
+				drv = append(drv, f)
 			}
 		}
-	}
+		if len(drv) < 5 {
+			t.Skipf("only %d small versioned libraries in /usr/lib/x86_64-linux-gnu to build an image from", len(drv))
+		}
+		const folder = "/usr/local/nvidia/lib64"
+		killThenRetry(t, folder, []string{"update-ldcache", "--folder", folder}, func(root string) {
+			must(t, os.MkdirAll(root+folder, 0o755))
+			for i, f := range drv {
+				data, err := os.ReadFile(f)
+				must(t, err)
+				must(t, os.WriteFile(root+folder+"/"+filepath.Base(f), data, 0o755))
+				if i%4 == 0 {
+					// A stale SONAME-named link the rebuild replaces.
+					must(t, os.Symlink("gone", root+folder+"/"+filepath.Base(f)+".stale.so.1"))
+				}
+			}
+		})
+	})
+}
+
+// killThenRetry kills the hook args at random points over image and checks
+// that each run after a kill gives the root of a clean run; dir is where
+// its temporary files would be.
+func killThenRetry(t *testing.T, dir string, args []string, image func(root string)) {
 	b, root := bundle(t)
 	image(root)
 	start := time.Now()
@@ -42,7 +80,6 @@ func TestHookKillThenRetry(t *testing.T) {
 		t.Fatalf("clean run: exit %d: %s", r.code, r.stderr)
 	}
 	span := time.Since(start)
-	want := hostSnapshot(t, root)
 	rel := func(m map[string]string, root string) map[string]string {
 		out := map[string]string{}
 		for p, v := range m {
@@ -50,7 +87,7 @@ func TestHookKillThenRetry(t *testing.T) {
 		}
 		return out
 	}
-	want = rel(want, root)
+	want := rel(hostSnapshot(t, root), root)
 
 	budget := 8 * time.Second
 	if testing.Short() {
@@ -70,7 +107,7 @@ func TestHookKillThenRetry(t *testing.T) {
 		time.Sleep(time.Duration(rand.Int64N(int64(span) + 1)))
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
-		if m, _ := filepath.Glob(root + "/usr/lib/x86_64-linux-gnu/.*.nctk-*"); len(m) > 0 {
+		if m, _ := filepath.Glob(root + dir + "/.*.nctk-*"); len(m) > 0 {
 			temps++
 		}
 		if r := execHook(t, stateFor(b), args...); r.code != 0 {
@@ -102,6 +139,7 @@ func TestHooksRemoveStaleTemps(t *testing.T) {
 			must(t, os.MkdirAll(root+"/usr/local/cuda/compat", 0o755))
 			must(t, os.WriteFile(root+"/usr/local/cuda/compat/libcuda.so.590.1.1", compattest.NoteELF("", "", "", 4), 0o644))
 		}, []string{"enable-cuda-compat", "--host-driver-version=580.65.06"}},
+		{"update-ldcache --folder", lib, nil, []string{"update-ldcache", "--folder", lib}},
 		{"update-application-profile", appprofile.Dir, func(root string) {
 			must(t, os.MkdirAll(root+"/dev", 0o755))
 		}, []string{"update-application-profile"}},
