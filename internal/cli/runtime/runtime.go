@@ -343,7 +343,19 @@ func (r *Runtime) rebuildOptions(ldconfigPath string, pending rootfs.Pending, mo
 	if err != nil {
 		return nil, unsupported(err)
 	}
-	o := &rootfs.RebuildOptions{SystemDirs: sys, Mounts: slices.Clone(mounts)}
+	o := &rootfs.RebuildOptions{SystemDirs: sys}
+	// A mount of config.json at a pending file's path is that file's (a
+	// config.json injected before, by a create that was then killed): the
+	// pending file describes it.
+	own := map[string]bool{}
+	for _, f := range pending.Files {
+		own[path.Clean("/"+f.Path)] = true
+	}
+	for _, m := range mounts {
+		if !own[path.Clean("/"+m)] {
+			o.Mounts = append(o.Mounts, m)
+		}
+	}
 	o.Pending.Links = pending.Links
 	for _, f := range pending.Files {
 		if ldcache.IsLibraryName(path.Base(f.Path)) {
