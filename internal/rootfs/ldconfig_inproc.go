@@ -226,6 +226,7 @@ func (r *Root) groupPending(p Pending) (pendingByDir, error) {
 	for _, l := range p.Links {
 		paths = append(paths, l.Path)
 	}
+	ids := map[string]*fileID{} // by directory path; nil: not there yet
 	for _, cp := range paths {
 		cp = path.Clean("/" + cp)
 		dir, name := path.Split(cp)
@@ -233,22 +234,28 @@ func (r *Root) groupPending(p Pending) (pendingByDir, error) {
 		if !ldcache.IsLibraryName(name) {
 			continue
 		}
-		fd, err := r.openDir(dir)
-		if err == unix.ENOENT {
+		id, seen := ids[dir]
+		if !seen {
+			fd, err := r.openDir(dir)
+			if err != nil && err != unix.ENOENT {
+				return g, r.errorf(dir, err)
+			}
+			if err == nil {
+				var st unix.Stat_t
+				err = unix.Fstat(fd, &st)
+				unix.Close(fd)
+				if err != nil {
+					return g, r.errorf(dir, err)
+				}
+				id = &fileID{st.Dev, st.Ino}
+			}
+			ids[dir] = id
+		}
+		if id == nil {
 			g.byPath[dir] = put(g.byPath[dir], name, cp)
 			continue
 		}
-		if err != nil {
-			return g, r.errorf(dir, err)
-		}
-		var st unix.Stat_t
-		err = unix.Fstat(fd, &st)
-		unix.Close(fd)
-		if err != nil {
-			return g, r.errorf(dir, err)
-		}
-		id := fileID{st.Dev, st.Ino}
-		g.byID[id] = put(g.byID[id], name, cp)
+		g.byID[*id] = put(g.byID[*id], name, cp)
 	}
 	return g, nil
 }
