@@ -270,7 +270,18 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	w := rootWork(p, own)
 	w.Compat = append(legacyCompat(p, cfg, mounts), own.Compat...)
 	if own.Rebuild {
-		if w.Rebuild, err = r.rebuildOptions(own.LdconfigPath, w.Pending, mounts); err != nil {
+		// Every mount the container will have: the spec's, the plan's and
+		// the edits' (those that are pending files count as such).
+		all := slices.Clone(mounts)
+		for _, m := range p.Mounts {
+			all = append(all, m.Destination)
+		}
+		for _, m := range p.CDI.Mounts {
+			if m != nil {
+				all = append(all, m.ContainerPath)
+			}
+		}
+		if w.Rebuild, err = r.rebuildOptions(own.LdconfigPath, w.Pending, all); err != nil {
 			return err
 		}
 	}
@@ -344,9 +355,9 @@ func (r *Runtime) rebuildOptions(ldconfigPath string, pending rootfs.Pending, mo
 		return nil, unsupported(err)
 	}
 	o := &rootfs.RebuildOptions{SystemDirs: sys}
-	// A mount of config.json at a pending file's path is that file's (a
-	// config.json injected before, by a create that was then killed): the
-	// pending file describes it.
+	// A mount at a pending file's path is that file's (the edits' own, or
+	// config.json's from an injection before, by a create that was then
+	// killed): the pending file describes it.
 	own := map[string]bool{}
 	for _, f := range pending.Files {
 		own[path.Clean("/"+f.Path)] = true
