@@ -135,7 +135,14 @@ func ldconfigTestRoot(t testing.TB, root, kind string) {
 	switch kind {
 	case "debian":
 		w("etc/debian_version", "12.0\n")
-		w("etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n\n")
+		w("etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n\ninclude\t/etc/ld.so.extra/[a-c]?.conf /etc/ld.so.extra/exact.conf /etc/missing/*.conf\n")
+		w("etc/ld.so.extra/b1.conf", "/opt/b1\n")
+		w("etc/ld.so.extra/d1.conf", "/opt/d1\n")
+		w("etc/ld.so.extra/exact.conf", "/opt/exact/lib/\n")
+		must(t, os.MkdirAll(filepath.Join(root, "etc/ld.so.conf.d/dir.conf"), 0o755))
+		copyFile(t, lib, filepath.Join(root, "opt/b1", base))
+		copyFile(t, lib, filepath.Join(root, "opt/d1", base))
+		copyFile(t, lib, filepath.Join(root, "opt/exact/lib/libexact.so.7"))
 		w("etc/ld.so.conf.d/x86_64-linux-gnu.conf", "# Multiarch support\n/usr/local/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n")
 		w("etc/ld.so.conf.d/libc.conf", "# libc default configuration\n/usr/local/lib\n")
 		w("etc/ld.so.conf.d/.hidden.conf", "/opt/hidden\n")
@@ -181,6 +188,17 @@ func ldconfigTestRoot(t testing.TB, root, kind string) {
 		if kind == "rhel" {
 			injectDriver(t, root, "usr/lib64")
 		}
+	case "hostile":
+		// Paths that lead out of the root, or into /proc, /sys and /dev
+		// (empty in the sandbox).
+		ln("../../../../../../../../etc/ld.so.conf.real", "etc/ld.so.conf")
+		w("etc/other.conf", "include /proc/self/root/etc/ld.so.conf.d/*.conf\n/proc/self/root/usr/lib/x86_64-linux-gnu\n/sys/x\n/dev/shm\n/opt/esc\n/opt/lib\n")
+		ln("/etc/other.conf", "etc/ld.so.conf.real")
+		ln("../../../../../../../../usr/lib/x86_64-linux-gnu", "opt/esc")
+		copyFile(t, lib, filepath.Join(root, "opt/lib", base))
+		ln("/proc/self/root/usr/lib/x86_64-linux-gnu/"+base, "opt/lib/libproc.so.1")
+		ln("/dev/null", "opt/lib/libnull.so.1")
+		injectDriver(t, root, "opt/lib")
 	case "bare":
 		copyFile(t, lib, filepath.Join(root, "lib", base))
 		injectDriver(t, root, "lib")
@@ -204,6 +222,7 @@ func TestRebuildLdCacheMatchesLdconfig(t *testing.T) {
 		{"rhel", []string{"/usr/lib64"}},
 		{"bare", []string{"/lib"}},
 		{"bare", nil},
+		{"hostile", []string{"/opt/lib", "/proc/self/root/lib"}},
 	} {
 		t.Run(tc.kind+fmt.Sprint(len(tc.dirs)), func(t *testing.T) {
 			want, got := t.TempDir(), t.TempDir()
