@@ -18,6 +18,12 @@ type Library struct {
 	// when a DT_NEEDED (libc.so.6, libm.so.6; libc.so.5, libm.so.5) or the
 	// interpreter says so, else FlagELF.
 	Flags int32
+	// AboveBaseline: an x86 object whose GNU property note says it needs
+	// more than the x86-64 baseline ISA (x86-64-v2 or later). glibc's
+	// ldconfig recorded that ISA level in ld.so.cache for some releases
+	// (the cache entry's hwcap field), which the cache nctk writes does
+	// not.
+	AboveBaseline bool
 }
 
 // ErrNotLibrary: the file is not an ELF shared object ldconfig would put
@@ -27,26 +33,30 @@ var ErrNotLibrary = errors.New("not a shared library ldconfig would record")
 
 // ELF constants used by Inspect.
 const (
-	elfClass32   = 1
-	elfClass64   = 2
-	elfDataLSB   = 1
-	etDyn        = 3
-	emI386       = 3
-	emX8664      = 62
-	emPPC64      = 21
-	emAArch64    = 183
-	ptLoad       = 1
-	ptDynamic    = 2
-	ptInterp     = 3
-	ptNote       = 4
-	ntGNUABITag  = 1
-	dtNull       = 0
-	dtNeeded     = 1
-	dtStrtab     = 5
-	dtSoname     = 14
-	maxPhdrBytes = 64 << 10
-	maxDynBytes  = 1 << 20
-	maxName      = 4096
+	elfClass32               = 1
+	elfClass64               = 2
+	elfDataLSB               = 1
+	etDyn                    = 3
+	emI386                   = 3
+	emX8664                  = 62
+	emPPC64                  = 21
+	emAArch64                = 183
+	ptLoad                   = 1
+	ptDynamic                = 2
+	ptInterp                 = 3
+	ptNote                   = 4
+	ptGNUProperty            = 0x6474e553
+	ntGNUPropertyType0       = 5
+	gnuPropertyX86ISA1Needed = 0xc0008002
+	maxNoteBytes             = 4096
+	ntGNUABITag              = 1
+	dtNull                   = 0
+	dtNeeded                 = 1
+	dtStrtab                 = 5
+	dtSoname                 = 14
+	maxPhdrBytes             = 64 << 10
+	maxDynBytes              = 1 << 20
+	maxName                  = 4096
 )
 
 // elfObject is what the ELF header and program headers of a little-endian
@@ -147,9 +157,17 @@ func Inspect(r io.ReaderAt, size int64) (Library, error) {
 	inFile := func(off, n uint64) bool { return off <= uint64(size) && n <= uint64(size)-off }
 	flags := int32(FlagELF)
 	var dyn *elfSegment
+	above := false
 	for i := range segs {
 		s := &segs[i]
 		switch s.typ {
+		case ptGNUProperty:
+			if (o.machine == emX8664 || o.machine == emI386) && inFile(s.off, s.filesz) && s.filesz <= maxNoteBytes {
+				b := make([]byte, s.filesz)
+				if _, err := r.ReadAt(b, int64(s.off)); err == nil {
+					above = above || isaAboveBaseline(b, class)
+				}
+			}
 		case ptDynamic:
 			if dyn == nil {
 				dyn = s
@@ -249,7 +267,50 @@ func Inspect(r io.ReaderAt, size int64) (Library, error) {
 		lib.SONAME = s // ldconfig keeps the last DT_SONAME
 	}
 	lib.Flags = archFlags(arch, flags, fixed)
+	lib.AboveBaseline = above
 	return lib, nil
+}
+
+// isaAboveBaseline reports whether the GNU property notes b (a
+// PT_GNU_PROPERTY segment of an object of ELF class class) hold an x86
+// "ISA needed" property with more than the baseline bit.
+func isaAboveBaseline(b []byte, class byte) bool {
+	le := binary.LittleEndian
+	align := uint64(8)
+	if class == elfClass32 {
+		align = 4
+	}
+	alignUp := func(n uint64) uint64 { return (n + align - 1) &^ (align - 1) }
+	for len(b) >= 12 {
+		namesz, descsz, typ := uint64(le.Uint32(b)), uint64(le.Uint32(b[4:])), le.Uint32(b[8:])
+		nameEnd := 12 + align4(namesz)
+		if nameEnd > uint64(len(b)) || descsz > uint64(len(b))-nameEnd {
+			return false
+		}
+		desc := b[nameEnd : nameEnd+descsz]
+		if typ == ntGNUPropertyType0 && namesz == 4 && string(b[12:16]) == "GNU\x00" {
+			for len(desc) >= 8 {
+				prType, prSize := le.Uint32(desc), uint64(le.Uint32(desc[4:]))
+				if prSize > uint64(len(desc))-8 {
+					break
+				}
+				if prType == gnuPropertyX86ISA1Needed && prSize >= 4 && le.Uint32(desc[8:])&^1 != 0 {
+					return true
+				}
+				next := alignUp(8 + prSize)
+				if next > uint64(len(desc)) {
+					break
+				}
+				desc = desc[next:]
+			}
+		}
+		next := nameEnd + alignUp(descsz)
+		if next > uint64(len(b)) {
+			return false
+		}
+		b = b[next:]
+	}
+	return false
 }
 
 func archFlags(arch, typ int32, fixed bool) int32 {

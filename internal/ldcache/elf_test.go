@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -43,6 +45,46 @@ func TestInspectMachines(t *testing.T) {
 			}
 			if err != nil || got.Flags != tt.flags || got.SONAME != want.SONAME {
 				t.Fatalf("Inspect = {%q %#x}, %v; want {%q %#x}", got.SONAME, got.Flags, err, want.SONAME, tt.flags)
+			}
+		})
+	}
+}
+
+// TestInspectISALevel: an x86-64 object marked as needing more than the
+// baseline ISA (ld -z x86-64-v3) is AboveBaseline; one marked baseline or
+// unmarked is not.
+func TestInspectISALevel(t *testing.T) {
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skipf("no gcc to build marked objects: %v", err)
+	}
+	src := filepath.Join(t.TempDir(), "f.c")
+	if err := os.WriteFile(src, []byte("int f(void) { return 1; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		above bool
+	}{
+		{"unmarked", nil, false},
+		{"baseline", []string{"-Wl,-z,x86-64-baseline"}, false},
+		{"v2", []string{"-Wl,-z,x86-64-v2"}, true},
+		{"v3", []string{"-Wl,-z,x86-64-v3"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "libf.so.1")
+			args := append([]string{"-shared", "-nostdlib", "-o", out, "-Wl,-soname,libf.so.1", src}, tc.flags...)
+			if b, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+				t.Skipf("gcc %q: %v\n%s (a linker without x86 ISA markers)", args, err, b)
+			}
+			data, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lib, err := Inspect(bytes.NewReader(data), int64(len(data)))
+			if err != nil || lib.SONAME != "libf.so.1" || lib.AboveBaseline != tc.above {
+				t.Fatalf("Inspect = %+v, %v; want AboveBaseline %v", lib, err, tc.above)
 			}
 		})
 	}

@@ -345,7 +345,7 @@ func (sc *libScan) inspect(fd int) (ldcache.Library, bool, error) {
 		return ldcache.Library{}, false, err
 	}
 	sc.libs[id] = lib
-	if learn {
+	if learn && !lib.AboveBaseline { // the facts do not keep the ISA level
 		sc.facts.Learn(&st, lib, true)
 	}
 	return lib, true, nil

@@ -92,7 +92,8 @@ type RebuildOptions struct {
 // generator. What this does not reproduce (an ld.so.conf "hwcap" line or a
 // directory it cannot take literally, glibc-hwcaps or legacy hwcap
 // subdirectories, includes with patterns in directory names or nested too
-// deep, what o.Mounts cover, more than maxScanDirs directories or
+// deep, a library needing more than the x86-64 baseline ISA, what
+// o.Mounts cover, more than maxScanDirs directories or
 // maxScanEntries names, and whatever the scan cannot read as ldconfig
 // reads it) gives an error wrapping ErrRebuildUnsupported before any
 // library link or the cache is written. Every change is
@@ -562,6 +563,9 @@ func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]l
 			return nil, err
 		}
 		if ok {
+			if err := aboveBaseline(d.path+"/"+name, de.Lib); err != nil {
+				return nil, err
+			}
 			names = append(names, de)
 		}
 	}
@@ -573,10 +577,24 @@ func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]l
 			return nil, err
 		}
 		if ok {
+			if err := aboveBaseline(cp, lib); err != nil {
+				return nil, err
+			}
 			names = append(names, ldcache.DirEntry{Dir: d.path, Name: name, IsLink: isLink, Lib: lib})
 		}
 	}
 	return names, nil
+}
+
+// aboveBaseline refuses a library that needs more than the x86-64
+// baseline ISA: the ldconfig of glibc 2.33–2.35 records that level in the
+// cache entry, later ones do not, and which one the host has is not known
+// here.
+func aboveBaseline(cp string, lib ldcache.Library) error {
+	if lib.AboveBaseline {
+		return fmt.Errorf("%s needs more than the x86-64 baseline ISA: %w", cp, ErrRebuildUnsupported)
+	}
+	return nil
 }
 
 // sonameLink makes l.Dir/l.Key (dfd the directory, -1 when it does not

@@ -280,6 +280,18 @@ func TestRebuildLdCacheUnsupported(t *testing.T) {
 			must(t, os.WriteFile(filepath.Join(root, "etc/empty.conf"), nil, 0o644))
 			must(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), []byte(strings.Repeat("include /etc/empty.conf\n", maxConfFiles)), 0o644))
 		},
+		"a library needing x86-64-v3": func(root string) {
+			gcc, err := exec.LookPath("gcc")
+			if err != nil {
+				t.Skipf("no gcc to build a marked library: %v", err)
+			}
+			src := filepath.Join(t.TempDir(), "f.c")
+			must(t, os.WriteFile(src, []byte("int f(void) { return 1; }\n"), 0o644))
+			out := filepath.Join(root, "lib/libv3.so.1")
+			if b, err := exec.Command(gcc, "-shared", "-nostdlib", "-o", out, "-Wl,-soname,libv3.so.1", "-Wl,-z,x86-64-v3", src).CombinedOutput(); err != nil {
+				t.Skipf("gcc: %v\n%s", err, b)
+			}
+		},
 		"too many directories": func(root string) {
 			var conf strings.Builder
 			for i := range maxScanDirs + 1 {
