@@ -19,10 +19,10 @@ type Library struct {
 	// interpreter says so, else FlagELF.
 	Flags int32
 	// AboveBaseline: an x86 object whose GNU property note says it needs
-	// more than the x86-64 baseline ISA (x86-64-v2 or later). glibc's
-	// ldconfig recorded that ISA level in ld.so.cache for some releases
-	// (the cache entry's hwcap field), which the cache nctk writes does
-	// not.
+	// more than the x86-64 baseline ISA (x86-64-v2 or later). glibc 2.33
+	// made ldconfig record that ISA level in the cache entry's hwcap
+	// field (Debian 12's 2.36 records none), which the cache nctk writes
+	// does not.
 	AboveBaseline bool
 }
 

@@ -587,9 +587,9 @@ func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]l
 }
 
 // aboveBaseline refuses a library that needs more than the x86-64
-// baseline ISA: the ldconfig of glibc 2.33–2.35 records that level in the
-// cache entry, later ones do not, and which one the host has is not known
-// here.
+// baseline ISA: glibc 2.33 made ldconfig record that level in the cache
+// entry (Debian 12's 2.36 records none), and which ldconfig the host has is
+// not known here.
 func aboveBaseline(cp string, lib ldcache.Library) error {
 	if lib.AboveBaseline {
 		return fmt.Errorf("%s needs more than the x86-64 baseline ISA: %w", cp, ErrRebuildUnsupported)
