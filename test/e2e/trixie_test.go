@@ -112,6 +112,11 @@ func TestTrixieDocker(t *testing.T) {
 		{"cdi/gpu=1", []string{"--device", "nvidia.com/gpu=1"}, []int{1}, true},
 		{"cdi/gpu=0+gpu=2", []string{"--device", "nvidia.com/gpu=0", "--device", "nvidia.com/gpu=2"}, []int{0, 2}, true},
 		{"cdi/gpu=all", []string{"--device", "nvidia.com/gpu=all"}, []int{0, 1, 2, 3}, true},
+		// NVIDIA's layout: dockerd runs the spec's five hooks (nctk's
+		// update-ldcache rebuilding the cache in process), or the runtime
+		// does their work itself before runc.
+		{"cdi/sepgpu=3", []string{"--device", "nvidia.com/sepgpu=3"}, []int{3}, true},
+		{"runtime=nvidia/sepgpu=1", []string{"--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=nvidia.com/sepgpu=1"}, []int{1}, true},
 		{"gpus=all", []string{"--runtime=runc", "--gpus", "all"}, []int{0, 1, 2, 3}, false},
 		{"gpus=device=1,3", []string{"--runtime=runc", "--gpus", `"device=1,3"`}, []int{1, 3}, false},
 		{"runtime=nvidia/devices=2", []string{"--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=2"}, []int{2}, false},
