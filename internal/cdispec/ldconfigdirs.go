@@ -1,6 +1,7 @@
 package cdispec
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/atomicfile"
+	"github.com/nctk/nctk/internal/rootfs"
 )
 
 // ldconfigDirsFile keeps the built-in directories of the host's ldconfig
@@ -28,10 +30,16 @@ const maxLdconfigBinaries = 8
 
 // LdconfigSystemDirs returns the built-in system directories of the host
 // ldconfig at hostPath: the ones kept in cacheDir for that file (same
-// identity), else those probe finds, which are then kept (atomically,
-// mode 0600, under the same trust rules as the other CDI caches). A cache
-// that cannot be read or written costs a probe per call, nothing else.
-func LdconfigSystemDirs(cacheDir, hostPath string, probe func() ([]string, error)) ([]string, error) {
+// identity), else those rootfs.ProbeSystemDirs finds by running it, which
+// are then kept (atomically, mode 0600, under the same trust rules as the
+// other CDI caches). A cache that cannot be read or written costs a probe
+// per call, nothing else.
+func LdconfigSystemDirs(ctx context.Context, cacheDir, hostPath string) ([]string, error) {
+	return ldconfigSystemDirs(cacheDir, hostPath, func() ([]string, error) { return rootfs.ProbeSystemDirs(ctx, hostPath) })
+}
+
+// ldconfigSystemDirs is LdconfigSystemDirs with the probe given.
+func ldconfigSystemDirs(cacheDir, hostPath string, probe func() ([]string, error)) ([]string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(hostPath, &st); err != nil {
 		return nil, fmt.Errorf("ldconfig %s: %w", hostPath, err)

@@ -20,7 +20,7 @@ func TestLdconfigSystemDirs(t *testing.T) {
 		return func() ([]string, error) { probes++; return dirs, nil }
 	}
 	for i, want := range [][]string{{"/lib", "/usr/lib"}, {"/lib", "/usr/lib"}} {
-		got, err := LdconfigSystemDirs(cacheDir, bin, probe("/lib", "/usr/lib"))
+		got, err := ldconfigSystemDirs(cacheDir, bin, probe("/lib", "/usr/lib"))
 		if err != nil || !slices.Equal(got, want) {
 			t.Fatalf("call %d: %q, %v; want %q", i, got, err, want)
 		}
@@ -36,7 +36,7 @@ func TestLdconfigSystemDirs(t *testing.T) {
 	if err := os.WriteFile(bin, []byte("two!"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	got, err := LdconfigSystemDirs(cacheDir, bin, probe("/lib64"))
+	got, err := ldconfigSystemDirs(cacheDir, bin, probe("/lib64"))
 	if err != nil || !slices.Equal(got, []string{"/lib64"}) || probes != 2 {
 		t.Fatalf("after the update: %q, %v, %d probes", got, err, probes)
 	}
@@ -46,7 +46,7 @@ func TestLdconfigSystemDirs(t *testing.T) {
 	}
 	// A probe that fails is an error, and nothing is kept.
 	boom := errors.New("boom")
-	if _, err := LdconfigSystemDirs(t.TempDir(), bin, func() ([]string, error) { return nil, boom }); !errors.Is(err, boom) {
+	if _, err := ldconfigSystemDirs(t.TempDir(), bin, func() ([]string, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Errorf("failing probe: %v", err)
 	}
 	// A broken or untrusted file is no cache.
@@ -55,7 +55,7 @@ func TestLdconfigSystemDirs(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := probes
-		if got, err := LdconfigSystemDirs(cacheDir, bin, probe("/lib64")); err != nil || !slices.Equal(got, []string{"/lib64"}) || probes != before+1 {
+		if got, err := ldconfigSystemDirs(cacheDir, bin, probe("/lib64")); err != nil || !slices.Equal(got, []string{"/lib64"}) || probes != before+1 {
 			t.Errorf("cache %q: %q, %v, probed %d", content, got, err, probes-before)
 		}
 	}
@@ -63,10 +63,10 @@ func TestLdconfigSystemDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := probes
-	if _, err := LdconfigSystemDirs(cacheDir, bin, probe("/lib64")); err != nil || probes != before+1 {
+	if _, err := ldconfigSystemDirs(cacheDir, bin, probe("/lib64")); err != nil || probes != before+1 {
 		t.Errorf("group-readable cache file used (%d probes, %v)", probes-before, err)
 	}
-	if _, err := LdconfigSystemDirs(cacheDir, filepath.Join(cacheDir, "missing"), probe("/lib")); err == nil {
+	if _, err := ldconfigSystemDirs(cacheDir, filepath.Join(cacheDir, "missing"), probe("/lib")); err == nil {
 		t.Error("missing ldconfig: no error")
 	}
 }

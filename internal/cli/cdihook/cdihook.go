@@ -496,9 +496,7 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 // facts where known. An error leaves the root as it was.
 func rebuildLdcache(h *hookEnv, root, hostPath string, folders []string) error {
 	cacheDir := cdispec.DefaultCacheDir(h.Getenv)
-	sys, err := cdispec.LdconfigSystemDirs(cacheDir, hostPath, func() ([]string, error) {
-		return rootfs.ProbeSystemDirs(context.Background(), hostPath)
-	})
+	sys, err := cdispec.LdconfigSystemDirs(context.Background(), cacheDir, hostPath)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/nctk/nctk/internal/planner"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/requirements"
-	"github.com/nctk/nctk/internal/rootfs"
 	"github.com/nctk/nctk/internal/selector"
 )
 
@@ -262,19 +261,16 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	return nil
 }
 
-// ldconfigDirs finds a host ldconfig's built-in directories by running it
-// once (rootfs.ProbeSystemDirs) and keeps them by the binary's identity in
-// the CDI cache directory (cdispec.LdconfigSystemDirs), which
-// nvidia-cdi-hook shares.
+// ldconfigDirs finds a host ldconfig's built-in directories, kept by the
+// binary's identity in the CDI cache directory nvidia-cdi-hook shares
+// (cdispec.LdconfigSystemDirs).
 type ldconfigDirs struct {
 	ctx      context.Context
 	cacheDir string
 }
 
 func (d *ldconfigDirs) SystemDirs(hostPath string) ([]string, error) {
-	return cdispec.LdconfigSystemDirs(d.cacheDir, hostPath, func() ([]string, error) {
-		return rootfs.ProbeSystemDirs(d.ctx, hostPath)
-	})
+	return cdispec.LdconfigSystemDirs(d.ctx, d.cacheDir, hostPath)
 }
 
 // containerTarget detects the image's library layout through the

@@ -336,11 +336,8 @@ type work struct {
 // mounts with mounts as what it must not read under. An error wraps
 // rootfs.ErrRebuildUnsupported: the hook then stays.
 func (r *Runtime) rebuildOptions(ldconfigPath string, pending rootfs.Pending, mounts []string) (*rootfs.RebuildOptions, error) {
-	if ldconfigPath == "" {
-		ldconfigPath = config.DefaultLdconfig
-	}
 	unsupported := func(err error) error { return fmt.Errorf("update-ldcache: %w: %w", err, rootfs.ErrRebuildUnsupported) }
-	l, err := config.ParseHostLdconfig(ldconfigPath)
+	l, err := config.ParseHostLdconfig(ldconfigPath) // "": the default
 	if err != nil {
 		return nil, unsupported(err)
 	}
@@ -348,9 +345,7 @@ func (r *Runtime) rebuildOptions(ldconfigPath string, pending rootfs.Pending, mo
 	if err != nil {
 		return nil, unsupported(err)
 	}
-	sys, err := cdispec.LdconfigSystemDirs(r.CDICacheDir, hostPath, func() ([]string, error) {
-		return rootfs.ProbeSystemDirs(context.Background(), hostPath)
-	})
+	sys, err := cdispec.LdconfigSystemDirs(context.Background(), r.CDICacheDir, hostPath)
 	if err != nil {
 		return nil, unsupported(err)
 	}
