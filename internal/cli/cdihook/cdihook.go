@@ -422,11 +422,7 @@ func createSymlinks(h *hookEnv, c hookargs.CreateSymlinks) error {
 // enable-cuda-compat listed in ld.so.conf.d are then put first in the cache
 // again (cudacompat.Promote), whichever hook ran first.
 func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
-	ldconfigPath := u.LdconfigPath
-	if ldconfigPath == "" {
-		ldconfigPath = config.DefaultLdconfig
-	}
-	ldconfig, err := config.ParseHostLdconfig(ldconfigPath)
+	ldconfig, err := config.ParseHostLdconfig(u.LdconfigPath) // "": the default
 	if err != nil {
 		return fmt.Errorf("invalid --ldconfig-path: %w: want an absolute host path", err)
 	}
@@ -437,23 +433,8 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 		return err
 	}
 	if len(u.Libs) > 0 {
-		// The libraries are the spec's bind mounts of host files: what
-		// their ELF headers say is known from an earlier container
-		// (cdispec.LibFacts, in the host's /run: createContainer hooks run
-		// before the container's pivot_root).
-		facts := cdispec.OpenLibFacts(cdispec.DefaultCacheDir(h.Getenv))
-		err := h.withRootAt(root, func(r *rootfs.Root) error {
-			h.removeStale(r, "/etc", "/etc/ld.so.conf.d")
-			r.UseLibFacts(facts)
-			if err := r.UpdateLdCache(u.Libs, u.Folders, h.log); err != nil {
-				return err
-			}
-			return cudacompat.Promote(r, h.log)
-		})
+		err := h.ldcacheInProcess(root, nil, func(r *rootfs.Root) error { return r.UpdateLdCache(u.Libs, u.Folders, h.log) })
 		if err == nil {
-			if err := facts.Save(); err != nil {
-				h.log.Debug("library facts not kept", "error", err)
-			}
 			return nil
 		}
 		h.log.Warn("in-process ld.so.cache update failed; running ldconfig", "error", err)
@@ -491,20 +472,32 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 // ldconfig at hostPath would do there over folders (rootfs.RebuildLdCache:
 // the same links and cache entries, no process), with the ldconfig's own
 // system directories probed once per binary and kept
-// (cdispec.LdconfigSystemDirs), then puts the CUDA compat libraries first
-// as after ldconfig. The libraries' ELF headers come from the library
-// facts where known. An error leaves the root as it was.
+// (cdispec.LdconfigSystemDirs). An error leaves the root as it was.
 func rebuildLdcache(h *hookEnv, root, hostPath string, folders []string) error {
-	cacheDir := cdispec.DefaultCacheDir(h.Getenv)
-	sys, err := cdispec.LdconfigSystemDirs(context.Background(), cacheDir, hostPath)
+	sys, err := cdispec.LdconfigSystemDirs(context.Background(), cdispec.DefaultCacheDir(h.Getenv), hostPath)
 	if err != nil {
 		return err
 	}
-	facts := cdispec.OpenLibFacts(cacheDir)
-	err = h.withRootAt(root, func(r *rootfs.Root) error {
-		h.removeStale(r, append([]string{"/etc", "/etc/ld.so.conf.d"}, folders...)...)
+	return h.ldcacheInProcess(root, folders, func(r *rootfs.Root) error {
+		return r.RebuildLdCache(folders, rootfs.RebuildOptions{SystemDirs: sys}, h.log)
+	})
+}
+
+// ldcacheInProcess runs update, an in-process ld.so.cache update, in the
+// container root at root, after removing the temporary files a killed run
+// left in /etc, /etc/ld.so.conf.d and linkDirs, and then puts the CUDA
+// compat libraries first, as after ldconfig. The libraries' ELF headers
+// come from the library facts where known: the spec's bind mounts of host
+// files are the same files in every container (cdispec.LibFacts, in the
+// host's /run: createContainer hooks run before the container's
+// pivot_root); what was learnt is kept. An error leaves the root as it
+// was.
+func (h *hookEnv) ldcacheInProcess(root string, linkDirs []string, update func(r *rootfs.Root) error) error {
+	facts := cdispec.OpenLibFacts(cdispec.DefaultCacheDir(h.Getenv))
+	err := h.withRootAt(root, func(r *rootfs.Root) error {
+		h.removeStale(r, append([]string{"/etc", "/etc/ld.so.conf.d"}, linkDirs...)...)
 		r.UseLibFacts(facts)
-		if err := r.RebuildLdCache(folders, rootfs.RebuildOptions{SystemDirs: sys}, h.log); err != nil {
+		if err := update(r); err != nil {
 			return err
 		}
 		return cudacompat.Promote(r, h.log)
