@@ -598,18 +598,25 @@ func pending(p *plan.Plan) rootfs.Pending {
 // file. Such a hook would run this same code on the same container root,
 // so doing its work here changes what runs, not what it does; a hook
 // binary that is a copy, another version or another toolkit's is run as a
-// hook. With no Self, nothing is recognised.
+// hook. With no Self, nothing is recognised. Each path is looked at once
+// (a spec in NVIDIA's layout names the same hook path in every entry).
 func (r *Runtime) ownHook() func(string) bool {
 	var self fileID
 	if r.Self != "" {
 		self, _ = idOf(r.Self)
 	}
+	seen := map[string]bool{}
 	return func(p string) bool {
 		if self.ino == 0 || !filepath.IsAbs(p) {
 			return false
 		}
-		id, ok := executableID(p)
-		return ok && id == self
+		own, ok := seen[p]
+		if !ok {
+			id, exe := executableID(p)
+			own = exe && id == self
+			seen[p] = own
+		}
+		return own
 	}
 }
 
