@@ -42,6 +42,10 @@ type DirLib struct {
 	Flags int32
 }
 
+// Entry is the cache entry ldconfig records for l: key Key, value
+// Dir/Key, with the library's flags.
+func (l DirLib) Entry() Entry { return Entry{Key: l.Key, Value: l.Dir + "/" + l.Key, Flags: l.Flags} }
+
 // SONAMELink reports whether ldconfig (without -X) makes Dir/Key a symlink
 // to Name: Name is not a link of its own and is not named Key.
 func (l DirLib) SONAMELink() bool { return !l.IsLink && l.Name != l.Key }
@@ -124,7 +128,7 @@ func EntriesFor(names []DirEntry) []Entry {
 	libs := DirLibs(names)
 	out := make([]Entry, len(libs))
 	for i, l := range libs {
-		out[i] = Entry{Key: l.Key, Value: l.Dir + "/" + l.Key, Flags: l.Flags}
+		out[i] = l.Entry()
 	}
 	return out
 }

@@ -136,6 +136,8 @@ type libScan struct {
 	pendingLinks map[string]string
 	// entries counts the directory entries a rebuild's scan read.
 	entries int
+	// dirIDs are the identities of the directories openScanDir opened.
+	dirIDs map[string]fileID
 }
 
 func (r *Root) newLibScan() libScan {

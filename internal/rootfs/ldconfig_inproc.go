@@ -128,9 +128,13 @@ func (r *Root) RebuildLdCache(dirs []string, o RebuildOptions, log *slog.Logger)
 	}
 	for _, cp := range dangling {
 		// ldconfig removes the dangling links it meets whose names hold
-		// ".so." (stale SONAME links).
-		if strings.Contains(path.Base(cp), ".so.") {
-			if err := r.removeSymlink(cp); err != nil {
+		// ".so." (stale SONAME links); they lie in scanned directories.
+		if dir, name := path.Split(cp); strings.Contains(name, ".so.") {
+			dfd, ok := sc.dirs[path.Clean(dir)]
+			if !ok {
+				return r.errorf(cp, errors.New("dangling link outside the scanned directories"))
+			}
+			if err := r.removeSymlink(dfd, cp); err != nil {
 				return err
 			}
 		}
@@ -164,7 +168,7 @@ func (r *Root) RebuildLdCache(dirs []string, o RebuildOptions, log *slog.Logger)
 func ldconfigCache(libs []ldcache.DirLib) ([]byte, error) {
 	entries := make([]ldcache.Entry, len(libs))
 	for i, l := range libs {
-		entries[i] = ldcache.Entry{Key: l.Key, Value: l.Dir + "/" + l.Key, Flags: l.Flags}
+		entries[i] = l.Entry()
 	}
 	ldcache.SortEntries(entries, nil)
 	return ldcache.Encode(&ldcache.Cache{Entries: entries})
@@ -194,13 +198,36 @@ func (r *Root) writeLdconfigConf(dirs []string, log *slog.Logger) error {
 	return r.updateMuslPath(dirs, log)
 }
 
-// scanDir is a directory ldconfig searches: its path as ldconfig names it,
-// a descriptor of it (-1 for one that only pending files will make), and
-// the pending files and links that will be in it, by name.
+// scanDir is a directory ldconfig searches: its path as ldconfig names it
+// (its descriptor is sc.dirs[path]; none for one that only pending mounts
+// will make) and the pending files and links that will be in it, by name.
 type scanDir struct {
 	path    string
-	fd      int
 	pending map[string]string // name -> the pending entry's container path
+}
+
+// openScanDir opens the directory d inside the root for reading, once per
+// scan (sc.dirs keeps it), and returns its identity; unix.ENOENT when
+// there is none.
+func (r *Root) openScanDir(sc *libScan, d string) (int, fileID, error) {
+	if fd, ok := sc.dirs[d]; ok {
+		return fd, sc.dirIDs[d], nil
+	}
+	fd, err := r.resolve(d, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return -1, fileID{}, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fileID{}, r.errorf(d, err)
+	}
+	id := fileID{st.Dev, st.Ino}
+	if sc.dirIDs == nil {
+		sc.dirIDs = map[string]fileID{}
+	}
+	sc.dirs[d], sc.dirIDs[d] = fd, id
+	return fd, id, nil
 }
 
 // pendingByDir groups what p will create by the directory it will be in:
@@ -211,7 +238,7 @@ type pendingByDir struct {
 	byPath map[string]map[string]string
 }
 
-func (r *Root) groupPending(p Pending) (pendingByDir, error) {
+func (r *Root) groupPending(sc *libScan, p Pending) (pendingByDir, error) {
 	g := pendingByDir{byID: map[fileID]map[string]string{}, byPath: map[string]map[string]string{}}
 	put := func(m map[string]string, name, cp string) map[string]string {
 		if m == nil {
@@ -227,7 +254,6 @@ func (r *Root) groupPending(p Pending) (pendingByDir, error) {
 	for _, l := range p.Links {
 		paths = append(paths, l.Path)
 	}
-	ids := map[string]*fileID{} // by directory path; nil: not there yet
 	for _, cp := range paths {
 		cp = path.Clean("/" + cp)
 		dir, name := path.Split(cp)
@@ -235,28 +261,15 @@ func (r *Root) groupPending(p Pending) (pendingByDir, error) {
 		if !ldcache.IsLibraryName(name) {
 			continue
 		}
-		id, seen := ids[dir]
-		if !seen {
-			fd, err := r.openDir(dir)
-			if err != nil && err != unix.ENOENT {
-				return g, r.errorf(dir, err)
-			}
-			if err == nil {
-				var st unix.Stat_t
-				err = unix.Fstat(fd, &st)
-				unix.Close(fd)
-				if err != nil {
-					return g, r.errorf(dir, err)
-				}
-				id = &fileID{st.Dev, st.Ino}
-			}
-			ids[dir] = id
-		}
-		if id == nil {
+		_, id, err := r.openScanDir(sc, dir)
+		switch {
+		case err == unix.ENOENT:
 			g.byPath[dir] = put(g.byPath[dir], name, cp)
-			continue
+		case err != nil:
+			return g, r.errorf(dir, err)
+		default:
+			g.byID[id] = put(g.byID[id], name, cp)
 		}
-		g.byID[*id] = put(g.byID[*id], name, cp)
 	}
 	return g, nil
 }
@@ -284,7 +297,7 @@ func (r *Root) scanLdconfig(sc *libScan, dirs []string, o RebuildOptions) ([]ldc
 			sc.pendingLinks[path.Clean(l.Path)] = l.Target
 		}
 	}
-	pending, err := r.groupPending(o.Pending)
+	pending, err := r.groupPending(sc, o.Pending)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -337,14 +350,14 @@ func (r *Root) ldconfigDirs(sc *libScan, dirs, systemDirs []string, pending pend
 		if m, ok := covered(d, mounts, false); ok {
 			return fmt.Errorf("library directory %s: the mount at %s covers it: %w", d, m, ErrRebuildUnsupported)
 		}
-		fd, err := r.resolve(d, unix.O_RDONLY|unix.O_DIRECTORY)
+		fd, id, err := r.openScanDir(sc, d)
 		switch err {
 		case nil:
 		case unix.ENOENT:
 			if names := pending.byPath[d]; names != nil {
 				// Only the pending mounts will make it.
 				seenPath[d] = true
-				list = append(list, scanDir{path: d, fd: -1, pending: names})
+				list = append(list, scanDir{path: d, pending: names})
 			}
 			return nil // ldconfig: "Can't stat"
 		case unix.ENOTDIR, unix.ELOOP:
@@ -352,28 +365,18 @@ func (r *Root) ldconfigDirs(sc *libScan, dirs, systemDirs []string, pending pend
 		default:
 			return r.errorf(d, err)
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			unix.Close(fd)
-			return r.errorf(d, err)
-		}
 		var fs unix.Statfs_t
 		if err := unix.Fstatfs(fd, &fs); err != nil || fs.Type == unix.PROC_SUPER_MAGIC || fs.Type == unix.SYSFS_MAGIC {
-			unix.Close(fd) // the sandbox masks procfs and sysfs
-			return nil
+			return nil // the sandbox masks procfs and sysfs
 		}
-		id := fileID{st.Dev, st.Ino}
 		if seen[id] {
-			unix.Close(fd)
 			return nil
 		}
 		if len(list) >= maxScanDirs {
-			unix.Close(fd)
 			return fmt.Errorf("more than %d library directories: %w", maxScanDirs, ErrRebuildUnsupported)
 		}
 		seen[id], seenPath[d] = true, true
-		sc.dirs[d] = fd
-		list = append(list, scanDir{path: d, fd: fd, pending: pending.byID[id]})
+		list = append(list, scanDir{path: d, pending: pending.byID[id]})
 		return nil
 	}
 	for _, d := range dirs {
@@ -534,8 +537,8 @@ func hwcapSubdir(name string) bool {
 // ldconfig reads them, its pending entries counted in.
 func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]ldcache.DirEntry, error) {
 	var ents []os.DirEntry
-	if d.fd >= 0 {
-		fd, err := unix.Dup(d.fd)
+	if dfd, ok := sc.dirs[d.path]; ok {
+		fd, err := unix.Dup(dfd)
 		if err != nil {
 			return nil, r.errorf(d.path, err)
 		}
@@ -641,17 +644,10 @@ func (r *Root) sameFile(a, b string) bool {
 	return err == nil && sa.Dev == sb.Dev && sa.Ino == sb.Ino
 }
 
-// removeSymlink removes the symlink cp (journaled: Rollback puts it back).
-func (r *Root) removeSymlink(cp string) error {
-	dir, name, err := split(cp)
-	if err != nil {
-		return r.errorf(cp, err)
-	}
-	dfd, err := r.openDir(dir)
-	if err != nil {
-		return r.errorf(dir, err)
-	}
-	defer unix.Close(dfd)
+// removeSymlink removes the symlink cp from its directory, open as dfd
+// (journaled: Rollback puts it back).
+func (r *Root) removeSymlink(dfd int, cp string) error {
+	name := path.Base(cp)
 	old, err := readlinkat(dfd, name)
 	if err == unix.ENOENT {
 		return nil
