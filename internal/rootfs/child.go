@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -86,7 +85,7 @@ func runLdconfigChild(arg string) error {
 		return err
 	}
 	maskSystemDirs()
-	if err := prepareConf(cfg); err != nil {
+	if err := prepareConf(); err != nil {
 		return err
 	}
 	argv := append([]string{"ldconfig", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache"}, cfg.Dirs...)
@@ -166,88 +165,13 @@ func maskSystemDirs() {
 	}
 }
 
-// prepareConf makes sure /etc exists (ldconfig writes the cache there) and
-// writes the configuration drop-in when asked, with the musl loader's path
-// file in a musl image. The process is already
-// confined: every path resolves inside the container root.
-func prepareConf(cfg childConfig) error {
+// prepareConf makes sure /etc exists (ldconfig writes the cache there); the
+// configuration drop-ins were written by the caller (Ldconfig.Run). The
+// process is already confined: every path resolves inside the container
+// root.
+func prepareConf() error {
 	if err := os.MkdirAll("/etc", 0o755); err != nil {
 		return fmt.Errorf("create /etc: %w", err)
-	}
-	if !cfg.DropIn {
-		return nil
-	}
-	if _, err := os.Lstat(ldSoConf); errors.Is(err, os.ErrNotExist) {
-		if err := os.WriteFile(ldSoConf, []byte(ldSoConfInclude), 0o644); err != nil {
-			return fmt.Errorf("create /etc/ld.so.conf: %w", err)
-		}
-	}
-	if err := os.MkdirAll("/etc/ld.so.conf.d", 0o755); err != nil {
-		return fmt.Errorf("create /etc/ld.so.conf.d: %w", err)
-	}
-	if len(cfg.Dirs) > 0 {
-		if err := replaceFile(ldSoConfDropIn, confDropIn(cfg.Dirs)); err != nil {
-			return err
-		}
-	}
-	// The host's ldconfig searches its own system directories, not the
-	// image's (a Debian host's misses a RHEL image's /usr/lib64): list the
-	// image's in a drop-in read last, as NVIDIA's hook does.
-	_, err := os.Stat("/etc/debian_version")
-	if err := replaceFile(ldSoConfSystemDropIn, systemDirsDropIn(imageSystemDirs(err == nil, runtime.GOARCH))); err != nil {
-		return err
-	}
-	if len(cfg.Dirs) == 0 {
-		return nil
-	}
-	return writeMuslPath(cfg.Dirs)
-}
-
-// replaceFile replaces the file p (in /etc/ld.so.conf.d) with content,
-// through a temporary file renamed over it.
-func replaceFile(p, content string) error {
-	tmp := filepath.Join(filepath.Dir(p), "."+filepath.Base(p)+".tmp")
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return fmt.Errorf("write ld.so.conf drop-in %s: %w", p, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write ld.so.conf drop-in %s: %w", p, err)
-	}
-	return nil
-}
-
-// writeMuslPath lists dirs in /etc/ld-musl-<arch>.path in a musl image, as
-// Root.UpdateLdCache does (muslPath); the process is confined to the root.
-func writeMuslPath(dirs []string) error {
-	ents, err := os.ReadDir("/lib")
-	if err != nil {
-		return nil // no /lib: no musl loader
-	}
-	names := make([]string, len(ents))
-	for i, e := range ents {
-		names[i] = e.Name()
-	}
-	arch := muslArchIn(names)
-	if arch == "" {
-		return nil
-	}
-	p := "/etc/ld-musl-" + arch + ".path"
-	old, err := os.ReadFile(p)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("read %s: %w", p, err)
-	}
-	content, changed := muslPath(old, err == nil, dirs)
-	if !changed {
-		return nil
-	}
-	tmp := "/etc/.ld-musl-" + arch + ".path.tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", p, err)
 	}
 	return nil
 }

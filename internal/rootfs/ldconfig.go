@@ -136,8 +136,11 @@ type LdconfigOptions struct {
 	// keeps them, and /etc/ld.so.conf.d/zz-nctk-system.conf listing the
 	// image's own system directories (imageSystemDirs), which the host's
 	// ldconfig would not search otherwise (as NVIDIA's update-ldcache
-	// does). Used for CDI specs, whose library directories are host paths
-	// the image's loader may not search.
+	// does), and the musl loader's path file in a musl image; all written
+	// by the caller, inside the root (Root.writeLdconfigConf, as
+	// RebuildLdCache writes them), before the sandbox starts. Used for CDI
+	// specs, whose library directories are host paths the image's loader
+	// may not search.
 	ConfDropIn bool
 	// Timeout bounds the run (default 30s).
 	Timeout time.Duration
@@ -154,7 +157,6 @@ type childConfig struct {
 	Dev     uint64   `json:"dev"`
 	Ino     uint64   `json:"ino"`
 	NoPivot bool     `json:"noPivot,omitempty"`
-	DropIn  bool     `json:"dropIn,omitempty"`
 	Dirs    []string `json:"dirs"`
 }
 
@@ -192,7 +194,12 @@ func (l *Ldconfig) Run(ctx context.Context, rootPath string, dirs []string, opts
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return fmt.Errorf("run ldconfig: container root %s is not a directory", rootPath)
 	}
-	cfg, err := json.Marshal(childConfig{Root: rootPath, Dev: st.Dev, Ino: st.Ino, NoPivot: opts.NoPivot, DropIn: opts.ConfDropIn, Dirs: dirs})
+	if opts.ConfDropIn {
+		if err := writeConf(rootPath, dirs, opts.Log); err != nil {
+			return fmt.Errorf("run ldconfig: %w", err)
+		}
+	}
+	cfg, err := json.Marshal(childConfig{Root: rootPath, Dev: st.Dev, Ino: st.Ino, NoPivot: opts.NoPivot, Dirs: dirs})
 	if err != nil {
 		return fmt.Errorf("run ldconfig: %w", err)
 	}
@@ -239,6 +246,25 @@ func (l *Ldconfig) Run(ctx context.Context, rootPath string, dirs []string, opts
 		}
 		return fmt.Errorf("process %s failed in container root %s: %w", l.path, rootPath, err)
 	}
+	return nil
+}
+
+// writeConf writes the configuration files of ConfDropIn in the container
+// root at rootPath (Root.writeLdconfigConf, inside the root), before the
+// sandbox runs ldconfig over them.
+func writeConf(rootPath string, dirs []string, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r, err := Open(rootPath)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := r.writeLdconfigConf(dirs, log); err != nil {
+		return errors.Join(err, r.Rollback())
+	}
+	r.Commit()
 	return nil
 }
 

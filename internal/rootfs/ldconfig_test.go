@@ -356,7 +356,7 @@ func TestLdconfigChildParentGone(t *testing.T) {
 	must(t, err)
 	var st syscall.Stat_t
 	must(t, syscall.Stat(root, &st))
-	cfg, err := json.Marshal(childConfig{Root: root, Dev: st.Dev, Ino: st.Ino, DropIn: true, Dirs: []string{"/usr/lib/x86_64-linux-gnu"}})
+	cfg, err := json.Marshal(childConfig{Root: root, Dev: st.Dev, Ino: st.Ino, Dirs: []string{"/usr/lib/x86_64-linux-gnu"}})
 	must(t, err)
 	before := listTree(t, root)
 	for _, parentGone := range []bool{true, false} {
