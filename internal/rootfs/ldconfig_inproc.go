@@ -174,8 +174,9 @@ func ldconfigCache(libs []ldcache.DirLib) ([]byte, error) {
 	return ldcache.Encode(&ldcache.Cache{Entries: entries})
 }
 
-// writeLdconfigConf writes what RunLdconfig's sandbox writes before it runs
-// ldconfig (prepareConf): /etc/ld.so.conf when the image has none, the
+// writeLdconfigConf writes the configuration files ldconfig reads, for
+// RebuildLdCache and for RunLdconfig's ConfDropIn: /etc/ld.so.conf when
+// the image has none, the
 // drop-in listing dirs, the drop-in listing the image's system
 // directories, and the musl loader's path.
 func (r *Root) writeLdconfigConf(dirs []string, log *slog.Logger) error {
