@@ -154,6 +154,12 @@ func (r *Root) Symlink(target, link string) error {
 		return err
 	}
 	defer unix.Close(dfd)
+	return r.symlinkAt(dfd, name, target, cp)
+}
+
+// symlinkAt is Symlink for the link name in the directory dirfd (the
+// container path cp), resolved already.
+func (r *Root) symlinkAt(dfd int, name, target, cp string) error {
 	for range 4 {
 		// Created first: in a fresh container layer the link is not
 		// there, and a lookup that misses costs what the create costs.

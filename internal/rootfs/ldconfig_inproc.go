@@ -567,7 +567,7 @@ func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]l
 			return nil, err
 		}
 		if ok {
-			if err := aboveBaseline(d.path+"/"+name, de.Lib); err != nil {
+			if err := rebuildable(d.path+"/"+name, de.Lib); err != nil {
 				return nil, err
 			}
 			names = append(names, de)
@@ -581,7 +581,7 @@ func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]l
 			return nil, err
 		}
 		if ok {
-			if err := aboveBaseline(cp, lib); err != nil {
+			if err := rebuildable(cp, lib); err != nil {
 				return nil, err
 			}
 			names = append(names, ldcache.DirEntry{Dir: d.path, Name: name, IsLink: isLink, Lib: lib})
@@ -590,13 +590,19 @@ func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]l
 	return names, nil
 }
 
-// aboveBaseline refuses a library that needs more than the x86-64
-// baseline ISA: glibc 2.33 made ldconfig record that level in the cache
-// entry (Debian 12's 2.36 records none), and which ldconfig the host has is
-// not known here.
-func aboveBaseline(cp string, lib ldcache.Library) error {
+// rebuildable refuses a library the rebuild does not take as ldconfig
+// would: one that needs more than the x86-64 baseline ISA (glibc 2.33 made
+// ldconfig record that level in the cache entry, Debian 12's 2.36 records
+// none, and which ldconfig the host has is not known here), and one whose
+// SONAME is not a plain file name (the image chose it, and the SONAME link
+// is made under that name: the confined ldconfig makes what it makes of
+// it).
+func rebuildable(cp string, lib ldcache.Library) error {
 	if lib.AboveBaseline {
 		return fmt.Errorf("%s needs more than the x86-64 baseline ISA: %w", cp, ErrRebuildUnsupported)
+	}
+	if s := lib.SONAME; strings.ContainsRune(s, '/') || s == "." || s == ".." {
+		return fmt.Errorf("%s: SONAME %q is not a file name: %w", cp, s, ErrRebuildUnsupported)
 	}
 	return nil
 }
@@ -629,7 +635,7 @@ func (r *Root) sonameLink(l ldcache.DirLib, dfd int) (bool, error) {
 		// it is the library itself (a hard link) or not.
 		return false, nil
 	}
-	if err := r.Symlink(l.Name, l.Dir+"/"+l.Key); err != nil {
+	if err := r.symlinkAt(dfd, l.Key, l.Name, l.Dir+"/"+l.Key); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -292,6 +292,18 @@ func TestRebuildLdCacheUnsupported(t *testing.T) {
 				t.Skipf("gcc: %v\n%s", err, b)
 			}
 		},
+		"a SONAME that is a path": func(root string) {
+			gcc, err := exec.LookPath("gcc")
+			if err != nil {
+				t.Skipf("no gcc to build the library: %v", err)
+			}
+			src := filepath.Join(t.TempDir(), "f.c")
+			must(t, os.WriteFile(src, []byte("int f(void) { return 1; }\n"), 0o644))
+			out := filepath.Join(root, "lib/libesc.so.1.0")
+			if b, err := exec.Command(gcc, "-shared", "-nostdlib", "-o", out, "-Wl,-soname,../../../../tmp/libesc.so.1", src).CombinedOutput(); err != nil {
+				t.Skipf("gcc: %v\n%s", err, b)
+			}
+		},
 		"too many directories": func(root string) {
 			var conf strings.Builder
 			for i := range maxScanDirs + 1 {
