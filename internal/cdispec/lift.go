@@ -183,7 +183,8 @@ func LiftOwnHooks(e *cdispecs.ContainerEdits, own func(hookPath string) bool, o 
 // as the runtime does with separate hooks, so the container gets the same
 // work in the same order. This is what is left of a spec in NVIDIA's
 // layout (one hook per step) once the lifting stopped at a step that must
-// run in the container (update-ldcache over whole folders).
+// run in the container (update-ldcache over whole folders, when the image
+// needs the host's ldconfig itself: LiftOptions.NoRebuild).
 func mergeOwnChains(hooks []*cdispecs.Hook, own func(string) bool) ([]*cdispecs.Hook, bool) {
 	var out []*cdispecs.Hook
 	merged := false
