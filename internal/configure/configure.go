@@ -182,7 +182,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 	// The mount tables, read when needed: what lies below a mount of a
 	// host directory in the container (the engine made its mounts before
 	// this hook) is never created or changed (checkUserMounts).
-	mounts := &mountSource{proc: proc, c: c}
+	mounts := newMountSource(proc, c)
 	var cg *deviceCgroup
 	useCgroup := !opts.NoCgroups && len(p.Devices) > 0
 	if useCgroup {

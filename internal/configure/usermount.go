@@ -6,6 +6,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -201,17 +202,20 @@ func checkUserMounts(r *rootfs.Root, tables func() (*mountTables, error), paths 
 // standardDeviceCgroup). A read costs about a millisecond per thousand
 // mounts (a busy host has that many: every container's overlay and
 // volumes), with the parse after it.
-// Not safe for concurrent use (the namespace thread asks for it).
 type mountSource struct {
 	proc *procDir
 	c    Container
+	// selfMounts is the caller's parsed mount table (self/mountinfo).
+	selfMounts func() ([]mountEntry, error)
+	// mountTables are the container's parsed mount table (PID/mountinfo).
+	mountTables func() (*mountTables, error)
+}
 
-	self       []mountEntry
-	selfErr    error
-	selfRead   bool
-	tables     *mountTables
-	tablesErr  error
-	tablesRead bool
+func newMountSource(proc *procDir, c Container) *mountSource {
+	s := &mountSource{proc: proc, c: c}
+	s.selfMounts = sync.OnceValues(s.readSelf)
+	s.mountTables = sync.OnceValues(s.readTables)
+	return s
 }
 
 // mountTableError is a mount table that could not be read or parsed: the
@@ -221,30 +225,16 @@ type mountTableError struct{ err error }
 func (e *mountTableError) Error() string { return e.err.Error() }
 func (e *mountTableError) Unwrap() error { return e.err }
 
-// selfMounts is the caller's parsed mount table (self/mountinfo).
-func (s *mountSource) selfMounts() ([]mountEntry, error) {
-	if !s.selfRead {
-		s.selfRead = true
-		data, err := s.proc.readFile("self/mountinfo")
-		if err == nil {
-			if s.self, err = parseMountinfo(data); err != nil {
-				err = fmt.Errorf("%s: %w", s.proc.name("self/mountinfo"), err)
-			}
-		}
-		if err != nil {
-			s.selfErr = &mountTableError{err}
-		}
+func (s *mountSource) readSelf() ([]mountEntry, error) {
+	data, err := s.proc.readFile("self/mountinfo")
+	if err != nil {
+		return nil, &mountTableError{err}
 	}
-	return s.self, s.selfErr
-}
-
-// mountTables are the container's parsed mount table (PID/mountinfo).
-func (s *mountSource) mountTables() (*mountTables, error) {
-	if !s.tablesRead {
-		s.tablesRead = true
-		s.tables, s.tablesErr = s.readTables()
+	m, err := parseMountinfo(data)
+	if err != nil {
+		return nil, &mountTableError{fmt.Errorf("%s: %w", s.proc.name("self/mountinfo"), err)}
 	}
-	return s.tables, s.tablesErr
+	return m, nil
 }
 
 func (s *mountSource) readTables() (*mountTables, error) {

@@ -223,7 +223,7 @@ func TestCheckUserMountsReadsTablesWhenNeeded(t *testing.T) {
 	proc, err := openProcDir("")
 	must(t, err)
 	defer proc.Close()
-	src := &mountSource{proc: proc, c: Container{PID: os.Getpid(), Rootfs: dir}}
+	src := newMountSource(proc, Container{PID: os.Getpid(), Rootfs: dir})
 	reads := 0
 	seen := map[*mountTables]bool{}
 	tables := func() (*mountTables, error) {
@@ -269,7 +269,7 @@ func TestMountSourceErrors(t *testing.T) {
 	must(t, err)
 	proc := &procDir{fd: fd, path: dir}
 	defer proc.Close()
-	src := &mountSource{proc: proc, c: Container{PID: 7, Rootfs: "/r"}}
+	src := newMountSource(proc, Container{PID: 7, Rootfs: "/r"})
 	_, err = src.mountTables()
 	if _, ok := errors.AsType[*mountTableError](err); !ok || !strings.Contains(err.Error(), "7/mountinfo") {
 		t.Errorf("malformed container table: %v, want a *mountTableError naming the file", err)
