@@ -16,7 +16,7 @@ import (
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nctk/nctk/internal/atomicfile"
-	"github.com/nctk/nctk/internal/hostfile"
+	"github.com/nctk/nctk/internal/hostfacts"
 	"github.com/nctk/nctk/internal/ldcache"
 )
 
@@ -66,8 +66,8 @@ type specIndex struct {
 	// Libs are what ld.so.cache records about the shared libraries the
 	// specs bind-mount (by host path), with the identity of each file when
 	// it was read: a create that finds the file unchanged reads no ELF
-	// header (see cachedLib).
-	Libs map[string]cachedLib `json:"libs,omitempty"`
+	// header (see hostfacts.Lib).
+	Libs map[string]hostfacts.Lib `json:"libs,omitempty"`
 }
 
 // indexedDevice is one device: the index of its spec in specIndex.Specs
@@ -178,37 +178,10 @@ func specCachePath(cacheDir string, dirs []string) string {
 	return filepath.Join(cacheDir, "cdi-"+hex.EncodeToString(sum[:12])+".bin")
 }
 
-// trustedOwner checks that st belongs to the effective user and grants
-// the group and others nothing.
-func trustedOwner(st *syscall.Stat_t) bool {
-	return int(st.Uid) == os.Geteuid() && st.Mode&0o077 == 0
-}
-
-// checkCacheDir reports whether cacheDir may be used: a directory, not a
-// link, owned by the effective user, mode 0700 or stricter. With create,
-// a missing directory is created (mode 0700; its parent must exist).
-func checkCacheDir(cacheDir string, create bool) error {
-	var st syscall.Stat_t
-	err := syscall.Lstat(cacheDir, &st)
-	if errors.Is(err, syscall.ENOENT) && create {
-		if err := os.Mkdir(cacheDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("CDI spec cache directory: %w", err)
-		}
-		err = syscall.Lstat(cacheDir, &st)
-	}
-	if err != nil {
-		return fmt.Errorf("CDI spec cache directory %s: %w", cacheDir, err)
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR || !trustedOwner(&st) {
-		return fmt.Errorf("CDI spec cache directory %s not used: want a directory owned by uid %d with mode 0700", cacheDir, os.Geteuid())
-	}
-	return nil
-}
-
 // loadIndex reads the cache file for dirs when it is trusted and its key
 // is key; nil otherwise.
 func loadIndex(cacheDir string, dirs []string, key string) *specIndex {
-	data, ok := readTrusted(cacheDir, specCachePath(cacheDir, dirs))
+	data, ok := hostfacts.ReadTrusted(cacheDir, specCachePath(cacheDir, dirs), maxSpecCache)
 	if !ok {
 		return nil
 	}
@@ -219,31 +192,10 @@ func loadIndex(cacheDir string, dirs []string, key string) *specIndex {
 	return idx
 }
 
-// readTrusted reads the cache file at path in cacheDir when both are
-// trusted (see above); ok is false otherwise, or when it cannot be read.
-func readTrusted(cacheDir, path string) (data []byte, ok bool) {
-	if checkCacheDir(cacheDir, false) != nil {
-		return nil, false
-	}
-	// A plain descriptor and one read of the file's size: no poller
-	// registration, no growing buffer (this runs on every create).
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, false
-	}
-	defer syscall.Close(fd)
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFREG || !trustedOwner(&st) {
-		return nil, false
-	}
-	data, err = hostfile.ReadFD(fd, path, maxSpecCache)
-	return data, err == nil
-}
-
 // storeIndex writes idx as the cache file for dirs (atomically, mode
 // 0600, not synced: a lost file only costs a new load).
 func storeIndex(cacheDir string, dirs []string, idx *specIndex) error {
-	if err := checkCacheDir(cacheDir, true); err != nil {
+	if err := hostfacts.CheckDir(cacheDir, true); err != nil {
 		return err
 	}
 	data, err := encodeIndex(idx)
@@ -277,7 +229,7 @@ func storeIndex(cacheDir string, dirs []string, idx *specIndex) error {
 // read; otherwise the specs are loaded and the cache file is written for
 // the next call, with the same edits and errors either way (the CDI
 // library's priority and conflict rules decided what the cache holds). A
-// cacheDir that cannot be used (see checkCacheDir), and any failure to
+// cacheDir that cannot be used (see hostfacts.CheckDir), and any failure to
 // write the cache, only mean no caching.
 //
 // It also returns what ld.so.cache records about the library files the

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 
+	"github.com/nctk/nctk/internal/hostfacts"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -96,7 +97,7 @@ func decodeIndex(data []byte) (*specIndex, error) {
 	}
 	idx.Errors = r.strs()
 	if n, ok := r.n(); ok {
-		idx.Libs = make(map[string]cachedLib, n)
+		idx.Libs = make(map[string]hostfacts.Lib, n)
 		for range n {
 			p := r.str()
 			idx.Libs[p] = r.lib()
@@ -140,7 +141,7 @@ func (w *cacheWriter) strs(l []string) {
 
 func (w *cacheWriter) ptr(present bool) { w.n(0, !present) }
 
-func (w *cacheWriter) lib(l cachedLib) {
+func (w *cacheWriter) lib(l hostfacts.Lib) {
 	w.uint(l.Dev)
 	w.uint(l.Ino)
 	w.int(l.Size)
@@ -317,8 +318,8 @@ func (r *cacheReader) n() (n int, ok bool) {
 	return int(v - 1), true
 }
 
-func (r *cacheReader) lib() cachedLib {
-	return cachedLib{Dev: r.uint(), Ino: r.uint(), Size: r.int(), Mtime: r.int(), Ctime: r.int(),
+func (r *cacheReader) lib() hostfacts.Lib {
+	return hostfacts.Lib{Dev: r.uint(), Ino: r.uint(), Size: r.int(), Mtime: r.int(), Ctime: r.int(),
 		SONAME: r.str(), Flags: int32(r.int()), NotLib: r.bool()}
 }
 

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/nctk/nctk/internal/hostfacts"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -76,7 +77,7 @@ func TestIndexCodecRoundTrip(t *testing.T) {
 		Specs:   []cdispecs.ContainerEdits{full, {}, odd},
 		Devices: map[string]indexedDevice{"nvidia.com/gpu=0": {Spec: 2, Edits: odd}, "nvidia.com/gpu=all": {Spec: 0, Edits: full}},
 		Errors:  []string{"spec x: bad"},
-		Libs: map[string]cachedLib{
+		Libs: map[string]hostfacts.Lib{
 			"/usr/lib/libcuda.so.1": {Dev: 1, Ino: 2, Size: 3, Mtime: -4, Ctime: 5, SONAME: "libcuda.so.1", Flags: 0x303},
 			"/usr/lib/notlib":       {NotLib: true},
 		},
@@ -123,7 +124,7 @@ func FuzzDecodeIndex(f *testing.F) {
 	n := 0
 	fill(reflect.ValueOf(&full).Elem(), &n)
 	seed, err := encodeIndex(&specIndex{Version: 3, Key: "k", Specs: []cdispecs.ContainerEdits{full},
-		Devices: map[string]indexedDevice{"a.io/b=c": {Edits: full}}, Libs: map[string]cachedLib{"/l": {SONAME: "l.so"}}})
+		Devices: map[string]indexedDevice{"a.io/b=c": {Edits: full}}, Libs: map[string]hostfacts.Lib{"/l": {SONAME: "l.so"}}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -121,14 +121,14 @@ type Options struct {
 	// (tests); "" is this binary.
 	LdconfigExe string
 	// LdconfigDirs, when set, knows the built-in directories of the host
-	// ldconfig (cdispec.LdconfigSystemDirs): with them the CUDA compat
+	// ldconfig (hostfacts.LdconfigSystemDirs): with them the CUDA compat
 	// step rebuilds ld.so.cache in process (rootfs.RebuildLdCache)
 	// instead of running that ldconfig. Asked on the host, only when
 	// compat libraries may be used.
 	LdconfigDirs LdconfigDirs
 	// LibFacts, when set, answer for the driver's library files before
 	// their ELF headers are read for the ld.so.cache, and learn what was
-	// read (cdispec.LibFacts). Apply only asks and tells, in memory; the
+	// read (hostfacts.LibFacts). Apply only asks and tells, in memory; the
 	// caller reads and writes them, in the host's mount namespace.
 	LibFacts rootfs.LibFacts
 

@@ -145,7 +145,7 @@ func (r *Root) newLibScan() libScan {
 }
 
 // LibFacts remember what inspecting library files found, by file identity
-// (cdispec.LibFacts keeps them across processes): Library answers for a
+// (hostfacts.LibFacts keeps them across processes): Library answers for a
 // file it knows (found), Learn records an inspection.
 type LibFacts interface {
 	Library(st *unix.Stat_t) (lib ldcache.Library, isLib, found bool)

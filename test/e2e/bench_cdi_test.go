@@ -20,11 +20,11 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nctk/nctk/internal/app"
-	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/cli/runtime"
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/hostfacts"
 )
 
 // BenchmarkCreateCDI measures issue 12's create paths side by side: for a
@@ -104,14 +104,14 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	runc := e2e.RequireTool(b, "runc")
 	host := newHost(b, fixture.Spec{Layout: "multiarch", GPUs: gpus})
 	image := e2e.BuildRootfs(b, e2e.RootfsOptions{NoCudaprobe: true})
-	// The library facts table (cdispec.LibFacts) is what a host learnt
+	// The library facts table (hostfacts.LibFacts) is what a host learnt
 	// about its driver's files. Every test before this one made a fixture
 	// driver of new files, so here it holds what thousands of them said
 	// (1,241 entries once, 65 KB, read and indexed by every hook: ~0.7 ms
 	// of the --gpus and native paths' share); a real host's holds its one
 	// driver. Start from none, as a host after boot (it is a cache: the
 	// first create relearns this driver).
-	facts := filepath.Join(cdispec.DefaultCacheDir(os.Getenv), "lib-facts.bin")
+	facts := filepath.Join(hostfacts.DefaultDir(os.Getenv), "lib-facts.bin")
 	if err := os.Remove(facts); err != nil && !os.IsNotExist(err) {
 		b.Fatal(err)
 	}

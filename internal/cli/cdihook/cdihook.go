@@ -37,11 +37,11 @@ import (
 	"strings"
 
 	"github.com/nctk/nctk/internal/app"
-	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/cudacompat"
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/hostfacts"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/procfs"
@@ -472,9 +472,9 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 // ldconfig at hostPath would do there over folders (rootfs.RebuildLdCache:
 // the same links and cache entries, no process), with the ldconfig's own
 // system directories probed once per binary and kept
-// (cdispec.LdconfigSystemDirs). An error leaves the root as it was.
+// (hostfacts.LdconfigSystemDirs). An error leaves the root as it was.
 func rebuildLdcache(h *hookEnv, root, hostPath string, folders []string) error {
-	sys, err := cdispec.LdconfigSystemDirs(context.Background(), cdispec.DefaultCacheDir(h.Getenv), hostPath)
+	sys, err := hostfacts.LdconfigSystemDirs(context.Background(), hostfacts.DefaultDir(h.Getenv), hostPath)
 	if err != nil {
 		return err
 	}
@@ -488,12 +488,12 @@ func rebuildLdcache(h *hookEnv, root, hostPath string, folders []string) error {
 // left in /etc, /etc/ld.so.conf.d and linkDirs, and then puts the CUDA
 // compat libraries first, as after ldconfig. The libraries' ELF headers
 // come from the library facts where known: the spec's bind mounts of host
-// files are the same files in every container (cdispec.LibFacts, in the
+// files are the same files in every container (hostfacts.LibFacts, in the
 // host's /run: createContainer hooks run before the container's
 // pivot_root); what was learnt is kept. An error leaves the root as it
 // was.
 func (h *hookEnv) ldcacheInProcess(root string, linkDirs []string, update func(r *rootfs.Root) error) error {
-	facts := cdispec.OpenLibFacts(cdispec.DefaultCacheDir(h.Getenv))
+	facts := hostfacts.OpenLibFacts(hostfacts.DefaultDir(h.Getenv))
 	err := h.withRootAt(root, func(r *rootfs.Root) error {
 		h.removeStale(r, append([]string{"/etc", "/etc/ld.so.conf.d"}, linkDirs...)...)
 		r.UseLibFacts(facts)

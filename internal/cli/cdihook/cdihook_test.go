@@ -14,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/app"
-	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/hostfacts"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/rootfs"
 )
@@ -401,7 +401,7 @@ func testUpdateLdcache(t *testing.T, mode string) {
 		// container, by the file's identity, in the CDI cache directory.
 		var st unix.Stat_t
 		must(t, unix.Stat(root+drv+"/"+filepath.Base(matches[0]), &st))
-		if lib, isLib, found := cdispec.OpenLibFacts(cdispec.DefaultCacheDir(os.Getenv)).Library(&st); !found || !isLib || lib.SONAME != "libz.so.1" {
+		if lib, isLib, found := hostfacts.OpenLibFacts(hostfacts.DefaultDir(os.Getenv)).Library(&st); !found || !isLib || lib.SONAME != "libz.so.1" {
 			t.Errorf("library facts for %s: %+v, isLib %v, found %v", matches[0], lib, isLib, found)
 		}
 	}

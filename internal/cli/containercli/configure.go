@@ -11,11 +11,11 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
-	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/configure"
 	"github.com/nctk/nctk/internal/echo"
+	"github.com/nctk/nctk/internal/hostfacts"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/planner"
@@ -245,10 +245,10 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 	// What the driver libraries' ELF headers say, kept by file identity
 	// with nvidia-cdi-hook's (the same host files in every container): read
 	// and written here, outside the container's mount namespace.
-	var facts *cdispec.LibFacts
+	var facts *hostfacts.LibFacts
 	if pc := job.Driver.ProbeConfig; !pc.NoCache && pc.CacheDir != "" {
-		cacheDir := cdispec.CacheDirIn(pc.CacheDir)
-		facts = cdispec.OpenLibFacts(cacheDir)
+		cacheDir := hostfacts.DirIn(pc.CacheDir)
+		facts = hostfacts.OpenLibFacts(cacheDir)
 		opts.LibFacts = facts
 		opts.LdconfigDirs = &ldconfigDirs{ctx: ctx, cacheDir: cacheDir}
 	}
@@ -263,14 +263,14 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 
 // ldconfigDirs finds a host ldconfig's built-in directories, kept by the
 // binary's identity in the CDI cache directory nvidia-cdi-hook shares
-// (cdispec.LdconfigSystemDirs).
+// (hostfacts.LdconfigSystemDirs).
 type ldconfigDirs struct {
 	ctx      context.Context
 	cacheDir string
 }
 
 func (d *ldconfigDirs) SystemDirs(hostPath string) ([]string, error) {
-	return cdispec.LdconfigSystemDirs(d.ctx, d.cacheDir, hostPath)
+	return hostfacts.LdconfigSystemDirs(d.ctx, d.cacheDir, hostPath)
 }
 
 // containerTarget detects the image's library layout through the

@@ -15,11 +15,11 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/caps"
-	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/cli/containercli/nvc"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/configure"
 	"github.com/nctk/nctk/internal/discover"
+	"github.com/nctk/nctk/internal/hostfacts"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/planner"
@@ -136,7 +136,7 @@ func TestConfigureCommandLine(t *testing.T) {
 	got.Log = nil
 	// The library facts: the run cache's (when there is one), read and
 	// written by the CLI around Apply.
-	if _, ok := got.LibFacts.(*cdispec.LibFacts); !ok && runcache.DefaultDir(os.Getenv) != "" {
+	if _, ok := got.LibFacts.(*hostfacts.LibFacts); !ok && runcache.DefaultDir(os.Getenv) != "" {
 		t.Errorf("options.LibFacts = %#v, want the run cache's library facts", got.LibFacts)
 	}
 	got.LibFacts = nil

@@ -54,6 +54,7 @@ import (
 	"github.com/nctk/nctk/internal/cudacompat"
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/hostfacts"
 	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
@@ -88,7 +89,7 @@ type Runtime struct {
 	// CDICacheDir is where CDI mode caches the resolved spec files
 	// (cdispec.ResolveCached), so that a create reads one small file
 	// instead of loading every spec; "" for no cache. New sets it to
-	// cdispec.DefaultCacheDir.
+	// hostfacts.DefaultDir.
 	CDICacheDir string
 	// ModeOverride, when set, replaces config.toml's
 	// nvidia-container-runtime.mode (nvidia-container-runtime.cdi and
@@ -109,7 +110,7 @@ func New() *Runtime {
 		Exec:        syscall.Exec,
 		Self:        self,
 		Version:     version.String(),
-		CDICacheDir: cdispec.DefaultCacheDir(os.Getenv),
+		CDICacheDir: hostfacts.DefaultDir(os.Getenv),
 	}
 }
 
@@ -331,7 +332,7 @@ type work struct {
 // rebuildOptions are the options of the ld.so.cache rebuild that replaces
 // a CDI spec's update-ldcache over whole folders: the system directories
 // of the host ldconfig that hook would run (ldconfigPath, "" for its
-// default; probed once per binary, cdispec.LdconfigSystemDirs), pending's
+// default; probed once per binary, hostfacts.LdconfigSystemDirs), pending's
 // library files as what the rebuild reads from the host, and its other
 // mounts with mounts as what it must not read under. An error wraps
 // rootfs.ErrRebuildUnsupported: the hook then stays.
@@ -345,7 +346,7 @@ func (r *Runtime) rebuildOptions(ldconfigPath string, pending rootfs.Pending, mo
 	if err != nil {
 		return nil, unsupported(err)
 	}
-	sys, err := cdispec.LdconfigSystemDirs(context.Background(), r.CDICacheDir, hostPath)
+	sys, err := hostfacts.LdconfigSystemDirs(context.Background(), r.CDICacheDir, hostPath)
 	if err != nil {
 		return nil, unsupported(err)
 	}

@@ -1,4 +1,4 @@
-package cdispec
+package hostfacts
 
 import (
 	"context"
@@ -47,7 +47,7 @@ func ldconfigSystemDirs(cacheDir, hostPath string, probe func() ([]string, error
 	id := ldconfigID(&st)
 	var lines []string
 	if cacheDir != "" {
-		if data, ok := readTrusted(cacheDir, filepath.Join(cacheDir, ldconfigDirsFile)); ok {
+		if data, ok := ReadTrusted(cacheDir, filepath.Join(cacheDir, ldconfigDirsFile), maxFile); ok {
 			known, rest, err := parseLdconfigDirs(string(data), id)
 			if err == nil && known != nil {
 				return known, nil
@@ -67,7 +67,7 @@ func ldconfigSystemDirs(cacheDir, hostPath string, probe func() ([]string, error
 	}
 	lines = append(lines, id+" "+strings.Join(dirs, " "))
 	data := ldconfigDirsMagic + "\n" + strings.Join(lines, "\n") + "\n"
-	if checkCacheDir(cacheDir, true) == nil {
+	if CheckDir(cacheDir, true) == nil {
 		// Not kept: the next call probes again.
 		_ = atomicfile.WriteFile(filepath.Join(cacheDir, ldconfigDirsFile), []byte(data), atomicfile.Options{Mode: 0o600})
 	}

@@ -1,4 +1,4 @@
-package cdispec
+package hostfacts
 
 import (
 	"errors"

@@ -1,8 +1,10 @@
-package cdispec
+package hostfacts
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -12,12 +14,11 @@ import (
 
 	"github.com/nctk/nctk/internal/atomicfile"
 	"github.com/nctk/nctk/internal/ldcache"
-	"github.com/nctk/nctk/internal/runcache"
 )
 
 // LibFacts are what ld.so.cache records about library files (their SONAME
 // and flags, or that ldconfig skips them), keyed by file identity alone
-// (device, inode, size, mtime, ctime: see cachedLib), and kept in the CDI
+// (device, inode, size, mtime, ctime: see Lib), and kept in the CDI
 // cache directory for the hooks that add a spec's libraries to a
 // container's ld.so.cache (nvidia-cdi-hook update-ldcache). Those are bind
 // mounts of the same host files in every container, and a bind-mounted
@@ -38,7 +39,7 @@ import (
 type LibFacts struct {
 	dir   string
 	table factsTable
-	added map[libID]cachedLib // learnt by this process
+	added map[fileID]Lib // learnt by this process
 }
 
 const (
@@ -54,22 +55,6 @@ const (
 	libFactRecord = 52
 )
 
-// DefaultCacheDir is the CDI cache directory (the resolved-spec caches,
-// the library facts) in the default run cache directory
-// (runcache.DefaultDir); "" when there is none.
-func DefaultCacheDir(getenv func(string) string) string {
-	return CacheDirIn(runcache.DefaultDir(getenv))
-}
-
-// CacheDirIn is the CDI cache directory in the run cache directory
-// runDir: its "cdi" subdirectory; "" for "".
-func CacheDirIn(runDir string) string {
-	if runDir == "" {
-		return ""
-	}
-	return filepath.Join(runDir, "cdi")
-}
-
 // OpenLibFacts reads the table in cacheDir; "" (no cache) gives nil. An
 // untrusted or malformed file is an empty table.
 func OpenLibFacts(cacheDir string) *LibFacts {
@@ -77,7 +62,7 @@ func OpenLibFacts(cacheDir string) *LibFacts {
 		return nil
 	}
 	f := &LibFacts{dir: cacheDir}
-	if data, ok := readTrusted(cacheDir, filepath.Join(cacheDir, libFactsFile)); ok {
+	if data, ok := ReadTrusted(cacheDir, filepath.Join(cacheDir, libFactsFile), maxFile); ok {
 		if t, err := parseLibFacts(data); err == nil {
 			f.table = t
 		}
@@ -108,13 +93,13 @@ func (f *LibFacts) Learn(st *unix.Stat_t, lib ldcache.Library, isLib bool) {
 	if f == nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return
 	}
-	l := cachedLib{SONAME: lib.SONAME, Flags: lib.Flags, NotLib: !isLib}
-	l.setIdentity(st)
+	l := Lib{SONAME: lib.SONAME, Flags: lib.Flags, NotLib: !isLib}
+	l.SetIdentity(st)
 	if old, ok := f.table.find(l.id()); ok && old == l {
 		return
 	}
 	if f.added == nil || len(f.added) >= maxLibFacts {
-		f.added = map[libID]cachedLib{}
+		f.added = map[fileID]Lib{}
 	}
 	f.added[l.id()] = l
 }
@@ -127,17 +112,17 @@ func (f *LibFacts) Save() error {
 	if f == nil || len(f.added) == 0 {
 		return nil
 	}
-	if err := checkCacheDir(f.dir, true); err != nil {
+	if err := CheckDir(f.dir, true); err != nil {
 		return err
 	}
-	byID := map[libID]cachedLib{}
+	byID := map[fileID]Lib{}
 	if old, err := f.table.all(); err == nil && len(old)+len(f.added) <= maxLibFacts {
 		for _, l := range old {
 			byID[l.id()] = l
 		}
 	}
 	maps.Copy(byID, f.added)
-	libs := slices.SortedFunc(maps.Values(byID), func(a, b cachedLib) int { return compareID(a.id(), b.id()) })
+	libs := slices.SortedFunc(maps.Values(byID), func(a, b Lib) int { return compareID(a.id(), b.id()) })
 	data, err := encodeLibFacts(libs)
 	if err != nil {
 		return fmt.Errorf("write library facts: %w", err)
@@ -154,7 +139,7 @@ func (f *LibFacts) Save() error {
 }
 
 // compareID orders identities: device, inode, then size and times.
-func compareID(a, b libID) int {
+func compareID(a, b fileID) int {
 	return cmp.Or(cmp.Compare(a.dev, b.dev), cmp.Compare(a.ino, b.ino), cmp.Compare(a.size, b.size),
 		cmp.Compare(a.mtime, b.mtime), cmp.Compare(a.ctime, b.ctime))
 }
@@ -162,7 +147,7 @@ func compareID(a, b libID) int {
 // encodeLibFacts encodes libs, sorted by compareID without repeats: the
 // header (magic, version, count, string area length as varints), the
 // records, the string area.
-func encodeLibFacts(libs []cachedLib) ([]byte, error) {
+func encodeLibFacts(libs []Lib) ([]byte, error) {
 	var strs []byte
 	recs := make([]byte, 0, len(libs)*libFactRecord)
 	for _, l := range libs {
@@ -185,14 +170,15 @@ func encodeLibFacts(libs []cachedLib) ([]byte, error) {
 		recs = append(recs, notLib, 0)
 		strs = append(strs, l.SONAME...)
 	}
-	var w cacheWriter
-	w.b = append(make([]byte, 0, len(libFactsMagic)+16+len(recs)+len(strs)), libFactsMagic...)
-	w.int(libFactsVersion)
-	w.uint(uint64(len(libs)))
-	w.uint(uint64(len(strs)))
-	w.b = append(append(w.b, recs...), strs...)
-	return w.b, nil
+	b := append(make([]byte, 0, len(libFactsMagic)+16+len(recs)+len(strs)), libFactsMagic...)
+	b = binary.AppendVarint(b, libFactsVersion)
+	b = binary.AppendUvarint(b, uint64(len(libs)))
+	b = binary.AppendUvarint(b, uint64(len(strs)))
+	return append(append(b, recs...), strs...), nil
 }
+
+// errTruncated is the error for a header integer cut short or overlong.
+var errTruncated = errors.New("library facts file: truncated or overlong integer")
 
 // factsTable is an encoded table's records and string area, searched in
 // place.
@@ -205,46 +191,57 @@ func (t factsTable) len() int { return len(t.recs) / libFactRecord }
 // parseLibFacts checks the header and the sizes of an encoded table; the
 // records are checked as they are read (at).
 func parseLibFacts(data []byte) (factsTable, error) {
-	r, err := newCacheReader(data, libFactsMagic, "library facts file")
-	if err != nil {
-		return factsTable{}, err
+	rest, ok := bytes.CutPrefix(data, []byte(libFactsMagic))
+	if !ok {
+		return factsTable{}, errors.New("not a library facts file")
 	}
-	if v := r.int(); r.err == nil && v != libFactsVersion {
+	v, k := binary.Varint(rest)
+	if k <= 0 {
+		return factsTable{}, errTruncated
+	}
+	if v != libFactsVersion {
 		return factsTable{}, fmt.Errorf("library facts version %d, want %d", v, libFactsVersion)
 	}
-	n, strLen := r.uint(), r.uint()
-	if r.err != nil {
-		return factsTable{}, fmt.Errorf("library facts file: %w", r.err)
+	rest = rest[k:]
+	n, k := binary.Uvarint(rest)
+	if k <= 0 {
+		return factsTable{}, errTruncated
 	}
-	if n > maxLibFacts || strLen > uint64(len(r.b)) || uint64(len(r.b))-strLen != n*libFactRecord {
-		return factsTable{}, fmt.Errorf("library facts file: %d records and %d bytes of names do not make %d bytes", n, strLen, len(r.b))
+	rest = rest[k:]
+	strLen, k := binary.Uvarint(rest)
+	if k <= 0 {
+		return factsTable{}, errTruncated
+	}
+	rest = rest[k:]
+	if n > maxLibFacts || strLen > uint64(len(rest)) || uint64(len(rest))-strLen != n*libFactRecord {
+		return factsTable{}, fmt.Errorf("library facts file: %d records and %d bytes of names do not make %d bytes", n, strLen, len(rest))
 	}
 	recLen := int(n) * libFactRecord
-	return factsTable{recs: r.b[:recLen], strs: r.b[recLen:]}, nil
+	return factsTable{recs: rest[:recLen], strs: rest[recLen:]}, nil
 }
 
 // id is record i's identity.
-func (t factsTable) id(i int) libID {
+func (t factsTable) id(i int) fileID {
 	b, le := t.recs[i*libFactRecord:], binary.LittleEndian
-	return libID{le.Uint64(b), le.Uint64(b[8:]), int64(le.Uint64(b[16:])), int64(le.Uint64(b[24:])), int64(le.Uint64(b[32:]))}
+	return fileID{le.Uint64(b), le.Uint64(b[8:]), int64(le.Uint64(b[16:])), int64(le.Uint64(b[24:])), int64(le.Uint64(b[32:]))}
 }
 
 // at decodes record i; a SONAME outside the string area or a flag byte
 // that is neither 0 nor 1 is an error.
-func (t factsTable) at(i int) (cachedLib, error) {
+func (t factsTable) at(i int) (Lib, error) {
 	b, le := t.recs[i*libFactRecord:(i+1)*libFactRecord], binary.LittleEndian
 	id := t.id(i)
 	off, n := uint64(le.Uint32(b[44:])), uint64(le.Uint16(b[48:]))
 	if off+n > uint64(len(t.strs)) || b[50] > 1 || b[51] != 0 {
-		return cachedLib{}, fmt.Errorf("library facts record %d is malformed", i)
+		return Lib{}, fmt.Errorf("library facts record %d is malformed", i)
 	}
-	return cachedLib{Dev: id.dev, Ino: id.ino, Size: id.size, Mtime: id.mtime, Ctime: id.ctime,
+	return Lib{Dev: id.dev, Ino: id.ino, Size: id.size, Mtime: id.mtime, Ctime: id.ctime,
 		Flags: int32(le.Uint32(b[40:])), SONAME: string(t.strs[off : off+n]), NotLib: b[50] == 1}, nil
 }
 
 // find looks id up by binary search (the records are sorted by compareID;
 // a table that is not finds less, never another file's facts).
-func (t factsTable) find(id libID) (cachedLib, bool) {
+func (t factsTable) find(id fileID) (Lib, bool) {
 	lo, hi := 0, t.len()
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -255,15 +252,15 @@ func (t factsTable) find(id libID) (cachedLib, bool) {
 		}
 	}
 	if lo == t.len() || t.id(lo) != id {
-		return cachedLib{}, false
+		return Lib{}, false
 	}
 	l, err := t.at(lo)
 	return l, err == nil
 }
 
 // all decodes every record, in order.
-func (t factsTable) all() ([]cachedLib, error) {
-	libs := make([]cachedLib, t.len())
+func (t factsTable) all() ([]Lib, error) {
+	libs := make([]Lib, t.len())
 	for i := range libs {
 		var err error
 		if libs[i], err = t.at(i); err != nil {

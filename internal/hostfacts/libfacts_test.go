@@ -1,4 +1,4 @@
-package cdispec
+package hostfacts
 
 import (
 	"encoding/binary"
@@ -106,7 +106,7 @@ func TestLibFacts(t *testing.T) {
 // the decoder accepts encodes and decodes back to the same entries, and a
 // lookup never answers with another file's facts.
 func FuzzDecodeLibFacts(f *testing.F) {
-	seed, err := encodeLibFacts([]cachedLib{{NotLib: true}, {Dev: 1, Ino: 2, Size: 3, Mtime: 4, Ctime: -5, SONAME: "libx.so.1", Flags: 0x303}})
+	seed, err := encodeLibFacts([]Lib{{NotLib: true}, {Dev: 1, Ino: 2, Size: 3, Mtime: 4, Ctime: -5, SONAME: "libx.so.1", Flags: 0x303}})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -140,12 +140,12 @@ func FuzzDecodeLibFacts(f *testing.F) {
 // (without decoding the others), misses a file it does not hold, and a
 // record whose name lies outside the string area is no answer.
 func TestLibFactsSearch(t *testing.T) {
-	var libs []cachedLib
+	var libs []Lib
 	for i := range 1000 {
-		libs = append(libs, cachedLib{Dev: uint64(i % 3), Ino: uint64(i), Size: int64(i), Mtime: 7, Ctime: 8,
+		libs = append(libs, Lib{Dev: uint64(i % 3), Ino: uint64(i), Size: int64(i), Mtime: 7, Ctime: 8,
 			SONAME: fmt.Sprintf("lib%d.so.1", i), Flags: 0x303, NotLib: i%10 == 0})
 	}
-	slices.SortFunc(libs, func(a, b cachedLib) int { return compareID(a.id(), b.id()) })
+	slices.SortFunc(libs, func(a, b Lib) int { return compareID(a.id(), b.id()) })
 	data, err := encodeLibFacts(libs)
 	if err != nil {
 		t.Fatal(err)
@@ -210,9 +210,9 @@ func TestLibFactsSaveMerges(t *testing.T) {
 		}
 	}
 	// A full table of other files: the next save keeps only what it learnt.
-	var full []cachedLib
+	var full []Lib
 	for i := range maxLibFacts {
-		full = append(full, cachedLib{Dev: 1, Ino: uint64(i), SONAME: "libold.so.1"})
+		full = append(full, Lib{Dev: 1, Ino: uint64(i), SONAME: "libold.so.1"})
 	}
 	data, err := encodeLibFacts(full)
 	if err != nil {
@@ -270,7 +270,7 @@ func BenchmarkOpenLibFacts(b *testing.B) {
 }
 
 // decodeLibFacts decodes an encoded table.
-func decodeLibFacts(data []byte) ([]cachedLib, error) {
+func decodeLibFacts(data []byte) ([]Lib, error) {
 	t, err := parseLibFacts(data)
 	if err != nil {
 		return nil, err
