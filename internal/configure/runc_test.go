@@ -13,8 +13,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nctk/nctk/internal/e2e"
+	"github.com/nctk/nctk/internal/ocistate"
 	"github.com/nctk/nctk/internal/plan"
-	"github.com/nctk/nctk/internal/request"
 )
 
 // hookEnvVar makes the test binary a prestart hook that applies the plan
@@ -41,7 +41,7 @@ func runAsHook(jobFile string) int {
 		return 1
 	}
 	in, _ := io.ReadAll(os.Stdin)
-	st, err := request.ParseState(in)
+	st, err := ocistate.ParseState(in)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 
+	"github.com/nctk/nctk/internal/jsonerr"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
@@ -79,7 +80,7 @@ func applyCDI(tree object, e *cdispecs.ContainerEdits, view *specs.Spec) error {
 		}
 		var v cdiView
 		if err := json.Unmarshal(data, &v); err != nil {
-			return fmt.Errorf("CDI container edits: %w", describe(data, err))
+			return fmt.Errorf("CDI container edits: %w", jsonerr.Describe(data, err))
 		}
 		view = v.spec()
 	}

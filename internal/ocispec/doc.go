@@ -23,16 +23,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
 
 	"github.com/nctk/nctk/internal/atomicfile"
 	"github.com/nctk/nctk/internal/hostfile"
+	"github.com/nctk/nctk/internal/jsonerr"
+	"github.com/nctk/nctk/internal/ocistate"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// MaxSize bounds the config.json Load accepts (a real one is a few KiB).
-const MaxSize = 64 << 20
+// MaxSize bounds the config.json Load accepts (a real one is a few KiB);
+// the hooks' LoadRootPath reads it under the same bound.
+const MaxSize = ocistate.MaxSpecSize
 
 // object is a JSON object of the generic tree.
 type object = map[string]any
@@ -66,11 +68,11 @@ func Load(path string) (*Doc, error) {
 func Parse(name string, data []byte) (*Doc, error) {
 	tree, err := decodeTree(data)
 	if err != nil {
-		return nil, fmt.Errorf("invalid OCI spec %s: %w", name, describe(data, err))
+		return nil, fmt.Errorf("invalid OCI spec %s: %w", name, jsonerr.Describe(data, err))
 	}
 	spec, cdi, err := viewsOf(tree, func() ([]byte, error) { return data, nil })
 	if err != nil {
-		return nil, fmt.Errorf("invalid OCI spec %s: %w", name, describe(data, err))
+		return nil, fmt.Errorf("invalid OCI spec %s: %w", name, jsonerr.Describe(data, err))
 	}
 	return &Doc{name: name, tree: tree, spec: spec, cdi: cdi}, nil
 }
@@ -115,42 +117,15 @@ func (d *Doc) Devices() []specs.LinuxDevice {
 	return nil
 }
 
-// LoadRootPath is Load(path) then RootPath(bundle), reading root.path
-// alone: the createContainer hooks need nothing else of a config.json
-// that, once an engine has injected a CDI spec, holds dozens of mounts
-// (the whole document is still checked to be one JSON object).
-func LoadRootPath(path, bundle string) (string, error) {
-	data, err := hostfile.ReadFile(path, MaxSize)
-	if err != nil {
-		return "", fmt.Errorf("read OCI spec: %w", err)
-	}
-	var v struct {
-		Root *specs.Root `json:"root"`
-	}
-	if err := json.Unmarshal(data, &v); err != nil {
-		return "", fmt.Errorf("invalid OCI spec %s: %w", path, describe(data, err))
-	}
-	d := &Doc{name: path, spec: &specs.Spec{Root: v.Root}}
-	return d.RootPath(bundle)
-}
-
 // RootPath is the container's root directory: root.path, joined to bundle
 // (the directory holding config.json) when relative, made absolute and
 // clean. An unset root.path is an error naming the spec.
 func (d *Doc) RootPath(bundle string) (string, error) {
-	spec := d.Spec()
-	if spec.Root == nil || spec.Root.Path == "" {
-		return "", fmt.Errorf("invalid OCI spec %s: root.path is not set", d.name)
+	var p string
+	if r := d.Spec().Root; r != nil {
+		p = r.Path
 	}
-	p := spec.Root.Path
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(bundle, p)
-	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", fmt.Errorf("OCI spec %s: root.path %s: %w", d.name, spec.Root.Path, err)
-	}
-	return abs, nil
+	return ocistate.RootPath(d.name, p, bundle)
 }
 
 // Bytes returns the JSON encoding of the document as Save writes it.
@@ -194,7 +169,7 @@ func decodeTree(data []byte) (object, error) {
 		return nil, err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, trailingDataError{offset: dec.InputOffset()}
+		return nil, jsonerr.TrailingDataError{Offset: dec.InputOffset()}
 	}
 	obj, ok := v.(object)
 	if !ok {
@@ -328,55 +303,6 @@ func views(v *fullView) (spec, cdi *specs.Spec) {
 		}
 	}
 	return spec, cdi
-}
-
-// describe turns a decoding error into a message naming where the input
-// is wrong: line, column and byte offset for syntax errors, the field path
-// for type errors.
-func describe(data []byte, err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	var trail trailingDataError
-	switch {
-	case errors.As(err, &trail):
-		line, col := lineCol(data, trail.offset)
-		return fmt.Errorf("malformed JSON at line %d, column %d (byte offset %d): %w", line, col, trail.offset, err)
-	case errors.As(err, &syn):
-		// Offset counts the bytes read, the offending one included.
-		line, col := lineCol(data, max(syn.Offset-1, 0))
-		return fmt.Errorf("malformed JSON at line %d, column %d (byte offset %d): %w", line, col, syn.Offset, err)
-	case errors.As(err, &typ):
-		line, col := lineCol(data, typ.Offset)
-		field := typ.Field
-		if field == "" {
-			field = "(top level)"
-		}
-		return fmt.Errorf("field %s: JSON %s cannot be a %s (line %d, column %d, byte offset %d)",
-			field, typ.Value, typ.Type, line, col, typ.Offset)
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		line, col := lineCol(data, int64(len(data)))
-		return fmt.Errorf("malformed JSON: unexpected end of file at line %d, column %d (byte offset %d)", line, col, len(data))
-	}
-	return err
-}
-
-// trailingDataError reports data after the top-level JSON value.
-type trailingDataError struct{ offset int64 }
-
-func (e trailingDataError) Error() string { return "unexpected data after the top-level value" }
-
-// lineCol converts a byte offset into a 1-based line and column.
-func lineCol(data []byte, off int64) (int, int) {
-	if off > int64(len(data)) {
-		off = int64(len(data))
-	}
-	if off < 0 {
-		off = 0
-	}
-	before := data[:off]
-	line := bytes.Count(before, []byte{'\n'}) + 1
-	col := int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
-	return line, col
 }
 
 func jsonKind(v any) string {

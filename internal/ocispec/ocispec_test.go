@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/ocistate"
 	"github.com/nctk/nctk/internal/plan"
 )
 
@@ -698,34 +699,17 @@ func TestRootPath(t *testing.T) {
 			if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && !strings.Contains(err.Error(), tt.err)) {
 				t.Errorf("RootPath(%q) = %q, %v; want %q, %q", tt.bundle, got, err, tt.want, tt.err)
 			}
-			// LoadRootPath, which reads root.path alone, agrees.
+			// The hooks' ocistate.LoadRootPath, which reads root.path
+			// alone, agrees.
 			file := filepath.Join(t.TempDir(), "cfg.json")
 			if err := os.WriteFile(file, []byte(tt.spec), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			got, err = LoadRootPath(file, tt.bundle)
+			got, err = ocistate.LoadRootPath(file, tt.bundle)
 			if got != tt.want || (err == nil) != (tt.err == "") || (err != nil && !strings.Contains(err.Error(), "root.path is not set")) {
 				t.Errorf("LoadRootPath(%q) = %q, %v; want %q, %q", tt.bundle, got, err, tt.want, tt.err)
 			}
 		})
-	}
-	// Bad input: named, with where it is wrong.
-	dir := t.TempDir()
-	for name, content := range map[string]string{
-		"syntax":    `{"root":{"path":"r"},}`,
-		"root type": `{"root":"rootfs"}`,
-		"not JSON":  "ociVersion: 1",
-	} {
-		file := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".json")
-		if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := LoadRootPath(file, dir); err == nil || !strings.Contains(err.Error(), "invalid OCI spec "+file) {
-			t.Errorf("%s: LoadRootPath error %v, want one naming %s", name, err, file)
-		}
-	}
-	if _, err := LoadRootPath(filepath.Join(dir, "missing.json"), dir); err == nil || !strings.Contains(err.Error(), "missing.json") {
-		t.Errorf("missing file: %v", err)
 	}
 }
 

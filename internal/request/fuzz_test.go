@@ -3,7 +3,6 @@ package request
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -86,64 +85,6 @@ func strictConfig() *config.Config {
 	c.AcceptEnvvarUnprivileged = false
 	c.SupportedDriverCapabilities = "compute,utility"
 	return c
-}
-
-// FuzzParseState checks that any stdin either parses to a state with a
-// positive pid and a bundle or fails with an error.
-func FuzzParseState(f *testing.F) {
-	for _, s := range []string{
-		`{"ociVersion":"1.0.2","id":"c1","status":"created","pid":4242,"bundle":"/run/b"}`,
-		`{"pid":7,"bundlePath":"/var/run/docker/b"}`, `{"pid":"1"}`, `[]`, `null`, ``, `{"pid":1e99,"bundle":"/b"}`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := ParseState(data)
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "OCI state: ") {
-				t.Fatalf("error without context: %v", err)
-			}
-			return
-		}
-		if s.Pid <= 0 || s.Bundle == "" {
-			t.Fatalf("accepted state %+v", s)
-		}
-	})
-}
-
-// FuzzDecodeState checks that DecodeState never panics, words every error
-// with "OCI state: ", agrees with ParseState (which accepts exactly the
-// decoded states with a positive pid and a bundle) and reads root the same.
-func FuzzDecodeState(f *testing.F) {
-	for _, s := range []string{
-		`{"ociVersion":"1.0.2","id":"c1","status":"created","pid":4242,"bundle":"/run/b","annotations":{"a":"b"}}`,
-		`{"pid":7,"bundlePath":"/var/run/docker/b"}`, `{"root":"/r"}`, `{"root":"rootfs","bundle":"/b"}`,
-		`{"root":{"path":"rootfs"},"pid":1,"bundle":"/b"}`, `{"root":null}`, `{"bundlePath":"x"}`,
-		`{"pid":"1"}`, `{"annotations":{"a":1}}`, `[]`, `null`, `"s"`, ``, `{`, `{"pid":1e99,"bundle":"/b"}`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		d, derr := DecodeState(data)
-		p, perr := ParseState(data)
-		for _, err := range []error{derr, perr} {
-			if err != nil && !strings.HasPrefix(err.Error(), "OCI state: ") {
-				t.Fatalf("error without context: %v", err)
-			}
-		}
-		if derr != nil {
-			if perr == nil && !strings.Contains(derr.Error(), `field "root"`) {
-				t.Fatalf("DecodeState failed (%v) but ParseState accepted %+v", derr, p)
-			}
-			return
-		}
-		if wantOK := d.Pid > 0 && d.Bundle != ""; wantOK != (perr == nil) {
-			t.Fatalf("DecodeState = %+v but ParseState error %v", d, perr)
-		}
-		if perr == nil && !reflect.DeepEqual(d, p) {
-			t.Fatalf("DecodeState = %+v, ParseState = %+v", d, p)
-		}
-	})
 }
 
 // FuzzCUDAMajorMinor: any CUDA_VERSION value is read without a panic, and

@@ -42,10 +42,9 @@ import (
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/hostfacts"
-	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/ocistate"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/procfs"
-	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/rootfs"
 	"github.com/nctk/nctk/internal/version"
 )
@@ -276,7 +275,7 @@ func usage(w io.Writer, prog string, fs *flag.FlagSet) {
 // root is: a "root" (crun adds it; absolute, or relative to the bundle) or
 // a bundle, which must be absolute. Unlike the runtime hook, these hooks
 // need no pid.
-func checkState(s request.State) error {
+func checkState(s ocistate.State) error {
 	if s.Root == "" && s.Bundle == "" {
 		return errors.New("OCI state: neither bundle nor root is set")
 	}
@@ -311,7 +310,7 @@ func (h *hookEnv) findContainerRoot(specFile string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("OCI state: %w", err)
 		}
-		st, err := request.DecodeState(data)
+		st, err := ocistate.DecodeState(data)
 		if err != nil {
 			return "", err
 		}
@@ -330,7 +329,7 @@ func (h *hookEnv) findContainerRoot(specFile string) (string, error) {
 		}
 		bundle, specPath = st.Bundle, filepath.Join(st.Bundle, "config.json")
 	}
-	return ocispec.LoadRootPath(specPath, bundle)
+	return ocistate.LoadRootPath(specPath, bundle)
 }
 
 // withRoot runs f on the container root (containerRoot); on error every

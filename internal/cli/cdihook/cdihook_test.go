@@ -17,7 +17,7 @@ import (
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/hostfacts"
-	"github.com/nctk/nctk/internal/request"
+	"github.com/nctk/nctk/internal/ocistate"
 	"github.com/nctk/nctk/internal/rootfs"
 )
 
@@ -91,10 +91,10 @@ func unmountUnder(t *testing.T, dir string) {
 
 // decodeChecked is what containerRoot does with the state on stdin: the
 // shared decoding, then the hooks' own check.
-func decodeChecked(data []byte) (request.State, error) {
-	s, err := request.DecodeState(data)
+func decodeChecked(data []byte) (ocistate.State, error) {
+	s, err := ocistate.DecodeState(data)
 	if err != nil {
-		return request.State{}, err
+		return ocistate.State{}, err
 	}
 	return s, checkState(s)
 }
@@ -102,22 +102,22 @@ func decodeChecked(data []byte) (request.State, error) {
 func TestCheckState(t *testing.T) {
 	tests := []struct {
 		in   string
-		want request.State
+		want ocistate.State
 		err  string
 	}{
-		{`{"pid":3,"bundle":"/b"}`, request.State{Pid: 3, Bundle: "/b"}, ""},
-		{`{"pid":3,"bundlePath":"/b"}`, request.State{Pid: 3, Bundle: "/b"}, ""},
-		{`{"root":"/r"}`, request.State{Root: "/r"}, ""},
-		{`{"root":"rel","bundle":"/b"}`, request.State{Root: "rel", Bundle: "/b"}, ""},
-		{``, request.State{}, "empty input"},
-		{`{`, request.State{}, "OCI state"},
-		{`[]`, request.State{}, "OCI state"},
-		{`{"pid":"x","bundle":"/b"}`, request.State{}, "OCI state"},
-		{`{"pid":1}`, request.State{}, "neither bundle nor root"},
-		{`null`, request.State{}, "neither bundle nor root"},
-		{`{"bundle":"relative"}`, request.State{}, "not an absolute path"},
-		{`{"bundlePath":"relative","root":"/r"}`, request.State{}, "not an absolute path"},
-		{`{"root":{"path":"rootfs"},"bundle":"/b"}`, request.State{}, `field "root"`},
+		{`{"pid":3,"bundle":"/b"}`, ocistate.State{Pid: 3, Bundle: "/b"}, ""},
+		{`{"pid":3,"bundlePath":"/b"}`, ocistate.State{Pid: 3, Bundle: "/b"}, ""},
+		{`{"root":"/r"}`, ocistate.State{Root: "/r"}, ""},
+		{`{"root":"rel","bundle":"/b"}`, ocistate.State{Root: "rel", Bundle: "/b"}, ""},
+		{``, ocistate.State{}, "empty input"},
+		{`{`, ocistate.State{}, "OCI state"},
+		{`[]`, ocistate.State{}, "OCI state"},
+		{`{"pid":"x","bundle":"/b"}`, ocistate.State{}, "OCI state"},
+		{`{"pid":1}`, ocistate.State{}, "neither bundle nor root"},
+		{`null`, ocistate.State{}, "neither bundle nor root"},
+		{`{"bundle":"relative"}`, ocistate.State{}, "not an absolute path"},
+		{`{"bundlePath":"relative","root":"/r"}`, ocistate.State{}, "not an absolute path"},
+		{`{"root":{"path":"rootfs"},"bundle":"/b"}`, ocistate.State{}, `field "root"`},
 	}
 	for _, tt := range tests {
 		got, err := decodeChecked([]byte(tt.in))

@@ -43,6 +43,7 @@ import (
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/ocistate"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/version"
 )
@@ -172,7 +173,7 @@ func prestart(e *app.Env, configPath string, debug bool, log *slog.Logger, exec 
 	if err != nil {
 		return fmt.Errorf("OCI state: %w", err)
 	}
-	state, err := request.ParseState(data)
+	state, err := ocistate.ParseState(data)
 	if err != nil {
 		return err
 	}
