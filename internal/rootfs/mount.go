@@ -513,6 +513,11 @@ func validRel(p string) bool {
 	return true
 }
 
+// DataOptions are the options of a mount of generated content
+// (DataSource, the /proc/driver/nvidia view): read-only, no set-id, no
+// devices, nothing executable.
+func DataOptions() []string { return []string{"ro", "nosuid", "nodev", "noexec"} }
+
 // DataSource returns a Source that is a file holding data, on a tmpfs of
 // its own, for mounting generated content (a rewritten proc file) over a
 // file in the container. The file is read-only and the mount carries opts.

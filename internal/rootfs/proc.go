@@ -88,7 +88,7 @@ func PrepareProcDriver(view *ProcView) (*ProcDriver, error) {
 		}
 		pd.files = append(pd.files, TmpfsFile{Name: name, Data: data, Mode: 0o444})
 	}
-	ro := []string{"ro", "nosuid", "nodev", "noexec"}
+	ro := DataOptions()
 	for _, bus := range view.GPUDirs {
 		if !validRel(bus) || strings.Contains(bus, "/") {
 			pd.Close()

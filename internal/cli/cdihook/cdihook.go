@@ -43,7 +43,6 @@ import (
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/hostfacts"
 	"github.com/nctk/nctk/internal/ocistate"
-	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/procfs"
 	"github.com/nctk/nctk/internal/rootfs"
 	"github.com/nctk/nctk/internal/version"
@@ -540,7 +539,7 @@ func disableDeviceNodeModification(h *hookEnv, d hookargs.DisableDeviceNodeModif
 			h.log.Warn("container has no "+target+"; nothing to mask", "root", r.Path())
 			return nil
 		}
-		s, err := rootfs.DataSource("params", masked, []string{plan.OptRO, plan.OptNoSuid, plan.OptNoDev, plan.OptNoExec})
+		s, err := rootfs.DataSource("params", masked, rootfs.DataOptions())
 		if err != nil {
 			return err
 		}
@@ -550,7 +549,7 @@ func disableDeviceNodeModification(h *hookEnv, d hookargs.DisableDeviceNodeModif
 }
 
 // mountProcDriver builds the container's filtered /proc/driver/nvidia
-// (plan.ProcView): copies of m.Files (default params, version, registry;
+// (the plan's ProcView): copies of m.Files (default params, version, registry;
 // params with ModifyDeviceFiles 0) from m.HostDir (default
 // DefaultHostProcDir), the directories of the m.GPUs bus ids and the
 // m.Expose entries, read-only; other GPUs stay invisible.
