@@ -1,13 +1,15 @@
 # nctk: one multi-call binary (bin/nctk) installed under NVIDIA's tool names,
-# built static (no cgo: it starts faster on every container create), and its
+# built static (no cgo: it starts faster on every container create), the CDI
+# hook binary (bin/nvidia-cdi-hook, static, without the CDI and eBPF
+# libraries: engines start one per hook entry on every create), and the
 # driver probe helper (bin/nctk-driverprobe, cgo: it dlopens libcuda/NVML).
+# scripts/build.sh is the one definition of the build.
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BINDIR  := $(DESTDIR)$(PREFIX)/bin
 GO      ?= go
-TOOLS   := nvidia-container-cli nvidia-container-runtime nvidia-container-runtime-hook \
-           nvidia-container-toolkit nvidia-ctk nvidia-cdi-hook nvidia-docker \
-           nvidia-container-runtime.cdi nvidia-container-runtime.legacy
+# The tool names installed as links to nctk: scripts/build.sh's list.
+TOOLS   := $(shell sed -n 's/^links="\(.*\)"$$/\1/p' scripts/build.sh)
 GOTEST_FLAGS ?= -count=1 -timeout 40m
 
 .PHONY: all build install uninstall deb rpm setup test unit fixtures lint bench demo clean fuzz load
@@ -15,18 +17,17 @@ GOTEST_FLAGS ?= -count=1 -timeout 40m
 all: build
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/nctk ./cmd/nctk
-	CGO_ENABLED=1 $(GO) build -trimpath -o bin/nctk-driverprobe ./cmd/nctk-driverprobe
-	@for t in $(TOOLS); do ln -sf nctk bin/$$t; done
+	GO=$(GO) scripts/build.sh bin
 
 install: build
 	install -d $(BINDIR)
 	install -m 0755 bin/nctk $(BINDIR)/nctk
 	install -m 0755 bin/nctk-driverprobe $(BINDIR)/nctk-driverprobe
+	install -m 0755 bin/nvidia-cdi-hook $(BINDIR)/nvidia-cdi-hook
 	@for t in $(TOOLS); do ln -sf nctk $(BINDIR)/$$t; echo "$(BINDIR)/$$t -> nctk"; done
 
 uninstall:
-	rm -f $(BINDIR)/nctk $(BINDIR)/nctk-driverprobe $(addprefix $(BINDIR)/,$(TOOLS))
+	rm -f $(BINDIR)/nctk $(BINDIR)/nctk-driverprobe $(BINDIR)/nvidia-cdi-hook $(addprefix $(BINDIR)/,$(TOOLS))
 
 # The Debian package (bin/nctk_<version>_<arch>.deb): the binaries at
 # NVIDIA's paths, config.toml as a conffile, the nvidia-cdi-refresh units

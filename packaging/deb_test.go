@@ -11,14 +11,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/version"
 )
 
-// tools are the names nctk is installed under.
+// tools are the names nctk is installed under as links (nvidia-cdi-hook
+// is a binary of its own).
 var tools = []string{"nvidia-container-cli", "nvidia-container-runtime", "nvidia-container-runtime.cdi",
 	"nvidia-container-runtime.legacy", "nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvidia-ctk",
-	"nvidia-cdi-hook", "nvidia-docker"}
+	"nvidia-docker"}
 
 // nvidiaPackages are the packages nctk provides, conflicts with and
 // replaces.
@@ -48,8 +50,9 @@ func TestDeb(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := t.TempDir()
-	goBuild(t, repo, "0", filepath.Join(bin, "nctk"), "./cmd/nctk")
-	goBuild(t, repo, "1", filepath.Join(bin, "nctk-driverprobe"), "./cmd/nctk-driverprobe")
+	if err := e2e.BuildNctk(bin); err != nil {
+		t.Fatal(err)
+	}
 	out := t.TempDir()
 	deb1 := buildDeb(t, repo, bin, out, "")
 	deb2 := buildDeb(t, repo, bin, out, version.Version+"+test1")
@@ -90,7 +93,7 @@ func TestDeb(t *testing.T) {
 	if got := dpkgStatus(t, root); !strings.Contains(got, "Status: install ok installed") || !strings.Contains(got, "Version: "+version.Version+"\n") {
 		t.Fatalf("after install, status:\n%s", got)
 	}
-	for _, p := range append([]string{"/usr/bin/nctk", "/usr/bin/nctk-driverprobe", udevRule},
+	for _, p := range append([]string{"/usr/bin/nctk", "/usr/bin/nvidia-cdi-hook", "/usr/bin/nctk-driverprobe", udevRule},
 		unitDir+"/"+units[0], unitDir+"/"+units[1]) {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
 			t.Errorf("not installed: %v", err)
@@ -162,16 +165,6 @@ func TestDeb(t *testing.T) {
 	if got := dpkgStatus(t, root); strings.Contains(got, "Package: nctk") {
 		t.Errorf("dpkg still knows nctk after purge:\n%s", got)
 	}
-}
-
-// goBuild builds pkg into out as the Makefile does.
-func goBuild(t *testing.T, repo, cgo, out, pkg string) {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go is not on PATH: %v", err)
-	}
-	runOK(t, repo, []string{"CGO_ENABLED=" + cgo}, goBin, "build", "-trimpath", "-o", out, pkg)
 }
 
 // buildDeb runs packaging/build-deb.sh (with DEB_VERSION when v is not "")

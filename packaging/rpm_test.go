@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/version"
 )
 
@@ -32,8 +33,9 @@ func TestRPM(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := t.TempDir()
-	goBuild(t, repo, "0", filepath.Join(bin, "nctk"), "./cmd/nctk")
-	goBuild(t, repo, "1", filepath.Join(bin, "nctk-driverprobe"), "./cmd/nctk-driverprobe")
+	if err := e2e.BuildNctk(bin); err != nil {
+		t.Fatal(err)
+	}
 	out := t.TempDir()
 	rpm1 := buildRPM(t, repo, bin, out, "")
 	rpm2 := buildRPM(t, repo, bin, out, "2")
@@ -110,7 +112,7 @@ func TestRPM(t *testing.T) {
 			t.Errorf("/usr/bin/%s: link %q, %v; want -> nctk", tool, l, err)
 		}
 	}
-	for _, p := range []string{"/usr/bin/nctk-driverprobe", udevRule, unitDir + "/" + units[0], unitDir + "/" + units[1]} {
+	for _, p := range []string{"/usr/bin/nctk-driverprobe", "/usr/bin/nvidia-cdi-hook", udevRule, unitDir + "/" + units[0], unitDir + "/" + units[1]} {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
 			t.Errorf("not installed: %v", err)
 		}

@@ -5,33 +5,29 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
-// BuildNctk builds nctk into dir as `make build` does into bin/: the static
-// multi-call binary (CGO_ENABLED=0), its cgo driver probe helper, and a
-// link to the binary for every tool name.
+// BuildNctk builds nctk into dir as `make build` does into bin/, with
+// scripts/build.sh: the static multi-call binary (CGO_ENABLED=0), the
+// nvidia-cdi-hook binary, the cgo driver probe helper, and a link to the
+// multi-call binary for every other tool name.
 func BuildNctk(dir string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		// CI's root PATH may lack Go's usual place.
 		goBin = "/usr/local/go/bin/go"
 	}
-	builds := []struct{ out, pkg, cgo string }{
-		{"nctk", "github.com/nctk/nctk/cmd/nctk", "0"},
-		{"nctk-driverprobe", "github.com/nctk/nctk/cmd/nctk-driverprobe", "1"},
+	out, err := exec.Command(goBin, "env", "GOMOD").Output()
+	mod := strings.TrimSpace(string(out))
+	if err != nil || mod == "" || mod == os.DevNull {
+		return fmt.Errorf("go env GOMOD: %q, %v: run from inside the nctk module", mod, err)
 	}
-	for _, b := range builds {
-		cmd := exec.Command(goBin, "build", "-trimpath", "-o", filepath.Join(dir, b.out), b.pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s (CGO_ENABLED=%s): %w\n%s", b.pkg, b.cgo, err, out)
-		}
-	}
-	for _, n := range ToolNames() {
-		if err := os.Symlink("nctk", filepath.Join(dir, n)); err != nil {
-			return fmt.Errorf("linking %s: %w", n, err)
-		}
+	cmd := exec.Command(filepath.Join(filepath.Dir(mod), "scripts", "build.sh"), dir)
+	cmd.Env = append(os.Environ(), "GO="+goBin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("scripts/build.sh %s: %w\n%s", dir, err, out)
 	}
 	return nil
 }

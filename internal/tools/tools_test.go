@@ -54,24 +54,21 @@ func TestInstalledNames(t *testing.T) {
 	if got := e2e.ToolNames(); !slices.Equal(got, names) {
 		t.Errorf("e2e.ToolNames() = %q, want %q", got, names)
 	}
-	mk, err := os.ReadFile("../../Makefile")
+	// scripts/build.sh's links, which the Makefile and packaging/stage.sh
+	// install, and the hook binary of its own.
+	sh, err := os.ReadFile("../../scripts/build.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tools []string
-	inTools := false
-	for _, l := range strings.Split(string(mk), "\n") {
-		if rest, ok := strings.CutPrefix(l, "TOOLS"); ok {
-			inTools, l = true, strings.TrimLeft(rest, " :=")
+	for _, l := range strings.Split(string(sh), "\n") {
+		if rest, ok := strings.CutPrefix(l, `links="`); ok {
+			tools = append(tools, strings.Fields(strings.TrimSuffix(rest, `"`))...)
 		}
-		if !inTools {
-			continue
-		}
-		tools = append(tools, strings.Fields(strings.TrimSuffix(l, "\\"))...)
-		inTools = strings.HasSuffix(l, "\\")
 	}
+	tools = append(tools, "nvidia-cdi-hook")
 	slices.Sort(tools)
 	if !slices.Equal(tools, names) {
-		t.Errorf("Makefile TOOLS = %q, want %q", tools, names)
+		t.Errorf("scripts/build.sh links + nvidia-cdi-hook = %q, want %q", tools, names)
 	}
 }

@@ -33,3 +33,13 @@ func String() string {
 	}
 	return s
 }
+
+// hookBuildID is the Go build ID of the nvidia-cdi-hook binary built with
+// this one (scripts/build.sh links it in: -X
+// github.com/nctk/nctk/internal/version.hookBuildID=ID); empty in a plain
+// go build. It is set at link time only.
+var hookBuildID string
+
+// HookBuildID is the Go build ID of the nvidia-cdi-hook binary built with
+// this one, "" when unknown (see buildid).
+func HookBuildID() string { return hookBuildID }

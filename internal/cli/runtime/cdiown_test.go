@@ -11,6 +11,7 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/appprofile"
+	"github.com/nctk/nctk/internal/buildid"
 	"github.com/nctk/nctk/internal/cli/cdihook"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/hookargs"
@@ -302,4 +303,71 @@ func ownHookLink(t *testing.T) (self, link string) {
 		t.Fatal(err)
 	}
 	return self, link
+}
+
+// TestOwnHookBuildID: a hook binary is the runtime's own when it is its
+// executable (by identity) or a regular executable whose Go build ID is
+// the runtime's HookBuildID (the nvidia-cdi-hook built with it); a copy of
+// another build, a file that is not executable, a script or a relative
+// path is not.
+func TestOwnHookBuildID(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	selfID, err := buildid.Read(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	hook := filepath.Join(dir, hookargs.Binary)
+	mustWriteMode(t, hook, data, 0o755)
+	noExec := filepath.Join(dir, "noexec")
+	mustWriteMode(t, noExec, data, 0o644)
+	script := filepath.Join(dir, "script")
+	mustWriteMode(t, script, []byte("#!/bin/sh\nexit 0\n"), 0o755)
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(hook, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name        string
+		self, build string
+		path        string
+		want        bool
+	}{
+		{"the build's hook binary", "", selfID, hook, true},
+		{"a link to it", "", selfID, link, true},
+		{"another build", "", "other/build/id", hook, false},
+		{"no build ID known", "", "", hook, false},
+		{"not executable", "", selfID, noExec, false},
+		{"a script", "", selfID, script, false},
+		{"relative", "", selfID, hookargs.Binary, false},
+		{"the runtime itself", self, "", self, true},
+		{"a copy of the runtime, by identity only", self, "", hook, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Runtime{Self: tc.self, HookBuildID: tc.build}
+			own := r.ownHook()
+			for range 2 { // the second answer is the memoized one
+				if got := own(tc.path); got != tc.want {
+					t.Fatalf("own(%s) = %v, want %v", tc.path, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func mustWriteMode(t *testing.T, p string, data []byte, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(p, data, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
 }

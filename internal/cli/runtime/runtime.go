@@ -49,6 +49,7 @@ import (
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/appprofile"
+	"github.com/nctk/nctk/internal/buildid"
 	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/cudacompat"
@@ -75,6 +76,10 @@ type Runtime struct {
 	// Self is this program's executable, never chosen as the low-level
 	// runtime ("" for none).
 	Self string
+	// HookBuildID is the Go build ID of the nvidia-cdi-hook binary built
+	// with this program (version.HookBuildID; "" for none): a hook binary
+	// with this ID is nctk's own too (ownHook).
+	HookBuildID string
 	// HookPath is the nvidia-cdi-hook binary the spec's hooks run; ""
 	// finds it next to this program, in $PATH or in the standard
 	// directories.
@@ -109,6 +114,7 @@ func New() *Runtime {
 		LoadConfig:  loadConfig,
 		Exec:        syscall.Exec,
 		Self:        self,
+		HookBuildID: version.HookBuildID(),
 		Version:     version.String(),
 		CDICacheDir: hostfacts.DefaultDir(os.Getenv),
 	}
@@ -593,14 +599,17 @@ func pending(p *plan.Plan) rootfs.Pending {
 }
 
 // ownHook returns the test LiftOwnHooks uses to recognise this
-// installation's nvidia-cdi-hook: a hook path is nctk's own when it names
-// the very file this program runs from (r.Self, the resolved executable:
-// same device and inode, a link to it included), a regular executable
-// file. Such a hook would run this same code on the same container root,
-// so doing its work here changes what runs, not what it does; a hook
-// binary that is a copy, another version or another toolkit's is run as a
-// hook. With no Self, nothing is recognised. Each path is looked at once
-// (a spec in NVIDIA's layout names the same hook path in every entry).
+// installation's nvidia-cdi-hook: a hook path is nctk's own when it is a
+// regular executable file that is either the very file this program runs
+// from (r.Self, the resolved executable: same device and inode, a link to
+// it included) or the nvidia-cdi-hook binary built with it (its Go build
+// ID is r.HookBuildID). Such a hook would run this same code on the same
+// container root, so doing its work here changes what runs, not what it
+// does; a hook binary of another version or another toolkit is run as a
+// hook. (Not running a binary never gives it more than running it would.)
+// With neither Self nor HookBuildID, nothing is recognised. Each path is
+// looked at once (a spec in NVIDIA's layout names the same hook path in
+// every entry).
 func (r *Runtime) ownHook() func(string) bool {
 	var self fileID
 	if r.Self != "" {
@@ -608,17 +617,27 @@ func (r *Runtime) ownHook() func(string) bool {
 	}
 	seen := map[string]bool{}
 	return func(p string) bool {
-		if self.ino == 0 || !filepath.IsAbs(p) {
+		if (self.ino == 0 && r.HookBuildID == "") || !filepath.IsAbs(p) {
 			return false
 		}
 		own, ok := seen[p]
 		if !ok {
 			id, exe := executableID(p)
-			own = exe && id == self
+			own = exe && ((self.ino != 0 && id == self) || r.isHookBuild(p))
 			seen[p] = own
 		}
 		return own
 	}
+}
+
+// isHookBuild reports whether the executable at p is the nvidia-cdi-hook
+// binary built with this program (its Go build ID is r.HookBuildID).
+func (r *Runtime) isHookBuild(p string) bool {
+	if r.HookBuildID == "" {
+		return false
+	}
+	id, err := buildid.Read(p)
+	return err == nil && id == r.HookBuildID
 }
 
 // mountPoints are the container paths of the spec's mounts.
