@@ -20,6 +20,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/buildid"
 	"github.com/nctk/nctk/internal/cli/runtime"
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
@@ -408,6 +409,10 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 		runs = 500
 	}
+	hookID, err := buildid.Read(tool(b, "nvidia-cdi-hook"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	for range runs {
 		if err := os.WriteFile(filepath.Join(scratch, "config.json"), orig, 0o644); err != nil {
 			b.Fatal(err)
@@ -415,7 +420,8 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		freshRootfs()
 		rt := runtime.New()
 		rt.Exec = func(string, []string, []string) error { return nil }
-		rt.Self = tool(b, "nctk") // the hooks' nvidia-cdi-hook is its link
+		rt.Self = tool(b, "nctk")
+		rt.HookBuildID = hookID // the spec's hook binary is its own
 		var stderr strings.Builder
 		e := &app.Env{Args: []string{inprocV.bin, "create", "--bundle", scratch, "x"},
 			Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Environ: inprocV.env}

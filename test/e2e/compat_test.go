@@ -89,10 +89,12 @@ func TestCudaCompat(t *testing.T) {
 		"--driver-root", f.host.Root.Path, "--output", filepath.Join(specDir, "nocompat.yaml"),
 		"--vendor", "nocompat.example.com", "--class", "gpu",
 		"--nvidia-cdi-hook-path", tool(t, "nvidia-cdi-hook"), "--disable-hook", "enable-cuda-compat")
-	// A third kind whose hook is a copy of nvidia-cdi-hook: not the
-	// runtime's own file, so its chain runs as a createContainer hook.
+	// A third kind whose hook is a copy of the multi-call nctk named
+	// nvidia-cdi-hook: neither the runtime's own file nor the hook binary
+	// built with it (another Go build ID), so its chain runs as a
+	// createContainer hook.
 	rawHook := filepath.Join(e2e.TempDir(t, "rawhook"), "nvidia-cdi-hook")
-	e2e.MustRun(t, e2e.RunOpts{Quiet: true}, "cp", tool(t, "nvidia-cdi-hook"), rawHook)
+	e2e.MustRun(t, e2e.RunOpts{Quiet: true}, "cp", tool(t, "nctk"), rawHook)
 	if err := os.Chmod(filepath.Dir(rawHook), 0o755); err != nil {
 		t.Fatal(err)
 	}
