@@ -12,6 +12,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/nctk/nctk/internal/hostfile"
 )
 
 // ErrNone is returned for a file that is no ELF executable with a Go build
@@ -29,12 +31,18 @@ const (
 	maxPhdrs = 64
 )
 
-// Read returns the Go build ID of the executable at path.
+// maxExecutable bounds the file Read opens.
+const maxExecutable = 1 << 30
+
+// Read returns the Go build ID of the executable at path: a regular file
+// (opened non-blocking and checked, hostfile's rules: a FIFO or device
+// swapped in at path is refused, never waited on).
 func Read(path string) (string, error) {
-	f, err := os.Open(path)
+	fd, err := hostfile.OpenFD(path, maxExecutable)
 	if err != nil {
 		return "", err
 	}
+	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	id, err := Parse(f)
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestReadSelf: the test binary's build ID as `go tool buildid` prints it.
@@ -54,6 +56,14 @@ func TestReadNone(t *testing.T) {
 	}
 	if _, err := Read(filepath.Join(dir, "missing")); err == nil || errors.Is(err, ErrNone) {
 		t.Errorf("missing file: %v", err)
+	}
+	// A FIFO is refused at once, not waited on.
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Read(fifo); err == nil {
+		t.Error("a FIFO was read")
 	}
 }
 
