@@ -62,9 +62,12 @@ const EnvPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Env returns the complete environment of a hook call. The OCI runtime
 // passes a hook exactly its env, so nothing from the image (such as
-// LD_PRELOAD in process.env) reaches the hook.
+// LD_PRELOAD in process.env) reaches the hook. GOMAXPROCS=1: a hook does
+// its work on one goroutine, and a Go program sets up one P (scheduler
+// context, allocation cache) per CPU before main; on a many-CPU host that
+// is a measurable part of every hook process's start (docs/benchmarks.md).
 func Env() []string {
-	return []string{"PATH=" + EnvPath, "NVIDIA_CTK_DEBUG=false"}
+	return []string{"PATH=" + EnvPath, "NVIDIA_CTK_DEBUG=false", "GOMAXPROCS=1"}
 }
 
 // Hook is one hook invocation: a typed value per hook name.

@@ -292,7 +292,7 @@ func TestLinkCheck(t *testing.T) {
 }
 
 func TestEnv(t *testing.T) {
-	want := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_CTK_DEBUG=false"}
+	want := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_CTK_DEBUG=false", "GOMAXPROCS=1"}
 	if got := Env(); !slices.Equal(got, want) {
 		t.Errorf("Env = %q, want %q", got, want)
 	}

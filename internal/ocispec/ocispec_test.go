@@ -228,7 +228,7 @@ func TestApplyContent(t *testing.T) {
 			}
 		}
 	}
-	if want := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_CTK_DEBUG=false"}; !slices.Equal(hookargs.Env(), want) {
+	if want := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_CTK_DEBUG=false", "GOMAXPROCS=1"}; !slices.Equal(hookargs.Env(), want) {
 		t.Errorf("HookEnv = %v", hookargs.Env())
 	}
 }
