@@ -59,13 +59,27 @@ type hookEnv struct {
 	*app.Env
 	name  string
 	log   *slog.Logger
-	roots rootMemo // nil: not in a chain
+	chain *chainMemo // nil: not in a chain
 }
 
-// rootMemo keeps the container root each spec file (or, for "", the OCI
-// state) gave, for the hooks of one chain: they share one state, and each
-// would otherwise read it and config.json again.
-type rootMemo map[string]rootFound
+// chainMemo is what the hooks of one chain share: they get one OCI state
+// and work on one container.
+type chainMemo struct {
+	// roots keeps the container root each spec file (or, for "", the OCI
+	// state) gave: each hook would otherwise read it and config.json
+	// again.
+	roots map[string]rootFound
+	// cleaned holds the directories (root and container path) whose stale
+	// temporary files a hook of the chain removed already: create-symlinks
+	// and update-ldcache clean the same library directories, and reading a
+	// large one (an image's /usr/lib/x86_64-linux-gnu, merged by overlayfs)
+	// twice is a cost, not a gain.
+	cleaned map[string]bool
+}
+
+func newChainMemo() *chainMemo {
+	return &chainMemo{roots: map[string]rootFound{}, cleaned: map[string]bool{}}
+}
 
 type rootFound struct {
 	path string
@@ -162,10 +176,10 @@ func Main(e *app.Env) int {
 		}
 		shared := *e
 		e = &shared
-		roots := rootMemo{}
+		memo := newChainMemo()
 		for _, seg := range chain {
 			e.Stdin = bytes.NewReader(data)
-			if rc := runHook(e, prog, log, seg, ctk, roots); rc != 0 {
+			if rc := runHook(e, prog, log, seg, ctk, memo); rc != 0 {
 				return rc
 			}
 		}
@@ -206,7 +220,7 @@ func firstArg(args []string) string {
 
 // runHook runs one hook invocation: its name and its flags (with
 // nvidia-ctk's global flags too when ctk: run as `nvidia-ctk hook`).
-func runHook(e *app.Env, prog string, lf logFlags, args []string, ctk bool, roots rootMemo) int {
+func runHook(e *app.Env, prog string, lf logFlags, args []string, ctk bool, chain *chainMemo) int {
 	name := args[0]
 	parse := hookargs.Parse
 	if ctk {
@@ -231,7 +245,7 @@ func runHook(e *app.Env, prog string, lf logFlags, args []string, ctk bool, root
 		f := c.CommonFlags()
 		lf.debug, lf.quiet = lf.debug || f.Debug, lf.quiet || f.Quiet
 	}
-	h := &hookEnv{Env: e, name: prog + " " + name, log: lf.logger(e.Stderr).With("hook", name), roots: roots}
+	h := &hookEnv{Env: e, name: prog + " " + name, log: lf.logger(e.Stderr).With("hook", name), chain: chain}
 	if err := h.run(hook); err != nil {
 		fmt.Fprintf(e.Stderr, "%s: %s\n", h.name, echo.Error(err))
 		return 1
@@ -287,14 +301,14 @@ func checkState(s ocistate.State) error {
 // containerRoot finds the container's root directory: from the spec file
 // given with --container-spec, else from the OCI state on stdin.
 func (h *hookEnv) containerRoot(specFile string) (string, error) {
-	if h.roots != nil {
-		if f, ok := h.roots[specFile]; ok {
+	if h.chain != nil {
+		if f, ok := h.chain.roots[specFile]; ok {
 			return f.path, f.err
 		}
 	}
 	path, err := h.findContainerRoot(specFile)
-	if h.roots != nil {
-		h.roots[specFile] = rootFound{path, err}
+	if h.chain != nil {
+		h.chain.roots[specFile] = rootFound{path, err}
 	}
 	return path, err
 }
@@ -366,8 +380,16 @@ func (h *hookEnv) withRootAt(path string, f func(r *rootfs.Root) error) error {
 // removeStale removes from dirs inside r the temporary files a hook killed
 // mid-way left (rootfs.Root.RemoveStaleTemps), so that this run finishes
 // the work cleanly; a failure is logged, not fatal (the files are inert).
+// In a chain, a directory an earlier hook cleaned is not read again.
 func (h *hookEnv) removeStale(r *rootfs.Root, dirs ...string) {
 	for _, d := range dirs {
+		if h.chain != nil {
+			key := r.Path() + "\x00" + filepath.Clean("/"+d)
+			if h.chain.cleaned[key] {
+				continue
+			}
+			h.chain.cleaned[key] = true
+		}
 		removed, err := r.RemoveStaleTemps(d)
 		if err != nil {
 			h.log.Warn("cannot remove stale temporary files", "error", err)

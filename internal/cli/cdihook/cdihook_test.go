@@ -184,11 +184,11 @@ func TestContainerRootOncePerChain(t *testing.T) {
 	state := stateFor(b)
 	moved := filepath.Join(t.TempDir(), "other-root")
 	for _, chained := range []bool{true, false} {
-		var roots rootMemo
+		var chain *chainMemo
 		if chained {
-			roots = rootMemo{}
+			chain = newChainMemo()
 		}
-		h := &hookEnv{Env: &app.Env{Stdin: strings.NewReader(state)}, log: discard(), roots: roots}
+		h := &hookEnv{Env: &app.Env{Stdin: strings.NewReader(state)}, log: discard(), chain: chain}
 		if got, err := h.containerRoot(""); err != nil || got != root {
 			t.Fatalf("chained %v: first containerRoot = %q, %v; want %q", chained, got, err, root)
 		}
@@ -202,7 +202,7 @@ func TestContainerRootOncePerChain(t *testing.T) {
 		if err := os.WriteFile(cfg, []byte(`{"ociVersion":"1.2.0","root":{"path":"`+moved+`"}}`), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		h = &hookEnv{Env: &app.Env{Stdin: strings.NewReader(state)}, log: discard(), roots: roots}
+		h = &hookEnv{Env: &app.Env{Stdin: strings.NewReader(state)}, log: discard(), chain: chain}
 		got, err := h.containerRoot("")
 		want := moved
 		if chained {
@@ -537,5 +537,46 @@ func TestCTKGlobalFlags(t *testing.T) {
 		if r := runAs("nvidia-cdi-hook", h, "chmod"); r.code != 0 || !strings.Contains(r.stdout, "--mode") {
 			t.Errorf("nvidia-cdi-hook %s chmod: %+v", h, r)
 		}
+	}
+}
+
+// TestRemoveStaleOncePerChain: in a chain, a directory whose stale
+// temporary files one hook removed is not read again by the next (the
+// library directories create-symlinks and update-ldcache both clean); a
+// hook run alone reads it each time.
+func TestRemoveStaleOncePerChain(t *testing.T) {
+	// A pid no process has: above the kernel's pid_max limit.
+	const dead = 1 << 23
+	for _, chained := range []bool{true, false} {
+		_, root := bundle(t)
+		lib := filepath.Join(root, "usr/lib")
+		must(t, os.MkdirAll(lib, 0o755))
+		stale := func(n int) string {
+			p := filepath.Join(lib, fmt.Sprintf(".libx.so.1.nctk-%d-%d", dead, n))
+			must(t, os.WriteFile(p, nil, 0o644))
+			return p
+		}
+		r, err := rootfs.Open(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var chain *chainMemo
+		if chained {
+			chain = newChainMemo()
+		}
+		first := stale(1)
+		h := &hookEnv{Env: &app.Env{}, log: discard(), chain: chain}
+		h.removeStale(r, "/usr/lib")
+		if _, err := os.Lstat(first); !os.IsNotExist(err) {
+			t.Fatalf("chained %v: the stale file was not removed: %v", chained, err)
+		}
+		second := stale(2)
+		h = &hookEnv{Env: &app.Env{}, log: discard(), chain: chain}
+		h.removeStale(r, "usr/lib/", "/etc")
+		_, err = os.Lstat(second)
+		if read := os.IsNotExist(err); read == chained {
+			t.Errorf("chained %v: the second hook read the directory again: %v (want %v)", chained, read, !chained)
+		}
+		r.Close()
 	}
 }
