@@ -1,18 +1,15 @@
 # nctk: one multi-call binary (bin/nctk) installed under NVIDIA's tool names,
-# built static (no cgo: it starts faster on every container create); the two
-# tools every container create starts as binaries of their own, without the
-# libraries only the others need: the CDI hook (bin/nvidia-cdi-hook) and the
-# runc wrapper (bin/nvidia-container-runtime, with its .cdi and .legacy
-# links); and the driver probe helper (bin/nctk-driverprobe, cgo: it dlopens
-# libcuda/NVML). scripts/build.sh is the one definition of the build.
+# built static (no cgo: it starts faster on every container create), the CDI
+# hook binary (bin/nvidia-cdi-hook, static, without the CDI and eBPF
+# libraries: engines start one per hook entry on every create), and the
+# driver probe helper (bin/nctk-driverprobe, cgo: it dlopens libcuda/NVML).
+# scripts/build.sh is the one definition of the build.
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BINDIR  := $(DESTDIR)$(PREFIX)/bin
 GO      ?= go
-# The tool names installed as links to nctk and to nvidia-container-runtime:
-# scripts/build.sh's lists.
+# The tool names installed as links to nctk: scripts/build.sh's list.
 TOOLS   := $(shell sed -n 's/^links="\(.*\)"$$/\1/p' scripts/build.sh)
-RUNTIME_LINKS := $(shell sed -n 's/^runtime_links="\(.*\)"$$/\1/p' scripts/build.sh)
 GOTEST_FLAGS ?= -count=1 -timeout 40m
 
 .PHONY: all build install uninstall deb rpm setup test unit fixtures lint bench demo clean fuzz load
@@ -27,13 +24,10 @@ install: build
 	install -m 0755 bin/nctk $(BINDIR)/nctk
 	install -m 0755 bin/nctk-driverprobe $(BINDIR)/nctk-driverprobe
 	install -m 0755 bin/nvidia-cdi-hook $(BINDIR)/nvidia-cdi-hook
-	install -m 0755 bin/nvidia-container-runtime $(BINDIR)/nvidia-container-runtime
 	@for t in $(TOOLS); do ln -sf nctk $(BINDIR)/$$t; echo "$(BINDIR)/$$t -> nctk"; done
-	@for t in $(RUNTIME_LINKS); do ln -sf nvidia-container-runtime $(BINDIR)/$$t; echo "$(BINDIR)/$$t -> nvidia-container-runtime"; done
 
 uninstall:
-	rm -f $(BINDIR)/nctk $(BINDIR)/nctk-driverprobe $(BINDIR)/nvidia-cdi-hook $(BINDIR)/nvidia-container-runtime \
-		$(addprefix $(BINDIR)/,$(TOOLS) $(RUNTIME_LINKS))
+	rm -f $(BINDIR)/nctk $(BINDIR)/nctk-driverprobe $(BINDIR)/nvidia-cdi-hook $(addprefix $(BINDIR)/,$(TOOLS))
 
 # The Debian package (bin/nctk_<version>_<arch>.deb): the binaries at
 # NVIDIA's paths, config.toml as a conffile, the nvidia-cdi-refresh units

@@ -1,12 +1,12 @@
 #!/bin/sh
 # build-deb.sh BINDIR OUTDIR: build nctk_<version>_<arch>.deb from the
-# binaries in BINDIR (nctk, nvidia-cdi-hook, nvidia-container-runtime, nctk-driverprobe: `make build`) with dpkg-deb,
+# binaries in BINDIR (nctk, nvidia-cdi-hook, nctk-driverprobe: `make build`) with dpkg-deb,
 # into OUTDIR, and print its path. Run from the repository root (`make deb`).
 #
 # The package holds what packaging/stage.sh installs (the binaries at
 # NVIDIA's paths, config.toml as a conffile, the nvidia-cdi-refresh units
 # and udev rule, the docs); it provides,
-# conflicts with and replaces NVIDIA's packages. nctk, nvidia-cdi-hook and nvidia-container-runtime are static;
+# conflicts with and replaces NVIDIA's packages. nctk and nvidia-cdi-hook are static;
 # nctk-driverprobe (cgo: it loads the driver's libraries) needs libc6.
 #
 # Environment: DEB_VERSION (default: internal/version.Version), DEB_ARCH

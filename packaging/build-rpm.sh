@@ -1,6 +1,6 @@
 #!/bin/sh
 # build-rpm.sh BINDIR OUTDIR: build nctk-<version>-<release>.<arch>.rpm from
-# the binaries in BINDIR (nctk, nvidia-cdi-hook, nvidia-container-runtime, nctk-driverprobe: `make build`) with
+# the binaries in BINDIR (nctk, nvidia-cdi-hook, nctk-driverprobe: `make build`) with
 # rpmbuild (Debian: `apt-get install rpm`), into OUTDIR, and print its path.
 # Run from the repository root (`make rpm`).
 #

@@ -16,13 +16,11 @@ import (
 	"github.com/nctk/nctk/internal/version"
 )
 
-// links are the tool names installed as links, with their targets
-// (nvidia-cdi-hook and nvidia-container-runtime are binaries of their own).
-var links = map[string]string{
-	"nvidia-container-cli": "nctk", "nvidia-container-runtime-hook": "nctk", "nvidia-container-toolkit": "nctk",
-	"nvidia-ctk": "nctk", "nvidia-docker": "nctk",
-	"nvidia-container-runtime.cdi": "nvidia-container-runtime", "nvidia-container-runtime.legacy": "nvidia-container-runtime",
-}
+// tools are the names nctk is installed under as links (nvidia-cdi-hook
+// is a binary of its own).
+var tools = []string{"nvidia-container-cli", "nvidia-container-runtime", "nvidia-container-runtime.cdi",
+	"nvidia-container-runtime.legacy", "nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvidia-ctk",
+	"nvidia-docker"}
 
 // nvidiaPackages are the packages nctk provides, conflicts with and
 // replaces.
@@ -95,15 +93,15 @@ func TestDeb(t *testing.T) {
 	if got := dpkgStatus(t, root); !strings.Contains(got, "Status: install ok installed") || !strings.Contains(got, "Version: "+version.Version+"\n") {
 		t.Fatalf("after install, status:\n%s", got)
 	}
-	for _, p := range append([]string{"/usr/bin/nctk", "/usr/bin/nvidia-cdi-hook", "/usr/bin/nvidia-container-runtime", "/usr/bin/nctk-driverprobe", udevRule},
+	for _, p := range append([]string{"/usr/bin/nctk", "/usr/bin/nvidia-cdi-hook", "/usr/bin/nctk-driverprobe", udevRule},
 		unitDir+"/"+units[0], unitDir+"/"+units[1]) {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
 			t.Errorf("not installed: %v", err)
 		}
 	}
-	for tool, target := range links {
-		if l, err := os.Readlink(filepath.Join(root, "/usr/bin", tool)); err != nil || l != target {
-			t.Errorf("/usr/bin/%s: link %q, %v; want -> %s", tool, l, err, target)
+	for _, tool := range tools {
+		if l, err := os.Readlink(filepath.Join(root, "/usr/bin", tool)); err != nil || l != "nctk" {
+			t.Errorf("/usr/bin/%s: link %q, %v; want -> nctk", tool, l, err)
 		}
 	}
 	ctk := filepath.Join(root, "/usr/bin/nvidia-ctk")

@@ -4,7 +4,6 @@ package tools
 
 import (
 	"fmt"
-	"maps"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -16,14 +15,19 @@ import (
 	"github.com/nctk/nctk/internal/cli/hook"
 	"github.com/nctk/nctk/internal/cli/nvdocker"
 	"github.com/nctk/nctk/internal/cli/runtime"
+	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/version"
 )
 
 // All returns the tools by the names they are installed under.
 func All() map[string]app.Tool {
-	all := map[string]app.Tool{
-		"nvidia-container-cli": containercli.Main,
-		"nvidia-ctk":           ctk.Main,
+	return map[string]app.Tool{
+		"nvidia-container-cli":     containercli.Main,
+		"nvidia-container-runtime": runtime.Main,
+		// NVIDIA's runtime installed with its mode fixed.
+		"nvidia-container-runtime.cdi":    runtime.MainMode(config.ModeCDI),
+		"nvidia-container-runtime.legacy": runtime.MainMode(config.ModeLegacy),
+		"nvidia-ctk":                      ctk.Main,
 		// dockerd looks the hook up by this name; NVIDIA ships the second
 		// name as a link to it.
 		"nvidia-container-runtime-hook": hook.Main,
@@ -31,8 +35,6 @@ func All() map[string]app.Tool {
 		"nvidia-docker":                 nvdocker.Main,
 		"nvidia-cdi-hook":               cdihook.Main,
 	}
-	maps.Copy(all, runtime.Tools())
-	return all
 }
 
 // Run picks the tool from argv[0]'s base name, or from argv[1] when invoked

@@ -54,24 +54,21 @@ func TestInstalledNames(t *testing.T) {
 	if got := e2e.ToolNames(); !slices.Equal(got, names) {
 		t.Errorf("e2e.ToolNames() = %q, want %q", got, names)
 	}
-	// scripts/build.sh's links (to nctk and to nvidia-container-runtime),
-	// which the Makefile and packaging/stage.sh install, and the binaries
-	// of their own.
+	// scripts/build.sh's links, which the Makefile and packaging/stage.sh
+	// install, and the hook binary of its own.
 	sh, err := os.ReadFile("../../scripts/build.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tools []string
 	for _, l := range strings.Split(string(sh), "\n") {
-		for _, prefix := range []string{`links="`, `runtime_links="`} {
-			if rest, ok := strings.CutPrefix(l, prefix); ok {
-				tools = append(tools, strings.Fields(strings.TrimSuffix(rest, `"`))...)
-			}
+		if rest, ok := strings.CutPrefix(l, `links="`); ok {
+			tools = append(tools, strings.Fields(strings.TrimSuffix(rest, `"`))...)
 		}
 	}
-	tools = append(tools, "nvidia-cdi-hook", "nvidia-container-runtime")
+	tools = append(tools, "nvidia-cdi-hook")
 	slices.Sort(tools)
 	if !slices.Equal(tools, names) {
-		t.Errorf("scripts/build.sh links + binaries = %q, want %q", tools, names)
+		t.Errorf("scripts/build.sh links + nvidia-cdi-hook = %q, want %q", tools, names)
 	}
 }

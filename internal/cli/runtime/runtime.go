@@ -125,18 +125,6 @@ func Main(e *app.Env) int {
 	return New().Run(e)
 }
 
-// Tools returns the runtime's entry points by the names it is installed
-// under: nvidia-container-runtime, and the names that fix its mode
-// (MainMode).
-func Tools() map[string]app.Tool {
-	return map[string]app.Tool{
-		"nvidia-container-runtime": Main,
-		// NVIDIA's runtime installed with its mode fixed.
-		"nvidia-container-runtime.cdi":    MainMode(config.ModeCDI),
-		"nvidia-container-runtime.legacy": MainMode(config.ModeLegacy),
-	}
-}
-
 // MainMode returns the entry point of the runtime installed under a name
 // that fixes its mode (nvidia-container-runtime.cdi: config.ModeCDI,
 // nvidia-container-runtime.legacy: config.ModeLegacy), whatever
