@@ -23,6 +23,11 @@ go=${GO:-go}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/.."
+# An earlier build made nvidia-cdi-hook a link to nctk: replace links at the
+# binaries' names, never write through them.
+for f in nvidia-cdi-hook nctk nctk-driverprobe; do
+	if [ -L "$out/$f" ]; then rm -f "$out/$f"; fi
+done
 
 CGO_ENABLED=0 $go build -trimpath -o "$out/nvidia-cdi-hook" ./cmd/nvidia-cdi-hook
 hook_id=$($go tool buildid "$out/nvidia-cdi-hook")
