@@ -33,7 +33,7 @@ import (
 )
 
 // MaxSize bounds the config.json Load accepts (a real one is a few KiB);
-// the hooks' LoadRootPath reads it under the same bound.
+// the hooks' ocistate.LoadRootPath reads it under the same bound.
 const MaxSize = ocistate.MaxSpecSize
 
 // object is a JSON object of the generic tree.
