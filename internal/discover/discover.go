@@ -100,6 +100,20 @@ func Discover(opts Options) (*Driver, error) {
 			p.close()
 		}
 	}()
+	// A root that cannot be opened is no driver: read by name, a root
+	// renamed away as it was opened and back a moment later would be read
+	// in part (some files found, others not) without an error.
+	// The error names the version file when the driver or proc root is
+	// the one missing, as NVIDIA's does (the file discovery reads first).
+	for _, p := range x.pins {
+		if p.openErr != nil {
+			path := p.path
+			if p == rootPin || p == x.proc {
+				path = x.procPath(procfs.VersionPath)
+			}
+			return nil, &NoDriverError{Root: root, Path: path, Err: p.openErr}
+		}
+	}
 	d, err := x.run()
 	if err != nil {
 		return nil, &pinnedError{err: err, pins: x.pins}

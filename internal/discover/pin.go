@@ -29,19 +29,22 @@ type pinned struct {
 	// descriptor (mig-minors, feature globs): /proc/self/fd/N, or path
 	// when the directory is not pinned or there is no procfs.
 	sys string
-	// fd is the descriptor, -1 when the directory is not pinned (the
+	// fd is the descriptor, -1 when the directory is not pinned: the
 	// host's "/", which cannot be renamed, or a directory that could not
-	// be opened: its reads then fail by name).
+	// be opened (openErr).
 	fd int
 	id fileID
+	// openErr is why the directory could not be opened. Discovery then
+	// stops (Discover): read by name instead, a root renamed away while it
+	// was opened and back a moment later would be read in part.
+	openErr error
 }
 
 // fileID identifies a file: device and inode.
 type fileID struct{ dev, ino uint64 }
 
-// pin opens dir (a cleaned absolute host path) for discovery. It never
-// fails: a directory that cannot be opened is read by name, and the reads
-// report what is missing.
+// pin opens dir (a cleaned absolute host path) for discovery; a directory
+// that cannot be opened is left unpinned with the reason in openErr.
 func pin(dir string) *pinned {
 	p := &pinned{path: dir, sys: dir, fd: -1}
 	if dir == "/" {
@@ -49,6 +52,7 @@ func pin(dir string) *pinned {
 	}
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
+		p.openErr = &fs.PathError{Op: "open", Path: dir, Err: err}
 		return p
 	}
 	var st unix.Stat_t

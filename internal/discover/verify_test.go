@@ -3,6 +3,7 @@ package discover
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/fixture"
+	"golang.org/x/sys/unix"
 )
 
 // renamingHandler is a slog handler that renames the driver root away at
@@ -348,5 +350,47 @@ func TestUnpin(t *testing.T) {
 	root := &pinned{path: "/", sys: "/", fd: -1}
 	if got := root.unpin("open /proc/self/fd/5/x"); got != "open /proc/self/fd/5/x" {
 		t.Errorf("an unpinned root rewrote %q", got)
+	}
+}
+
+// TestRootNotOpened: a driver, dev or proc root that cannot be opened
+// stops discovery at once with a *NoDriverError naming that root. Read by
+// name instead (as before), a root renamed away while it was opened and
+// back a moment later was read in part: the libraries found, their ELF
+// headers not, and a create went on with a plan missing the SONAME links.
+func TestRootNotOpened(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string]Options{
+		"missing root":      {Root: filepath.Join(dir, "away")},
+		"root is a file":    {Root: file},
+		"missing dev root":  {Root: dir, DevRoot: filepath.Join(dir, "nodev")},
+		"missing proc root": {Root: dir, ProcRoot: filepath.Join(dir, "noproc")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Discover(opts)
+			var e *NoDriverError
+			if !errors.As(err, &e) {
+				t.Fatalf("error %v (%T), want *NoDriverError", err, err)
+			}
+			// The version file below the root or proc root (as NVIDIA's
+			// message names it), the dev root itself.
+			want := opts.Root + "/proc/driver/nvidia/version"
+			switch {
+			case opts.DevRoot != "":
+				want = opts.DevRoot
+			case opts.ProcRoot != "":
+				want = opts.ProcRoot + "/proc/driver/nvidia/version"
+			}
+			if e.Path != want || !strings.Contains(err.Error(), "under root "+opts.Root+": "+want+": ") {
+				t.Errorf("error %q names %s, want %s", err, e.Path, want)
+			}
+			if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTDIR) {
+				t.Errorf("error %v does not wrap why the root could not be opened", err)
+			}
+		})
 	}
 }

@@ -438,6 +438,8 @@ func (r *Root) pendingLibrary(sc *libScan, cp string, mounts map[string]PendingF
 			if m.Library != nil {
 				return *m.Library, true, nil // known from discovery
 			}
+			// A missing source is left out here: runc's bind mount of
+			// it fails the create.
 			src := m.Source
 			fd, err := hostfile.OpenFD(src, hostfile.MaxLibrary)
 			if errors.Is(err, os.ErrNotExist) {
