@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/buildid"
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 	"github.com/nctk/nctk/internal/version"
@@ -98,6 +99,15 @@ func TestDeb(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
 			t.Errorf("not installed: %v", err)
 		}
+	}
+	// The installed runtime knows the installed hook binary for its own:
+	// nctk carries the hook's Go build ID (version.HookBuildID).
+	hookID, err := buildid.Read(filepath.Join(root, "/usr/bin/nvidia-cdi-hook"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nctk, err := os.ReadFile(filepath.Join(root, "/usr/bin/nctk")); err != nil || !bytes.Contains(nctk, []byte(hookID)) {
+		t.Errorf("the installed nctk does not carry the installed nvidia-cdi-hook's build ID %s (%v)", hookID, err)
 	}
 	for _, tool := range tools {
 		if l, err := os.Readlink(filepath.Join(root, "/usr/bin", tool)); err != nil || l != "nctk" {
