@@ -641,16 +641,6 @@ func (r *Root) sonameLink(l ldcache.DirLib, dfd int) (bool, error) {
 	return true, nil
 }
 
-// sameFile reports whether a and b resolve inside the root to one file.
-func (r *Root) sameFile(a, b string) bool {
-	sa, err := r.Stat(a)
-	if err != nil {
-		return false
-	}
-	sb, err := r.Stat(b)
-	return err == nil && sa.Dev == sb.Dev && sa.Ino == sb.Ino
-}
-
 // removeSymlink removes the symlink cp from its directory, open as dfd
 // (journaled: Rollback puts it back).
 func (r *Root) removeSymlink(dfd int, cp string) error {

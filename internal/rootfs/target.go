@@ -73,7 +73,7 @@ func (r *Root) targetFor(goarch string) Target {
 	switch {
 	case r.isDir("/usr/lib32"):
 		t.Lib32Dir = "/usr/lib32"
-	case !r.sameDir("/usr/lib", "/usr/lib64"):
+	case !r.sameFile("/usr/lib", "/usr/lib64"):
 		t.Lib32Dir = "/usr/lib"
 	}
 	return t
@@ -84,9 +84,9 @@ func (r *Root) isDir(p string) bool {
 	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
 }
 
-// sameDir reports whether a and b resolve (inside the root) to the same
-// existing directory.
-func (r *Root) sameDir(a, b string) bool {
+// sameFile reports whether a and b resolve inside the root to one
+// existing file (a directory, for Target's /usr/lib and /usr/lib64).
+func (r *Root) sameFile(a, b string) bool {
 	sa, err := r.Stat(a)
 	if err != nil {
 		return false
