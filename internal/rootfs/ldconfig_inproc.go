@@ -655,19 +655,6 @@ func (r *Root) removeSymlink(dfd int, cp string) error {
 	if err := unix.Unlinkat(dfd, name, 0); err != nil && err != unix.ENOENT {
 		return r.errorf(cp, fmt.Errorf("remove dangling link: %w", err))
 	}
-	d, err := unix.Dup(dfd)
-	if err != nil {
-		return nil
-	}
-	r.record(undo{
-		desc: "remove " + cp,
-		run: func() error {
-			if err := unix.Symlinkat(old, d, name); err != nil && err != unix.EEXIST {
-				return err
-			}
-			return nil
-		},
-		done: func() { unix.Close(d) },
-	})
+	r.record(undoSymlink(dfd, name, old))
 	return nil
 }
