@@ -542,11 +542,16 @@ func (r *Root) writeConfDropIn(dirs []string) error {
 	if err := r.writeConfInclude(); err != nil {
 		return err
 	}
-	content := confDropIn(dirs)
-	if old, err := r.ReadFile(ldSoConfDropIn, 64<<10); err == nil && string(old) == content {
-		return nil // already there (a restarted container)
+	return r.writeConf(ldSoConfDropIn, confDropIn(dirs))
+}
+
+// writeConf writes content to the configuration file p (mode 0644) unless
+// p holds it already (a restarted container).
+func (r *Root) writeConf(p, content string) error {
+	if old, err := r.ReadFile(p, 64<<10); err == nil && string(old) == content {
+		return nil
 	}
-	return r.WriteFile(ldSoConfDropIn, []byte(content), 0o644)
+	return r.WriteFile(p, []byte(content), 0o644)
 }
 
 // writeConfInclude creates /etc/ld.so.conf including ld.so.conf.d when the

@@ -188,10 +188,8 @@ func (r *Root) writeLdconfigConf(dirs []string, log *slog.Logger) error {
 		return err
 	}
 	content := systemDirsDropIn(imageSystemDirs(r.Exists("/etc/debian_version"), runtime.GOARCH))
-	if old, err := r.ReadFile(ldSoConfSystemDropIn, 64<<10); err != nil || string(old) != content {
-		if err := r.WriteFile(ldSoConfSystemDropIn, []byte(content), 0o644); err != nil {
-			return err
-		}
+	if err := r.writeConf(ldSoConfSystemDropIn, content); err != nil {
+		return err
 	}
 	if len(dirs) == 0 {
 		return nil
