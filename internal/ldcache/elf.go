@@ -280,37 +280,30 @@ func isaAboveBaseline(b []byte, class byte) bool {
 	if class == elfClass32 {
 		align = 4
 	}
-	alignUp := func(n uint64) uint64 { return (n + align - 1) &^ (align - 1) }
-	for len(b) >= 12 {
-		namesz, descsz, typ := uint64(le.Uint32(b)), uint64(le.Uint32(b[4:])), le.Uint32(b[8:])
-		nameEnd := 12 + align4(namesz)
-		if nameEnd > uint64(len(b)) || descsz > uint64(len(b))-nameEnd {
-			return false
+	above := false
+	eachNote(b, align, func(name []byte, typ uint32, desc []byte) bool {
+		if typ != ntGNUPropertyType0 || string(name) != "GNU\x00" {
+			return true
 		}
-		desc := b[nameEnd : nameEnd+descsz]
-		if typ == ntGNUPropertyType0 && namesz == 4 && string(b[12:16]) == "GNU\x00" {
-			for len(desc) >= 8 {
-				prType, prSize := le.Uint32(desc), uint64(le.Uint32(desc[4:]))
-				if prSize > uint64(len(desc))-8 {
-					break
-				}
-				if prType == gnuPropertyX86ISA1Needed && prSize >= 4 && le.Uint32(desc[8:])&^1 != 0 {
-					return true
-				}
-				next := alignUp(8 + prSize)
-				if next > uint64(len(desc)) {
-					break
-				}
-				desc = desc[next:]
+		// Properties: type, size, data padded to the note's alignment.
+		for len(desc) >= 8 {
+			prType, prSize := le.Uint32(desc), uint64(le.Uint32(desc[4:]))
+			if prSize > uint64(len(desc))-8 {
+				break
 			}
+			if prType == gnuPropertyX86ISA1Needed && prSize >= 4 && le.Uint32(desc[8:])&^1 != 0 {
+				above = true
+				return false
+			}
+			next := (8 + prSize + align - 1) &^ (align - 1)
+			if next > uint64(len(desc)) {
+				break
+			}
+			desc = desc[next:]
 		}
-		next := nameEnd + alignUp(descsz)
-		if next > uint64(len(b)) {
-			return false
-		}
-		b = b[next:]
-	}
-	return false
+		return true
+	})
+	return above
 }
 
 func archFlags(arch, typ int32, fixed bool) int32 {
@@ -377,25 +370,43 @@ func ABITag(r io.ReaderAt, size int64) (uint32, error) {
 		if err != nil && !(err == io.EOF && got > 0) {
 			return 0, fmt.Errorf("read PT_NOTE at %d: %w", s.off, err)
 		}
-		buf = buf[:got]
-		// Notes: namesz, descsz, type, name (padded to 4), desc (padded to 4).
-		for len(buf) >= 12 {
-			namesz, descsz, typ := le.Uint32(buf[0:]), le.Uint32(buf[4:]), le.Uint32(buf[8:])
-			nameEnd := 12 + align4(uint64(namesz))
-			descEnd := nameEnd + align4(uint64(descsz))
-			if descEnd > uint64(len(buf)) {
-				break
+		var tag uint32
+		found := false
+		eachNote(buf[:got], 4, func(name []byte, typ uint32, d []byte) bool {
+			if typ == ntGNUABITag && string(name) == "GNU\x00" && len(d) >= 16 && le.Uint32(d) == 0 { // ELF_NOTE_OS_LINUX
+				tag = min(le.Uint32(d[4:]), 255)<<16 | min(le.Uint32(d[8:]), 255)<<8 | min(le.Uint32(d[12:]), 255)
+				found = true
 			}
-			if typ == ntGNUABITag && string(buf[12:12+uint64(namesz)]) == "GNU\x00" && descsz >= 16 {
-				d := buf[nameEnd:]
-				if le.Uint32(d[0:]) == 0 { // ELF_NOTE_OS_LINUX
-					return min(le.Uint32(d[4:]), 255)<<16 | min(le.Uint32(d[8:]), 255)<<8 | min(le.Uint32(d[12:]), 255), nil
-				}
-			}
-			buf = buf[descEnd:]
+			return !found
+		})
+		if found {
+			return tag, nil
 		}
 	}
 	return 0, nil
+}
+
+// eachNote calls f with the name, type and description of each ELF note
+// in b (namesz, descsz, type, the name padded to 4 bytes, the description
+// padded to descAlign) until f returns false or the notes end or are
+// malformed.
+func eachNote(b []byte, descAlign uint64, f func(name []byte, typ uint32, desc []byte) bool) {
+	le := binary.LittleEndian
+	for len(b) >= 12 {
+		namesz, descsz, typ := uint64(le.Uint32(b)), uint64(le.Uint32(b[4:])), le.Uint32(b[8:])
+		nameEnd := 12 + align4(namesz)
+		if nameEnd > uint64(len(b)) || descsz > uint64(len(b))-nameEnd {
+			return
+		}
+		if !f(b[12:12+namesz], typ, b[nameEnd:nameEnd+descsz]) {
+			return
+		}
+		next := nameEnd + (descsz+descAlign-1)&^(descAlign-1)
+		if next > uint64(len(b)) {
+			return
+		}
+		b = b[next:]
+	}
 }
 
 func align4(n uint64) uint64 { return (n + 3) &^ 3 }
