@@ -124,8 +124,11 @@ func DirLibs(names []DirEntry) []DirLib {
 // EntriesFor returns the cache entries ldconfig records for these
 // directory entries (DirLibs): key NAME and value DIR/NAME for each name,
 // with the library's flags.
-func EntriesFor(names []DirEntry) []Entry {
-	libs := DirLibs(names)
+func EntriesFor(names []DirEntry) []Entry { return LibEntries(DirLibs(names)) }
+
+// LibEntries returns the cache entry of each of libs (DirLib.Entry), in
+// order.
+func LibEntries(libs []DirLib) []Entry {
 	out := make([]Entry, len(libs))
 	for i, l := range libs {
 		out[i] = l.Entry()

@@ -166,10 +166,7 @@ func (r *Root) RebuildLdCache(dirs []string, o RebuildOptions, log *slog.Logger)
 // ldconfigCache encodes the cache ldconfig writes for libs (in the order
 // DirLibs and scanLdconfig give them).
 func ldconfigCache(libs []ldcache.DirLib) ([]byte, error) {
-	entries := make([]ldcache.Entry, len(libs))
-	for i, l := range libs {
-		entries[i] = l.Entry()
-	}
+	entries := ldcache.LibEntries(libs)
 	ldcache.SortEntries(entries, nil)
 	return ldcache.Encode(&ldcache.Cache{Entries: entries})
 }
