@@ -11,13 +11,14 @@ import (
 	"testing"
 )
 
-// TreeState describes every file below root, those at or below skip
-// (paths relative to root, with a leading "/") left out: one line each with
-// the path, type and permissions, a link's target, a regular file's digest.
-// Two roots with equal states hold the same files.
-func TreeState(t testing.TB, root string, skip ...string) []string {
+// TreeState describes every object below root, by its path relative to
+// root (with a leading "/"; "" for root itself), those at or below skip
+// (such paths) left out: its type and permissions, a link's target, a
+// regular file's digest. Two roots with equal states hold the same files
+// (TreeDiff).
+func TreeState(t testing.TB, root string, skip ...string) map[string]string {
 	t.Helper()
-	var out []string
+	out := map[string]string{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -31,32 +32,53 @@ func TreeState(t testing.TB, root string, skip ...string) []string {
 				return nil
 			}
 		}
-		info, err := os.Lstat(p)
+		info, err := d.Info()
 		if err != nil {
 			return err
 		}
-		line := fmt.Sprintf("%s %v", rel, info.Mode())
+		desc := info.Mode().String()
 		switch {
 		case info.Mode()&fs.ModeSymlink != 0:
 			target, err := os.Readlink(p)
 			if err != nil {
 				return err
 			}
-			line += " -> " + target
+			desc += " -> " + target
 		case info.Mode().IsRegular():
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return err
 			}
-			line += fmt.Sprintf(" %x", sha256.Sum256(b))
+			desc += fmt.Sprintf(" %x", sha256.Sum256(b))
 		}
-		out = append(out, line)
+		out[rel] = desc
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TreeDiff lists, sorted, how the state got differs from want: "extra P",
+// "differs P" (type, mode, target or content) and "missing P". None: the
+// same files.
+func TreeDiff(got, want map[string]string) []string {
+	var d []string
+	for p, g := range got {
+		if w, ok := want[p]; !ok {
+			d = append(d, "extra "+p)
+		} else if g != w {
+			d = append(d, "differs "+p+": "+g+", want "+w)
+		}
+	}
+	for p := range want {
+		if _, ok := got[p]; !ok {
+			d = append(d, "missing "+p)
+		}
+	}
+	slices.Sort(d)
+	return d
 }
 
 // LineDiff lists the lines only one side has ("+" got, "-" want), or says

@@ -109,8 +109,8 @@ func sameRoots(t *testing.T, got, want string) {
 		t.Errorf("cache entries differ:\n%s", e2e.LineDiff(g, w))
 	}
 	skip := []string{"/etc/ld.so.cache", "/var/cache/ldconfig"}
-	if g, w := e2e.TreeState(t, got, skip...), e2e.TreeState(t, want, skip...); !slices.Equal(g, w) {
-		t.Errorf("trees differ:\n%s", e2e.LineDiff(g, w))
+	if d := e2e.TreeDiff(e2e.TreeState(t, got, skip...), e2e.TreeState(t, want, skip...)); len(d) > 0 {
+		t.Errorf("trees differ:\n%s", strings.Join(d, "\n"))
 	}
 }
 
@@ -331,8 +331,8 @@ func TestRebuildLdCacheUnsupported(t *testing.T) {
 				t.Error("a cache was written")
 			}
 			must(t, r.Rollback())
-			if after := e2e.TreeState(t, root); !slices.Equal(before, after) {
-				t.Errorf("Rollback left changes:\n%s", e2e.LineDiff(after, before))
+			if d := e2e.TreeDiff(e2e.TreeState(t, root), before); len(d) > 0 {
+				t.Errorf("Rollback left changes:\n%s", strings.Join(d, "\n"))
 			}
 		})
 	}

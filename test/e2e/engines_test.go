@@ -393,8 +393,8 @@ func TestRuntimeCDIMode(t *testing.T) {
 		// The probe's own mount point (newRuncCase) is made by runc in
 		// the runtime's bundle only.
 		skip := []string{"/var/cache/ldconfig", path.Dir(probeLdconfig)}
-		if got, want := e2e.TreeState(t, c.rootfs, skip...), e2e.TreeState(t, hooksRoot, skip...); !slices.Equal(got, want) {
-			t.Errorf("the runtime's container root differs from the hooks':\n%s", e2e.LineDiff(got, want))
+		if d := e2e.TreeDiff(e2e.TreeState(t, c.rootfs, skip...), e2e.TreeState(t, hooksRoot, skip...)); len(d) > 0 {
+			t.Errorf("the runtime's container root differs from the hooks':\n%s", strings.Join(d, "\n"))
 		}
 		if res := c.rt.Start(c.id); !res.OK() {
 			t.Fatalf("start: %s", res)

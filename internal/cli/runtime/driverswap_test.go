@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nctk/nctk/internal/e2e"
 )
 
 // TestDriverRootSwappedDuringCreates replays issue 13: while the driver
@@ -30,15 +32,15 @@ func TestDriverRootSwappedDuringCreates(t *testing.T) {
 	k := newKillRig(t)
 	fxRoot := k.root
 	ref := k.bundle()
-	pristine := snapshot(t, filepath.Join(ref, "rootfs"))
+	pristine := e2e.TreeState(t, filepath.Join(ref, "rootfs"))
 	k.create(ref)
 	wantSpec := readFile(t, filepath.Join(ref, "config.json"))
-	wantRoot := snapshot(t, filepath.Join(ref, "rootfs"))
+	wantRoot := e2e.TreeState(t, filepath.Join(ref, "rootfs"))
 	if n := bytes.Count(wantSpec, []byte(fxRoot+"/")); n < 10 {
 		t.Fatalf("a stable create's config.json names only %d driver files", n)
 	}
-	if _, ok := wantRoot["etc/ld.so.cache"]; !ok {
-		t.Fatalf("a stable create wrote no ld.so.cache: %v", diffSnapshots(wantRoot, pristine))
+	if _, ok := wantRoot["/etc/ld.so.cache"]; !ok {
+		t.Fatalf("a stable create wrote no ld.so.cache: %v", e2e.TreeDiff(wantRoot, pristine))
 	}
 
 	// The racer: the root is away for 0–0.3 ms or 0–2 ms, then back for
@@ -81,7 +83,7 @@ func TestDriverRootSwappedDuringCreates(t *testing.T) {
 	reasons := map[string]int{}
 	for deadline := time.Now().Add(budget); ok+failed < creates && time.Now().Before(deadline); {
 		b := k.bundle()
-		before := snapshot(t, b)
+		before := e2e.TreeState(t, b)
 		var out bytes.Buffer
 		cmd := k.command(b)
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -89,7 +91,7 @@ func TestDriverRootSwappedDuringCreates(t *testing.T) {
 		msg := strings.TrimSpace(out.String())
 		if err != nil {
 			failed++
-			if d := diffSnapshots(snapshot(t, b), before); len(d) > 0 {
+			if d := e2e.TreeDiff(e2e.TreeState(t, b), before); len(d) > 0 {
 				t.Errorf("create %d failed (%s) and changed the bundle: %v", ok+failed, msg, d)
 			}
 			if !strings.Contains(msg, fxRoot) || strings.Count(msg, "\n") > 0 {
@@ -105,7 +107,7 @@ func TestDriverRootSwappedDuringCreates(t *testing.T) {
 			t.Errorf("create %d succeeded with a config.json that differs from a stable create's; mounts missing: %v",
 				ok+failed, missingMounts(t, got, wantSpec))
 		}
-		if d := diffSnapshots(snapshot(t, filepath.Join(b, "rootfs")), wantRoot); len(d) > 0 {
+		if d := e2e.TreeDiff(e2e.TreeState(t, filepath.Join(b, "rootfs")), wantRoot); len(d) > 0 {
 			t.Errorf("create %d succeeded with a rootfs that differs from a stable create's: %v", ok+failed, d)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/fixture"
 )
 
@@ -174,62 +174,6 @@ func (k *killRig) create(bundle string) {
 	}
 }
 
-// snapshot describes every object below dir: type, mode, content or
-// link target.
-func snapshot(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		desc := fi.Mode().String()
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			desc += " -> " + target
-		case fi.Mode().IsRegular():
-			data, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			desc += fmt.Sprintf(" %q", data)
-		}
-		out[rel] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// diffSnapshots lists the differences between two snapshots, sorted.
-func diffSnapshots(got, want map[string]string) []string {
-	var d []string
-	for p, g := range got {
-		if w, ok := want[p]; !ok {
-			d = append(d, "extra "+p)
-		} else if g != w {
-			d = append(d, "differs "+p)
-		}
-	}
-	for p := range want {
-		if _, ok := got[p]; !ok {
-			d = append(d, "missing "+p)
-		}
-	}
-	return d
-}
-
 // TestKillThenRetry replays issue 13: a create SIGKILLed at a random point
 // used to leave the rootfs half edited (some links, the ld.so.conf.d
 // drop-in, no ld.so.cache) and nctk temp files behind. After a kill at any
@@ -243,20 +187,20 @@ func TestKillThenRetry(t *testing.T) {
 
 func killThenRetry(t *testing.T, k *killRig) {
 	clean := k.bundle()
-	pristine := snapshot(t, filepath.Join(clean, "rootfs"))
+	pristine := e2e.TreeState(t, filepath.Join(clean, "rootfs"))
 	start := time.Now()
 	k.create(clean)
 	span := time.Since(start)
-	want := snapshot(t, filepath.Join(clean, "rootfs"))
+	want := e2e.TreeState(t, filepath.Join(clean, "rootfs"))
 	wantSpec := readFile(t, filepath.Join(clean, "config.json"))
-	if _, ok := want["etc/ld.so.cache"]; !ok {
-		t.Fatalf("a clean create wrote no ld.so.cache: %v", diffSnapshots(want, pristine))
+	if _, ok := want["/etc/ld.so.cache"]; !ok {
+		t.Fatalf("a clean create wrote no ld.so.cache: %v", e2e.TreeDiff(want, pristine))
 	}
-	if _, ok := want["etc/ld.so.conf.d/00-compat-nctk.conf"]; !ok {
-		t.Fatalf("a clean create did not enable the image's CUDA compat libraries: %v", diffSnapshots(want, pristine))
+	if _, ok := want["/etc/ld.so.conf.d/00-compat-nctk.conf"]; !ok {
+		t.Fatalf("a clean create did not enable the image's CUDA compat libraries: %v", e2e.TreeDiff(want, pristine))
 	}
-	if len(diffSnapshots(want, pristine)) < 3 {
-		t.Fatalf("a clean create changed too little to test: %v", diffSnapshots(want, pristine))
+	if len(e2e.TreeDiff(want, pristine)) < 3 {
+		t.Fatalf("a clean create changed too little to test: %v", e2e.TreeDiff(want, pristine))
 	}
 
 	budget := 20 * time.Second
@@ -273,8 +217,8 @@ func killThenRetry(t *testing.T, k *killRig) {
 		time.Sleep(time.Duration(rand.Int64N(int64(span) + 1)))
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
-		mid := snapshot(t, filepath.Join(b, "rootfs"))
-		if len(diffSnapshots(mid, pristine)) > 0 && len(diffSnapshots(mid, want)) > 0 {
+		mid := e2e.TreeState(t, filepath.Join(b, "rootfs"))
+		if len(e2e.TreeDiff(mid, pristine)) > 0 && len(e2e.TreeDiff(mid, want)) > 0 {
 			partial++
 		}
 		for p := range mid {
@@ -284,7 +228,7 @@ func killThenRetry(t *testing.T, k *killRig) {
 			}
 		}
 		k.create(b)
-		if d := diffSnapshots(snapshot(t, filepath.Join(b, "rootfs")), want); len(d) > 0 {
+		if d := e2e.TreeDiff(e2e.TreeState(t, filepath.Join(b, "rootfs")), want); len(d) > 0 {
 			t.Fatalf("run %d: the create after a kill differs from a clean create: %v", runs, d)
 		}
 		if got := readFile(t, filepath.Join(b, "config.json")); !bytes.Equal(got, wantSpec) && (k.sameSpec == nil || !k.sameSpec(got, wantSpec)) {
@@ -316,7 +260,7 @@ func TestUnwritableBundleLeavesRootfs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			bundle := writeBundle(t, k.spec)
 			image(filepath.Join(bundle, "rootfs"))
-			before := snapshot(t, bundle)
+			before := e2e.TreeState(t, bundle)
 			if out, err := exec.Command("chattr", "+i", bundle).CombinedOutput(); err != nil {
 				t.Skipf("chattr +i: %v: %s", err, out)
 			}
@@ -330,7 +274,7 @@ func TestUnwritableBundleLeavesRootfs(t *testing.T) {
 			if !strings.Contains(out.String(), "config.json") {
 				t.Errorf("error does not name config.json: %s", out.String())
 			}
-			if d := diffSnapshots(snapshot(t, bundle), before); len(d) > 0 {
+			if d := e2e.TreeDiff(e2e.TreeState(t, bundle), before); len(d) > 0 {
 				t.Errorf("bundle or rootfs changed by a failed create: %v", d)
 			}
 		})

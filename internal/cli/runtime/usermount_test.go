@@ -12,6 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nctk/nctk/internal/cdispec"
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/plan"
 )
@@ -63,15 +64,15 @@ func TestUserMountOverLibDir(t *testing.T) {
 			} else if err := os.WriteFile(filepath.Join(src, "user-data"), []byte("mine"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			hostBefore := snapshot(t, host)
+			hostBefore := e2e.TreeState(t, host)
 			bundle := writeBundle(t, withMount(t, k.spec, specs.Mount{Destination: tt.dst, Type: "bind", Source: src, Options: []string{"rbind", "rw"}}))
 			k.image(filepath.Join(bundle, "rootfs"))
-			before := snapshot(t, bundle)
+			before := e2e.TreeState(t, bundle)
 			var out bytes.Buffer
 			cmd := k.command(bundle)
 			cmd.Stdout, cmd.Stderr = &out, &out
 			err := cmd.Run()
-			if d := diffSnapshots(snapshot(t, host), hostBefore); len(d) > 0 {
+			if d := e2e.TreeDiff(e2e.TreeState(t, host), hostBefore); len(d) > 0 {
 				t.Errorf("host directory changed: %v", d)
 			}
 			if !tt.refused {
@@ -86,7 +87,7 @@ func TestUserMountOverLibDir(t *testing.T) {
 			if msg := out.String(); !strings.Contains(msg, src) || !strings.Contains(msg, filepath.Clean(tt.dst)) || !strings.Contains(msg, "mount the volume elsewhere") {
 				t.Errorf("error does not name the mount: %s", msg)
 			}
-			if d := diffSnapshots(snapshot(t, bundle), before); len(d) > 0 {
+			if d := e2e.TreeDiff(e2e.TreeState(t, bundle), before); len(d) > 0 {
 				t.Errorf("bundle or rootfs changed: %v", d)
 			}
 		})
