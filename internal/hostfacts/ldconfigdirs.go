@@ -44,7 +44,7 @@ func ldconfigSystemDirs(cacheDir, hostPath string, probe func() ([]string, error
 	if err := unix.Stat(hostPath, &st); err != nil {
 		return nil, fmt.Errorf("ldconfig %s: %w", hostPath, err)
 	}
-	id := ldconfigID(&st)
+	id := idOf(&st).String()
 	var lines []string
 	if cacheDir != "" {
 		if data, ok := ReadTrusted(cacheDir, filepath.Join(cacheDir, ldconfigDirsFile), maxFile); ok {
@@ -72,11 +72,6 @@ func ldconfigSystemDirs(cacheDir, hostPath string, probe func() ([]string, error
 		_ = atomicfile.WriteFile(filepath.Join(cacheDir, ldconfigDirsFile), []byte(data), atomicfile.Options{Mode: 0o600})
 	}
 	return dirs, nil
-}
-
-// ldconfigID is a file's identity as the cache writes it.
-func ldconfigID(st *unix.Stat_t) string {
-	return fmt.Sprintf("%d:%d:%d:%d:%d", st.Dev, st.Ino, st.Size, st.Mtim.Nano(), st.Ctim.Nano())
 }
 
 // parseLdconfigDirs reads the cache file: the directories of the binary

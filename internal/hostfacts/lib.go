@@ -2,6 +2,7 @@ package hostfacts
 
 import (
 	"errors"
+	"fmt"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -49,6 +50,12 @@ func (l *Lib) id() fileID { return fileID{l.Dev, l.Ino, l.Size, l.Mtime, l.Ctime
 
 func idOf(st *unix.Stat_t) fileID {
 	return fileID{st.Dev, st.Ino, st.Size, st.Mtim.Nano(), st.Ctim.Nano()}
+}
+
+// String is the identity as the ldconfig directories cache writes it:
+// dev:ino:size:mtime:ctime.
+func (id fileID) String() string {
+	return fmt.Sprintf("%d:%d:%d:%d:%d", id.dev, id.ino, id.size, id.mtime, id.ctime)
 }
 
 // InspectLib reads the library at the host path p as the runtime does
