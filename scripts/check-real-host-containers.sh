@@ -5,7 +5,7 @@
 #
 # Usage (as root): scripts/check-real-host-containers.sh [--rounds N] [--out FILE]
 #                      [--nvidia-ctk PATH] [--nvidia-cdi-hook PATH] [--nvidia-runtime PATH]
-#                      [--root DIR]
+#                      [--root DIR] [--cdi-inject PATH] [--cli-debug FILE]
 #
 #   --rounds N             timed creates per path (default 25; 0 skips timing)
 #   --root DIR             a driver root without a kernel driver (a fixture root,
@@ -20,6 +20,17 @@
 #   --nvidia-cdi-hook PATH NVIDIA's nvidia-cdi-hook for that second spec
 #   --nvidia-runtime PATH  NVIDIA's nvidia-container-runtime: timed in CDI mode
 #                          on NVIDIA's spec and hooks (needs both options above)
+#   --cdi-inject PATH      test/cdiinject (go build ./test/cdiinject): adds the
+#                          paths where an engine applies the spec itself (podman,
+#                          Docker 25+ --device, containerd's CRI) and runc runs
+#                          its hooks: nctk's spec ("native"), its --separate-hooks
+#                          spec ("sep-native"), nctk's spec with the hooks'
+#                          GOMAXPROCS=1 left out ("native-gmp"), and with
+#                          --nvidia-cdi-hook NVIDIA's spec and hooks ("nv-native");
+#                          checked as containers and timed (floor: runc on the
+#                          same config.json without the spec's hooks)
+#   --cli-debug FILE       nvidia-container-cli's debug log ([nvidia-container-cli]
+#                          debug): the --gpus hook's steps, each timed
 #
 # The image is busybox + the host's glibc + cudaprobe (scripts/lib/gpu-image.sh),
 # with no NVIDIA file. Every container prints what it got: the GPUs nvidia-smi
@@ -49,6 +60,8 @@ out=""
 nv_ctk=""
 nv_hook=""
 nv_runtime=""
+inject=""
+debug_log=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) rounds=${2:?--rounds needs a number}; shift ;;
@@ -57,6 +70,8 @@ while [ $# -gt 0 ]; do
 	--nvidia-cdi-hook) nv_hook=${2:?--nvidia-cdi-hook needs a path}; shift ;;
 	--nvidia-runtime) nv_runtime=${2:?--nvidia-runtime needs a path}; shift ;;
 	--root) root=${2:?--root needs a directory}; shift ;;
+	--cdi-inject) inject=${2:?--cdi-inject needs a path}; shift ;;
+	--cli-debug) debug_log=${2:?--cli-debug needs a file}; shift ;;
 	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed -e '/^set -uo/d' -e 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "check-real-host-containers: unknown argument: $1" >&2; exit 2 ;;
 	esac
@@ -173,10 +188,13 @@ add_prestart_hook() {
 ask_cdi_all() { sed -i 's/"NVIDIA_VISIBLE_DEVICES=all"/"NVIDIA_VISIBLE_DEVICES=nvidia.com\/gpu=all"/' "$bundle/config.json"; }
 
 # write_config NAME MODE SPECDIR: a config.toml for the runtime and hook.
+debug_line=""
+[ -n "$debug_log" ] && debug_line="debug = \"$debug_log\""
 write_config() {
 	cat >"$work/$1.toml" <<EOF
 [nvidia-container-cli]
 root = "${root:-/}"
+$debug_line
 path = "$bin/nvidia-container-cli"
 ldconfig = "@$ldconfig_bin"
 load-kmods = false
@@ -202,6 +220,22 @@ for m in legacy cdi jit-cdi; do write_config "$m" "$m" "$work/cdi-nctk"; done
 write_config cdi-sep cdi "$work/cdi-sep"
 write_config cdi-nv cdi "$work/cdi-nv"
 write_config cdi-nvh cdi "$work/cdi-nvh"
+# The engine-applied paths' spec directories: nctk's spec as written, its
+# --separate-hooks spec, and nctk's spec with GOMAXPROCS=1 left out of its
+# hooks' environment (what that line saves, measured).
+native_paths=""
+if [ -n "$inject" ]; then
+	mkdir -p "$work/cdi-gmp"
+	grep -v '^ *- GOMAXPROCS=1$' "$work/cdi-nctk/nvidia.yaml" >"$work/cdi-gmp/nvidia.yaml"
+	native_paths="native:cdi-nctk sep-native:cdi-sep native-gmp:cdi-gmp"
+	[ -n "$nv_ctk" ] && [ -n "$nv_hook" ] && native_paths="$native_paths nv-native:cdi-nvh"
+fi
+# inject_spec DIR [-drop-hooks]: the bundle's config.json as an engine with
+# native CDI support makes it from the specs in DIR (all GPUs).
+inject_spec() {
+	"$inject" ${2:+"$2"} "$work/$1" nvidia.com/gpu=all <"$bundle/config.json" >"$work/injected.json" &&
+		mv "$work/injected.json" "$bundle/config.json"
+}
 
 # run_path NAME CONFIG ENV...: run the probe through the runtime; prints the
 # container's report, or "error=<first line>" when the runtime refuses.
@@ -274,6 +308,22 @@ say '```'
 	rep=$(timeout 120 "$runc_bin" --root "$state" run --bundle "$bundle" c-hook 2>&1) || rep="error=$(printf '%s\n' "$rep" | head -n1)"
 	"$runc_bin" --root "$state" delete --force c-hook >/dev/null 2>&1
 	expect "docker --gpus hook" "$rep" $(gpu_ok "$ngpus")
+	# An engine applying the spec: runc runs the spec's hooks.
+	for np in $native_paths; do
+		write_bundle "[\"/bin/sh\", \"-c\", \"$probe_json\"]"
+		if inject_spec "${np#*:}"; then
+			rep=$(timeout 120 "$runc_bin" --root "$state" run --bundle "$bundle" c-native 2>&1) || rep="error=$(printf '%s\n' "$rep" | head -n1)"
+		else
+			rep="error=cdiinject failed"
+		fi
+		"$runc_bin" --root "$state" delete --force c-native >/dev/null 2>&1
+		# NVIDIA's disable-device-node-modification mounts its params file
+		# without nosuid,nodev: writable is not checked there.
+		case $np in
+		nv-*) expect "engine applies ${np%%:*}" "$rep" $(gpu_ok "$ngpus" | sed 's/ *writable=0//') ;;
+		*) expect "engine applies ${np%%:*}" "$rep" $(gpu_ok "$ngpus") ;;
+		esac
+	done
 }
 say '```'
 
@@ -318,6 +368,16 @@ if [ "$rounds" -gt 0 ]; then
 	fresh() { rm -rf "$bundle/rootfs" && cp -a "$work/rootfs.pristine" "$bundle/rootfs" && sync -f "$bundle"; }
 	write_bundle '["/bin/true"]' NVIDIA_VISIBLE_DEVICES=all
 	cp "$bundle/config.json" "$work/config.pristine.json"
+	# The engine-applied paths' config.json, made once (an engine's own
+	# work, not timed), and its floor without the spec's hooks.
+	for np in $native_paths; do
+		p=${np%%:*}
+		cp "$work/config.pristine.json" "$bundle/config.json"
+		inject_spec "${np#*:}" && cp "$bundle/config.json" "$work/config.$p.json" || continue
+		cp "$work/config.pristine.json" "$bundle/config.json"
+		inject_spec "${np#*:}" -drop-hooks && cp "$bundle/config.json" "$work/config.floor-$p.json" || continue
+		paths="$paths $p"
+	done
 	for i in $(seq 1 "$rounds"); do
 		fresh
 		cp "$work/config.pristine.json" "$bundle/config.json"
@@ -336,14 +396,21 @@ if [ "$rounds" -gt 0 ]; then
 			nvidia-cdi)
 				ask_cdi_all
 				NVIDIA_CTK_CONFIG_FILE_PATH="$work/cdi-nvh.toml" timed "$p" "$nv_runtime" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
+			*native*)
+				cp "$work/config.$p.json" "$bundle/config.json"
+				timed "$p" "$runc_bin" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
 			esac
 			"$runc_bin" --root "$state" delete --force "t$i-$p" >/dev/null 2>&1
 			# The floor: runc alone on the config.json this path wrote, on a
-			# fresh image (the hook path has none: its work is in runc's run).
+			# fresh image (the hook path has none: its work is in runc's run;
+			# an engine-applied path's is its config.json without the hooks).
 			if [ $p != hook ]; then
-				cp "$bundle/config.json" "$work/config.$p.json"
+				case $p in
+				*native*) ;;
+				*) cp "$bundle/config.json" "$work/config.floor-$p.json" ;;
+				esac
 				fresh
-				cp "$work/config.$p.json" "$bundle/config.json"
+				cp "$work/config.floor-$p.json" "$bundle/config.json"
 				timed "floor-$p" "$runc_bin" --root "$state" create --bundle "$bundle" "f$i-$p"
 				"$runc_bin" --root "$state" delete --force "f$i-$p" >/dev/null 2>&1
 			fi

@@ -64,7 +64,7 @@ func TestDemoScript(t *testing.T) {
 func TestRealHostContainersScript(t *testing.T) {
 	skipShort(t)
 	e2e.RequireRoot(t)
-	for _, tool := range []string{"runc", "busybox", "gcc"} {
+	for _, tool := range []string{"runc", "busybox", "gcc", "go"} {
 		e2e.RequireTool(t, tool)
 	}
 	fx := fixture.Build(t, fixture.Spec{GPUs: 2})
@@ -72,8 +72,14 @@ func TestRealHostContainersScript(t *testing.T) {
 		t.Skipf("fixture root without device nodes: %s", fx.NoDeviceNodesReason)
 	}
 	bin := filepath.Dir(tool(t, "nctk"))
-	report := filepath.Join(t.TempDir(), "report.md")
-	cmd := exec.Command("bash", "../../scripts/check-real-host-containers.sh", "--root", fx.Path, "--rounds", "1", "--out", report)
+	tmp := t.TempDir()
+	report := filepath.Join(tmp, "report.md")
+	// The engine-applied paths need the CDI library's injection.
+	inject := filepath.Join(tmp, "cdiinject")
+	if out, err := exec.Command("go", "build", "-o", inject, "../cdiinject").CombinedOutput(); err != nil {
+		t.Fatalf("go build test/cdiinject: %v\n%s", err, out)
+	}
+	cmd := exec.Command("bash", "../../scripts/check-real-host-containers.sh", "--root", fx.Path, "--rounds", "1", "--out", report, "--cdi-inject", inject)
 	cmd.Env = append(os.Environ(), "NCTK_BIN="+bin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -89,6 +95,8 @@ func TestRealHostContainersScript(t *testing.T) {
 		"ok        legacy cuda>=99.0 refused: yes", "ok        cdi gpu=0 (nctk --separate-hooks spec) nodes: 1",
 		"ok        jit-cdi all libcuda: 1", "ok        docker --gpus hook nodes: 2",
 		"ok        doctor on a bundle needing CUDA 99: finding: yes", "| plain runc |", "| legacy |",
+		"ok        engine applies native nodes: 2", "ok        engine applies sep-native libcuda: 1",
+		"ok        engine applies native-gmp writable: 0", "| native |", "| sep-native |",
 		"RESULT: every container got what it asked for",
 	} {
 		if !strings.Contains(text, w) {
