@@ -47,7 +47,7 @@ func (r *Root) placeholder(cp string, dir bool, mode uint32) (int, error) {
 		// what it made). Anything else (EEXIST above all) takes the loop.
 		fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 		if err == nil {
-			r.record(undoRemove(dfd, name, false))
+			r.record(r.undoRemove(dfd, name, false))
 			return fd, nil
 		}
 	}
@@ -77,7 +77,7 @@ func (r *Root) placeholder(cp string, dir bool, mode uint32) (int, error) {
 			}
 		}
 		if err == nil {
-			r.record(undoRemove(dfd, name, dir))
+			r.record(r.undoRemove(dfd, name, dir))
 			continue
 		}
 		if err != unix.EEXIST {
@@ -165,7 +165,7 @@ func (r *Root) symlinkAt(dfd int, name, target, cp string) error {
 		// there, and a lookup that misses costs what the create costs.
 		err := unix.Symlinkat(target, dfd, name)
 		if err == nil {
-			r.record(undoRemove(dfd, name, false))
+			r.record(r.undoRemove(dfd, name, false))
 			return nil
 		}
 		if err != unix.EEXIST {
@@ -179,7 +179,7 @@ func (r *Root) symlinkAt(dfd int, name, target, cp string) error {
 			if err := replaceSymlink(dfd, name, target); err != nil {
 				return r.errorf(cp, fmt.Errorf("replace symlink: %w", err))
 			}
-			r.record(undoSymlink(dfd, name, old))
+			r.record(r.undoSymlink(dfd, name, old))
 			return nil
 		case err == unix.EINVAL:
 			var st unix.Stat_t

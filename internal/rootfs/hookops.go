@@ -154,7 +154,7 @@ func (r *Root) ForceSymlink(target, link string) error {
 			unix.Unlinkat(dfd, tmp, 0)
 			return r.errorf(cp, fmt.Errorf("create symlink to %s: %w (a directory)", target, ErrExists))
 		}
-		d, err := unix.Dup(dfd)
+		d, err := r.keepDir(dfd)
 		if err != nil {
 			unix.Unlinkat(dfd, tmp, 0)
 			return nil
@@ -162,7 +162,7 @@ func (r *Root) ForceSymlink(target, link string) error {
 		r.record(undo{
 			desc: "replace " + cp,
 			run:  func() error { return unix.Renameat2(d, tmp, d, name, unix.RENAME_EXCHANGE) },
-			done: func() { unix.Unlinkat(d, tmp, 0); unix.Close(d) },
+			done: func() { unix.Unlinkat(d, tmp, 0) },
 		})
 		return nil
 	}

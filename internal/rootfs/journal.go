@@ -9,7 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// undo reverses one change a Root made. Each holds its own descriptors.
+// undo reverses one change a Root made. The directory it works in is the
+// journal's (keepDir); other descriptors it holds are its own.
 type undo struct {
 	desc string
 	run  func() error
@@ -39,6 +40,7 @@ func (r *Root) Rollback() error {
 		}
 	}
 	r.journal = nil
+	r.closeDirs()
 	return errors.Join(errs...)
 }
 
@@ -50,11 +52,51 @@ func (r *Root) Commit() {
 		}
 	}
 	r.journal = nil
+	r.closeDirs()
+}
+
+// dirKey identifies a directory (device and inode) while a descriptor of
+// it is open.
+type dirKey struct{ dev, ino uint64 }
+
+// keepDir returns a descriptor of the directory dirfd refers to that the
+// journal owns until Commit or Rollback: one per directory, however many
+// entries name it. The threads of a Go process share one descriptor table,
+// and each time that table grows past 64, 128, ... entries the kernel waits
+// for an RCU grace period (11–12 ms each on a 16-vCPU VM): a descriptor per
+// entry crossed those marks in every create with a GPU's worth of links and
+// mounts.
+func (r *Root) keepDir(dirfd int) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(dirfd, &st); err != nil {
+		return -1, err
+	}
+	k := dirKey{uint64(st.Dev), st.Ino}
+	if d, ok := r.dirs[k]; ok {
+		return d, nil
+	}
+	d, err := unix.Dup(dirfd)
+	if err != nil {
+		return -1, err
+	}
+	if r.dirs == nil {
+		r.dirs = make(map[dirKey]int)
+	}
+	r.dirs[k] = d
+	return d, nil
+}
+
+// closeDirs closes the journal's directory descriptors.
+func (r *Root) closeDirs() {
+	for _, d := range r.dirs {
+		unix.Close(d)
+	}
+	r.dirs = nil
 }
 
 // undoRemove removes name from dirfd (a directory when dir is set).
-func undoRemove(dirfd int, name string, dir bool) undo {
-	d, err := unix.Dup(dirfd)
+func (r *Root) undoRemove(dirfd int, name string, dir bool) undo {
+	d, err := r.keepDir(dirfd)
 	if err != nil {
 		return undo{}
 	}
@@ -71,20 +113,18 @@ func undoRemove(dirfd int, name string, dir bool) undo {
 			}
 			return err
 		},
-		done: func() { unix.Close(d) },
 	}
 }
 
 // undoSymlink restores the symlink name in dirfd to point to old.
-func undoSymlink(dirfd int, name, old string) undo {
-	d, err := unix.Dup(dirfd)
+func (r *Root) undoSymlink(dirfd int, name, old string) undo {
+	d, err := r.keepDir(dirfd)
 	if err != nil {
 		return undo{}
 	}
 	return undo{
 		desc: "replace symlink " + name,
 		run:  func() error { return replaceSymlink(d, name, old) },
-		done: func() { unix.Close(d) },
 	}
 }
 
@@ -94,6 +134,11 @@ func undoMount(mntfd int, desc string) undo {
 	if err != nil {
 		return undo{}
 	}
+	return undoMountOwned(d, desc)
+}
+
+// undoMountOwned is undoMount taking over mntfd: the journal closes it.
+func undoMountOwned(d int, desc string) undo {
 	return undo{
 		desc: "mount " + desc,
 		run: func() error {
@@ -114,16 +159,15 @@ func procFdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 // lstat): a symlink is put back with its target; a regular file's content,
 // mode and owner are copied back from a descriptor opened now (the old
 // inode lives on after the rename); any other type is left as replaced.
-func undoReplace(dirfd int, name string, st unix.Stat_t) (undo, error) {
-	d, err := unix.Dup(dirfd)
-	if err != nil {
-		return undo{}, err
-	}
+func (r *Root) undoReplace(dirfd int, name string, st unix.Stat_t) (undo, error) {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
 		old, err := readlinkat(dirfd, name)
 		if err != nil {
-			unix.Close(d)
+			return undo{}, err
+		}
+		d, err := r.keepDir(dirfd)
+		if err != nil {
 			return undo{}, err
 		}
 		return undo{
@@ -131,12 +175,14 @@ func undoReplace(dirfd int, name string, st unix.Stat_t) (undo, error) {
 			run: func() error {
 				return renameInto(d, name, func(tmp string) error { return unix.Symlinkat(old, d, tmp) })
 			},
-			done: func() { unix.Close(d) },
 		}, nil
 	case unix.S_IFREG:
+		d, err := r.keepDir(dirfd)
+		if err != nil {
+			return undo{}, err
+		}
 		fd, err := OpenNoFollow(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 		if err != nil {
-			unix.Close(d)
 			return undo{}, err
 		}
 		return undo{
@@ -157,10 +203,9 @@ func undoReplace(dirfd int, name string, st unix.Stat_t) (undo, error) {
 					return unix.Fchmod(out, st.Mode&0o7777)
 				})
 			},
-			done: func() { unix.Close(fd); unix.Close(d) },
+			done: func() { unix.Close(fd) },
 		}, nil
 	}
-	unix.Close(d)
 	return undo{}, nil
 }
 

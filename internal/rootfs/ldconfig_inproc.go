@@ -650,6 +650,6 @@ func (r *Root) removeSymlink(dfd int, cp string) error {
 	if err := unix.Unlinkat(dfd, name, 0); err != nil && err != unix.ENOENT {
 		return r.errorf(cp, fmt.Errorf("remove dangling link: %w", err))
 	}
-	r.record(undoSymlink(dfd, name, old))
+	r.record(r.undoSymlink(dfd, name, old))
 	return nil
 }

@@ -141,6 +141,7 @@ func OpenSource(hostPath string, kind Kind, opts []string) (*Source, error) {
 		s.Close()
 		return nil, err
 	}
+	s.dropFD()
 	return s, nil
 }
 
@@ -169,7 +170,33 @@ func OpenDevice(hostPath string, major, minor uint32, opts []string) (*Source, e
 		s.Close()
 		return nil, err
 	}
+	s.dropFD()
 	return s, nil
+}
+
+// dropFD closes the host path's descriptor of a source whose clone exists:
+// a mount needs only the clone (see keepDir for what each descriptor more
+// can cost). A bind without the clone reopens the path and insists on the
+// object checked (reopen).
+func (s *Source) dropFD() {
+	if s.tree >= 0 && s.fd >= 0 {
+		unix.Close(s.fd)
+		s.fd = -1
+	}
+}
+
+// reopen opens the source's host path again, refusing anything but the
+// object opened and checked first.
+func (s *Source) reopen() (int, error) {
+	fd, err := unix.Open(s.path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if !sameFile(fd, &s.st) {
+		unix.Close(fd)
+		return -1, errors.New("source changed since it was checked")
+	}
+	return fd, nil
 }
 
 func openSource(hostPath string, opts []string) (*Source, error) {
@@ -235,11 +262,14 @@ func (r *Root) Attach(s *Source, dst string) error {
 	if err != nil {
 		return r.errorf(dst, err)
 	}
-	if s == nil || s.fd < 0 {
+	if s == nil {
 		return r.errorf(cp, errors.New("mount: closed source"))
 	}
 	if s.used {
 		return r.errorf(cp, fmt.Errorf("mount %s: source already attached", s.path))
+	}
+	if s.fd < 0 && s.tree < 0 {
+		return r.errorf(cp, errors.New("mount: closed source"))
 	}
 	ph, err := r.placeholder(cp, s.dir, placeholderMode(s))
 	if err != nil {
@@ -252,11 +282,15 @@ func (r *Root) Attach(s *Source, dst string) error {
 			return r.errorf(cp, fmt.Errorf("mount %s: move_mount: %w", s.path, err))
 		}
 		s.used = true
-		r.record(undoMount(s.tree, cp))
+		// The attached tree's descriptor passes to the journal (no copy:
+		// see keepDir for what each descriptor more can cost).
+		tree := s.tree
+		s.tree = -1
+		r.record(undoMountOwned(tree, cp))
 		// A shared parent makes the attached mount shared: make it private
 		// again so that nothing mounted later propagates through it.
 		attr := unix.MountAttr{Propagation: unix.MS_PRIVATE}
-		if err := unix.MountSetattr(s.tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
 			return r.errorf(cp, fmt.Errorf("mount %s: make private: %w", s.path, err))
 		}
 		return nil
@@ -279,25 +313,31 @@ func placeholderMode(s *Source) uint32 {
 // legacyBind bind-mounts s onto the placeholder ph through /proc/self/fd
 // magic links (kernels without open_tree), then remounts it with its flags.
 func (r *Root) legacyBind(s *Source, cp string, ph int) error {
-	src := s.fd
 	flags := uintptr(unix.MS_BIND)
 	if s.flags.Recursive && s.dir {
 		flags |= unix.MS_REC
 	}
+	src := s.fd
+	if src < 0 {
+		// Given up for the clone (dropFD); a bind needs the path's object.
+		alt, err := s.reopen()
+		if err != nil {
+			return r.errorf(cp, fmt.Errorf("mount %s: %w", s.path, err))
+		}
+		defer unix.Close(alt)
+		src = alt
+	}
 	err := unix.Mount(procFdPath(src), procFdPath(ph), "", flags, "")
-	if err == unix.EINVAL {
+	if err == unix.EINVAL && src == s.fd {
 		// The source lives in another mount namespace (prepared on the
 		// host, attached in the container's). Before pivot_root the
 		// container's namespace still shows the host's files: reopen the
 		// path here and insist it is the very object that was checked.
-		alt, oerr := unix.Open(s.path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		alt, oerr := s.reopen()
 		if oerr != nil {
-			return r.errorf(cp, fmt.Errorf("mount %s: %w", s.path, err))
+			return r.errorf(cp, fmt.Errorf("mount %s: %w", s.path, oerr))
 		}
 		defer unix.Close(alt)
-		if !sameFile(alt, &s.st) {
-			return r.errorf(cp, fmt.Errorf("mount %s: source changed since it was checked", s.path))
-		}
 		err = unix.Mount(procFdPath(alt), procFdPath(ph), "", flags, "")
 	}
 	if err != nil {

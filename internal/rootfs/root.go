@@ -41,6 +41,9 @@ type Root struct {
 	// legacyMount forces mounts through /proc/self/fd (tests; old kernels).
 	legacyMount bool
 	journal     []undo
+	// dirs holds one descriptor per directory the journal's entries name
+	// (keepDir), closed with the journal.
+	dirs map[dirKey]int
 	// libFacts answer for library files UpdateLdCache would inspect (nil:
 	// none; UseLibFacts).
 	libFacts LibFacts
@@ -232,7 +235,7 @@ func (r *Root) mkdirat(dirfd int, prefix, name string, mode uint32) (int, error)
 		return -1, err
 	}
 	if created {
-		r.record(undoRemove(dirfd, name, true))
+		r.record(r.undoRemove(dirfd, name, true))
 	}
 	return fd, nil
 }
@@ -362,7 +365,7 @@ func (r *Root) WriteFile(p string, data []byte, mode fs.FileMode) error {
 			return r.errorf(cp, fmt.Errorf("write file: %w (a directory)", ErrExists))
 		}
 		existed = true
-		if restore, err = undoReplace(dfd, name, st); err != nil {
+		if restore, err = r.undoReplace(dfd, name, st); err != nil {
 			return r.errorf(cp, fmt.Errorf("write file: keep the old file for rollback: %w", err))
 		}
 	}
@@ -391,7 +394,7 @@ func (r *Root) WriteFile(p string, data []byte, mode fs.FileMode) error {
 	if existed {
 		r.record(restore)
 	} else {
-		r.record(undoRemove(dfd, name, false))
+		r.record(r.undoRemove(dfd, name, false))
 	}
 	return nil
 }
