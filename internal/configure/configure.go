@@ -212,7 +212,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 
 	var r *rootfs.Root
 	var compat string
-	err = t.Do(func() error {
+	err = t.DoHost(func(host func(func() error) error) error {
 		var err error
 		if r, err = rootfs.Open(c.Rootfs); err != nil {
 			return err
@@ -236,7 +236,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 				log.Info("removed temporary files an interrupted configure left", "root", c.Rootfs, "files", removed)
 			}
 		}
-		return prep.apply(r, p, log)
+		return prep.apply(r, p, log, host)
 	})
 	rollback := func() {
 		if r == nil {
@@ -337,10 +337,21 @@ func validate(p *plan.Plan, c Container, opts Options) error {
 	return nil
 }
 
+// heldSources is how many mount sources (clones of host files and device
+// nodes) a configure holds open at once. A plan with more is opened in
+// batches, each attached before the next is opened: a Go process's threads
+// share one descriptor table, and each time it grows past 64, 128, ...
+// entries the kernel waits for an RCU grace period (11–12 ms on a 16-vCPU
+// VM). With the process's own descriptors this keeps the table at 64.
+const heldSources = 32
+
 // prepared holds what was opened and checked on the host.
 type prepared struct {
-	devices  []*rootfs.Source // parallel to plan.Devices; nil with NoDevBind
-	mounts   []*rootfs.Source // parallel to plan.Mounts
+	// sources are the plan's mounts and then its devices (none with
+	// NoDevBind), in the order apply attaches them; nil where not opened
+	// yet (openSources).
+	sources  []*rootfs.Source
+	kinds    []sourceSpec
 	proc     *rootfs.ProcDriver
 	ldconfig *rootfs.Ldconfig
 	// systemDirs are the host ldconfig's built-in directories (nil:
@@ -352,27 +363,67 @@ type prepared struct {
 // stop writes to a character device; nodev would make it unusable).
 func deviceOptions() []string { return []string{plan.OptRO, plan.OptNoSuid, plan.OptNoExec} }
 
+// sourceSpec is what opens one mount source: a plan mount or device.
+type sourceSpec struct {
+	mount  *plan.Mount
+	device *plan.Device
+}
+
+// open opens and checks the source on the host.
+func (sp sourceSpec) open() (*rootfs.Source, error) {
+	if sp.device != nil {
+		d := sp.device
+		return rootfs.OpenDevice(d.HostPath, d.Major, d.Minor, deviceOptions())
+	}
+	return rootfs.OpenSource(sp.mount.Source, sourceKind(sp.mount.Kind), sp.mount.Options)
+}
+
+// openSources opens the sources from index i on, up to heldSources of
+// them. It runs on the host's side (in its mount namespace).
+func (pr *prepared) openSources(i int) error {
+	end := min(i+heldSources, len(pr.kinds))
+	for ; i < end; i++ {
+		s, err := pr.kinds[i].open()
+		if err != nil {
+			return err
+		}
+		pr.sources[i] = s
+	}
+	return nil
+}
+
+// source is the i-th source, opened with the ones after it (on the host,
+// through host) when it was not yet; the earlier ones, attached by then,
+// are closed.
+func (pr *prepared) source(i int, host func(func() error) error) (*rootfs.Source, error) {
+	if pr.sources[i] == nil {
+		for _, s := range pr.sources[:i] {
+			s.Close()
+		}
+		if err := host(func() error { return pr.openSources(i) }); err != nil {
+			return nil, err
+		}
+	}
+	return pr.sources[i], nil
+}
+
 func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 	pr := &prepared{}
 	fail := func(ph phase.Phase, err error) (*prepared, error) {
 		pr.Close()
 		return nil, &phase.Error{Phase: ph, Err: err}
 	}
+	for i := range p.Mounts {
+		pr.kinds = append(pr.kinds, sourceSpec{mount: &p.Mounts[i]})
+	}
 	if !opts.NoDevBind {
-		for _, d := range p.Devices {
-			s, err := rootfs.OpenDevice(d.HostPath, d.Major, d.Minor, deviceOptions())
-			if err != nil {
-				return fail(phase.Mount, err)
-			}
-			pr.devices = append(pr.devices, s)
+		for i := range p.Devices {
+			pr.kinds = append(pr.kinds, sourceSpec{device: &p.Devices[i]})
 		}
 	}
-	for _, m := range p.Mounts {
-		s, err := rootfs.OpenSource(m.Source, sourceKind(m.Kind), m.Options)
-		if err != nil {
-			return fail(phase.Mount, err)
-		}
-		pr.mounts = append(pr.mounts, s)
+	pr.sources = make([]*rootfs.Source, len(pr.kinds))
+	if err := pr.openSources(0); err != nil {
+		return fail(phase.Mount, err)
 	}
 	if p.Proc != nil {
 		v := p.Proc
@@ -425,7 +476,7 @@ func sourceKind(k plan.MountKind) rootfs.Kind {
 }
 
 func (pr *prepared) Close() {
-	for _, s := range append(pr.devices, pr.mounts...) {
+	for _, s := range pr.sources {
 		s.Close()
 	}
 	pr.proc.Close()
@@ -435,7 +486,7 @@ func (pr *prepared) Close() {
 // apply makes the plan's file-system changes in the container root r.
 // Its debug record says how long each step took (where a slow create
 // spends its time on a given host).
-func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger) error {
+func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger, host func(func() error) error) error {
 	t0 := time.Now()
 	if pr.proc != nil {
 		if err := r.MountProcDriver(pr.proc, log); err != nil {
@@ -444,7 +495,11 @@ func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger) error 
 	}
 	t1 := time.Now()
 	for i, m := range p.Mounts {
-		if err := r.Attach(pr.mounts[i], m.Destination); err != nil {
+		src, err := pr.source(i, host)
+		if err != nil {
+			return err
+		}
+		if err := r.Attach(src, m.Destination); err != nil {
 			return err
 		}
 	}
@@ -455,8 +510,12 @@ func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger) error 
 		}
 	}
 	t3 := time.Now()
-	for i, d := range pr.devices {
-		if err := r.Attach(d, p.Devices[i].Path); err != nil {
+	for i := len(p.Mounts); i < len(pr.sources); i++ {
+		src, err := pr.source(i, host)
+		if err != nil {
+			return err
+		}
+		if err := r.Attach(src, pr.kinds[i].device.Path); err != nil {
 			return err
 		}
 	}

@@ -259,56 +259,111 @@ func treeDiff(got, want map[string]string) []string {
 	return d
 }
 
-// TestApplyDescriptorTable: a configure of a container with a large host's
-// worth of driver files (22 mounts, 12 device nodes, 20 links and the proc
-// view: 8 GPUs and the compute, utility and video files of a 580 driver;
-// the H100 host's one GPU gives 17 mounts, 4 nodes, 18 links) keeps its
-// descriptors below 64, the size a process's descriptor table starts with. Past it the kernel grows the
-// table shared by the Go runtime's threads and waits for an RCU grace
+// TestApplyDescriptorTable: a configure keeps its descriptors below 64,
+// the size a process's descriptor table starts with. Past it the kernel
+// grows the table the Go runtime's threads share and waits for an RCU grace
 // period to do so: 11–12 ms each on a 16-vCPU VM, twice per create on the
 // H100 host before the journal kept one descriptor per directory (not per
-// entry), the attached mounts' clones passed to the journal (not copied)
-// and the sources gave up their path descriptors once cloned.
+// entry) and named attached mounts by their ID (not by a held clone), the
+// sources gave up their path descriptors once cloned, and a plan of more
+// than heldSources sources was opened in batches. Plans: the H100 host's
+// (17 mounts, 4 nodes, 18 links), 8 GPUs with the compute, utility and
+// video files (22, 12, 20), and every capability on 8 GPUs (48, 16, 48).
 func TestApplyDescriptorTable(t *testing.T) {
+	requireRoot(t)
+	self, err := os.Executable()
+	must(t, err)
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skipf("bash not found: %v", err)
+	}
+	for _, tt := range []struct {
+		name          string
+		mounts, nodes int
+	}{
+		{"one GPU", 17, 4},
+		{"8 GPUs", 22, 12},
+		{"8 GPUs, every capability", 48, 16},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDriver(t)
+			p := d.plan()
+			ro := p.Mounts[0].Options
+			libdir := "/usr/lib/x86_64-linux-gnu"
+			for i := range tt.mounts - len(p.Mounts) {
+				lib := filepath.Join(d.dir, fmt.Sprintf("libnvidia-x%d.so.580.1", i))
+				must(t, os.Link(d.lib, lib))
+				p.Mounts = append(p.Mounts, plan.Mount{Source: lib, Destination: libdir + "/" + filepath.Base(lib), Kind: plan.KindFile, Options: ro})
+				p.Symlinks = append(p.Symlinks, plan.Symlink{Link: libdir + fmt.Sprintf("/libnvidia-x%d.so.1", i), Target: filepath.Base(lib)})
+			}
+			for i := range tt.nodes - len(p.Devices) {
+				p.Devices = append(p.Devices, plan.Device{Path: fmt.Sprintf("/dev/nvidia%d", i+1), HostPath: "/dev/null", Major: 1, Minor: 3})
+			}
+			k := &killRig{t: t, self: self, plan: p, opts: Options{NoCgroups: true}}
+			ns := startNS(t)
+			defer ns.stop()
+			root := k.image()
+			// Through a shell that closes every descriptor but the
+			// standard three and then forks it: a child's descriptor table
+			// is sized for what its parent has open, and this test process
+			// may hold many (some inherited).
+			cmd := k.command(ns.cmd.Process.Pid, root)
+			cmd.Args = []string{"bash", "-c", `for fd in $(ls /proc/$$/fd); do [ "$fd" -gt 2 ] && exec {fd}>&-; done 2>/dev/null; "$0"; exit $?`, cmd.Path}
+			cmd.Path = bash
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("configure: %v: %s", err, out)
+			}
+			if got := strings.TrimSpace(string(out)); got != "FDSize 64 -> 64" {
+				t.Errorf("descriptor table before and after configure: %q, want 64 -> 64 (each growth waits for an RCU grace period)", got)
+			}
+			mounts := mountsUnder(t, fmt.Sprintf("/proc/%d/mountinfo", ns.cmd.Process.Pid), root)
+			for _, m := range p.Mounts {
+				if _, ok := mounts[m.Destination]; !ok {
+					t.Errorf("%s not mounted", m.Destination)
+				}
+			}
+			for _, dv := range p.Devices {
+				if _, ok := mounts[dv.Path]; !ok {
+					t.Errorf("%s not mounted", dv.Path)
+				}
+			}
+		})
+	}
+}
+
+// TestApplyBatchFailureRollsBack: a source that cannot be opened in a later
+// batch (past heldSources) fails the configure after the earlier batches
+// were attached, and the rollback leaves the image as it was: no mount, no
+// placeholder, no link.
+func TestApplyBatchFailureRollsBack(t *testing.T) {
 	requireRoot(t)
 	self, err := os.Executable()
 	must(t, err)
 	d := newDriver(t)
 	p := d.plan()
 	ro := p.Mounts[0].Options
-	libdir := "/usr/lib/x86_64-linux-gnu"
-	for i := range 20 {
+	for i := range heldSources + 8 {
 		lib := filepath.Join(d.dir, fmt.Sprintf("libnvidia-x%d.so.580.1", i))
-		must(t, os.Link(d.lib, lib))
-		p.Mounts = append(p.Mounts, plan.Mount{Source: lib, Destination: libdir + "/" + filepath.Base(lib), Kind: plan.KindFile, Options: ro})
-		p.Symlinks = append(p.Symlinks, plan.Symlink{Link: libdir + fmt.Sprintf("/libnvidia-x%d.so.1", i), Target: filepath.Base(lib)})
-	}
-	for i := range 10 {
-		p.Devices = append(p.Devices, plan.Device{Path: fmt.Sprintf("/dev/nvidia%d", i+1), HostPath: "/dev/null", Major: 1, Minor: 3})
+		if i != heldSources+4 { // this one is missing on the host
+			must(t, os.Link(d.lib, lib))
+		}
+		p.Mounts = append(p.Mounts, plan.Mount{Source: lib, Destination: "/usr/lib/x86_64-linux-gnu/" + filepath.Base(lib), Kind: plan.KindFile, Options: ro})
 	}
 	k := &killRig{t: t, self: self, plan: p, opts: Options{NoCgroups: true}}
 	ns := startNS(t)
 	defer ns.stop()
 	root := k.image()
-	// Through a shell that closes every descriptor but the standard three
-	// and then forks it: a child's descriptor table is sized for what its
-	// parent has open, and this test process may hold many (some inherited).
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skipf("bash not found: %v", err)
+	pristine := treeOf(t, root)
+	out, err := k.command(ns.cmd.Process.Pid, root).CombinedOutput()
+	want := fmt.Sprintf("nvidia-container-cli: mount error: open mount source %s: no such file or directory", filepath.Join(d.dir, fmt.Sprintf("libnvidia-x%d.so.580.1", heldSources+4)))
+	if err == nil || strings.TrimSpace(string(out)) != want {
+		t.Fatalf("configure with a missing source: %v: %q, want %q", err, out, want)
 	}
-	cmd := k.command(ns.cmd.Process.Pid, root)
-	cmd.Args = []string{"bash", "-c", `for fd in $(ls /proc/$$/fd); do [ "$fd" -gt 2 ] && exec {fd}>&-; done 2>/dev/null; "$0"; exit $?`, cmd.Path}
-	cmd.Path = bash
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("configure: %v: %s", err, out)
+	if m := mountsUnder(t, fmt.Sprintf("/proc/%d/mountinfo", ns.cmd.Process.Pid), root); len(m) != 0 {
+		t.Errorf("mounts left after the failed configure: %v", m)
 	}
-	if got := strings.TrimSpace(string(out)); got != "FDSize 64 -> 64" {
-		t.Errorf("descriptor table before and after configure: %q, want 64 -> 64 (each growth waits for an RCU grace period)", got)
-	}
-	mounts := mountsUnder(t, fmt.Sprintf("/proc/%d/mountinfo", ns.cmd.Process.Pid), root)
-	if len(mounts) < len(p.Mounts)+len(p.Devices) {
-		t.Errorf("%d mounts under the root, want at least %d", len(mounts), len(p.Mounts)+len(p.Devices))
+	if got := treeOf(t, root); !maps.Equal(got, pristine) {
+		t.Errorf("image changed by the failed configure:\nbefore %v\nafter  %v", pristine, got)
 	}
 }

@@ -83,6 +83,37 @@ func (t *nsThread) Do(f func() error) error {
 	return <-errc
 }
 
+// DoHost is Do for an f that needs work done on the host's side: host(g)
+// runs g on the calling goroutine, in the caller's mount namespace (never
+// on the namespace thread, which runs only its own goroutine), and returns
+// its error.
+func (t *nsThread) DoHost(f func(host func(func() error) error) error) error {
+	if t == nil {
+		return errors.New("mount namespace thread not running")
+	}
+	type call struct {
+		g    func() error
+		done chan error
+	}
+	errc := make(chan error, 1)
+	calls := make(chan call)
+	t.work <- func() {
+		errc <- f(func(g func() error) error {
+			c := call{g, make(chan error, 1)}
+			calls <- c
+			return <-c.done
+		})
+	}
+	for {
+		select {
+		case err := <-errc:
+			return err
+		case c := <-calls:
+			c.done <- c.g()
+		}
+	}
+}
+
 // Close ends the thread (and with it the thread's namespace membership).
 func (t *nsThread) Close() {
 	if t == nil {

@@ -25,21 +25,45 @@ import (
 //     the image put it there, and following it is exactly the escape of
 //     CVE-2024-0132/0133; deleting the image's file is not ours to decide.
 func (r *Root) placeholder(cp string, dir bool, mode uint32) (int, error) {
+	fd, _, err := r.placeholderAt(cp, dir, mode)
+	return fd, err
+}
+
+// entryAt is a name in a directory the journal keeps (keepDir); dir is -1
+// for the container root itself.
+type entryAt struct {
+	dir  int
+	name string
+}
+
+// placeholderAt is placeholder that also says where the placeholder is.
+func (r *Root) placeholderAt(cp string, dir bool, mode uint32) (int, entryAt, error) {
 	if cp == "/" {
 		if !dir {
-			return -1, r.errorf(cp, errors.New("the container root is not a file"))
+			return -1, entryAt{dir: -1}, r.errorf(cp, errors.New("the container root is not a file"))
 		}
-		return unix.Dup(r.fd)
+		fd, err := unix.Dup(r.fd)
+		return fd, entryAt{dir: -1}, err
 	}
 	parent, name, err := split(cp)
 	if err != nil {
-		return -1, r.errorf(cp, err)
+		return -1, entryAt{dir: -1}, r.errorf(cp, err)
 	}
 	dfd, err := r.mkdirAll(parent, 0o755)
 	if err != nil {
-		return -1, err
+		return -1, entryAt{dir: -1}, err
 	}
 	defer unix.Close(dfd)
+	at := entryAt{dir: -1, name: name}
+	if kd, err := r.keepDir(dfd); err == nil {
+		at.dir = kd
+	}
+	fd, err := r.placeholderIn(dfd, cp, name, dir, mode)
+	return fd, at, err
+}
+
+// placeholderIn is placeholder for name in the directory dfd.
+func (r *Root) placeholderIn(dfd int, cp, name string, dir bool, mode uint32) (int, error) {
 	if !dir {
 		// Create first: a driver file's mount point is usually missing from
 		// the image, and the new file's own descriptor is the placeholder

@@ -152,6 +152,57 @@ func undoMountOwned(d int, desc string) undo {
 	}
 }
 
+// undoAttached lazily unmounts the mount just attached from the clone
+// tree at at: it closes tree and, at rollback, opens at's name again (the
+// lookup lands on the mount's root) and unmounts what it finds only if its
+// mount ID is the one attached — a mount since made over it, or the name
+// replaced, is not ours and is left. Without a mount ID (kernels before
+// 5.8) or a kept directory the journal holds the clone as undoMountOwned
+// does.
+func undoAttached(tree int, at entryAt, desc string) undo {
+	id, kind, ok := mountID(tree)
+	if !ok || at.dir < 0 {
+		return undoMountOwned(tree, desc)
+	}
+	unix.Close(tree)
+	return undo{
+		desc: "mount " + desc,
+		run: func() error {
+			fd, err := OpenNoFollow(at.dir, at.name, unix.O_PATH)
+			if err == unix.ENOENT {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			if got, gotKind, ok := mountID(fd); !ok || gotKind != kind || got != id {
+				return nil // not ours (any more)
+			}
+			err = unix.Unmount(procFdPath(fd), unix.MNT_DETACH)
+			if err == unix.EINVAL || err == unix.ENOENT {
+				return nil
+			}
+			return err
+		},
+	}
+}
+
+// mountID is the ID of the mount fd is on, and which kind it is (the
+// unique 64-bit ID of Linux 6.8, else the reusable one of 5.8).
+func mountID(fd int) (uint64, uint32, bool) {
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
+		return 0, 0, false
+	}
+	for _, kind := range []uint32{unix.STATX_MNT_ID_UNIQUE, unix.STATX_MNT_ID} {
+		if stx.Mask&kind != 0 {
+			return stx.Mnt_id, kind, true
+		}
+	}
+	return 0, 0, false
+}
+
 // procFdPath is the magic link naming descriptor fd of this process.
 func procFdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -68,14 +69,38 @@ func TestJournalDescriptors(t *testing.T) {
 			must(t, r.Attach(s, fmt.Sprintf("/usr/lib/x86_64-linux-gnu/libnvidia-x%d.so.580.1", i)))
 		}
 		// The directories the journal created names in (the root, usr,
-		// usr/lib, the library directory); each clone moved, not copied.
-		if got := openFDs(t) - base; got > 4 {
-			t.Errorf("%d descriptors more after 20 mounts, want at most 4", got)
+		// usr/lib, the library directory); each clone closed once
+		// attached (the journal names the mount by its place and ID).
+		if got := openFDs(t) - base; got > 4-len(sources) {
+			t.Errorf("%d descriptors after 20 mounts, want at most %d", got, 4-len(sources))
+		}
+		if n := mountsBelow(t, e.root); n != len(sources) {
+			t.Fatalf("%d mounts below the root, want %d", n, len(sources))
 		}
 		must(t, r.Rollback())
 		if got := openFDs(t) - base; got != -len(sources) {
-			t.Errorf("%d descriptors after rollback, want %d (the clones, closed with the journal)", got, -len(sources))
+			t.Errorf("%d descriptors after rollback, want %d", got, -len(sources))
+		}
+		if n := mountsBelow(t, e.root); n != 0 {
+			t.Errorf("%d mounts below the root after rollback, want none", n)
+		}
+		if _, err := os.Lstat(filepath.Join(e.root, "usr")); !os.IsNotExist(err) {
+			t.Errorf("rolled back, but /usr is still there: %v", err)
 		}
 		e.checkHost(t)
 	})
+}
+
+// mountsBelow counts this process's mounts below dir.
+func mountsBelow(t *testing.T, dir string) int {
+	t.Helper()
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	n := 0
+	for line := range strings.SplitSeq(string(mi), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			n++
+		}
+	}
+	return n
 }

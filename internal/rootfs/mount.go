@@ -271,7 +271,7 @@ func (r *Root) Attach(s *Source, dst string) error {
 	if s.fd < 0 && s.tree < 0 {
 		return r.errorf(cp, errors.New("mount: closed source"))
 	}
-	ph, err := r.placeholder(cp, s.dir, placeholderMode(s))
+	ph, at, err := r.placeholderAt(cp, s.dir, placeholderMode(s))
 	if err != nil {
 		return err
 	}
@@ -282,17 +282,19 @@ func (r *Root) Attach(s *Source, dst string) error {
 			return r.errorf(cp, fmt.Errorf("mount %s: move_mount: %w", s.path, err))
 		}
 		s.used = true
-		// The attached tree's descriptor passes to the journal (no copy:
-		// see keepDir for what each descriptor more can cost).
 		tree := s.tree
 		s.tree = -1
-		r.record(undoMountOwned(tree, cp))
 		// A shared parent makes the attached mount shared: make it private
 		// again so that nothing mounted later propagates through it.
 		attr := unix.MountAttr{Propagation: unix.MS_PRIVATE}
 		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			r.record(undoMountOwned(tree, cp))
 			return r.errorf(cp, fmt.Errorf("mount %s: make private: %w", s.path, err))
 		}
+		// The journal names the mount by its place and ID and the clone's
+		// descriptor is closed (see keepDir for what each descriptor more
+		// can cost).
+		r.record(undoAttached(tree, at, cp))
 		return nil
 	}
 	if err := r.legacyBind(s, cp, ph); err != nil {
