@@ -351,7 +351,7 @@ type prepared struct {
 	// NoDevBind), in the order apply attaches them; nil where not opened
 	// yet (openSources).
 	sources  []*rootfs.Source
-	kinds    []sourceSpec
+	specs    []sourceSpec
 	proc     *rootfs.ProcDriver
 	ldconfig *rootfs.Ldconfig
 	// systemDirs are the host ldconfig's built-in directories (nil:
@@ -381,9 +381,9 @@ func (sp sourceSpec) open() (*rootfs.Source, error) {
 // openSources opens the sources from index i on, up to heldSources of
 // them. It runs on the host's side (in its mount namespace).
 func (pr *prepared) openSources(i int) error {
-	end := min(i+heldSources, len(pr.kinds))
+	end := min(i+heldSources, len(pr.specs))
 	for ; i < end; i++ {
-		s, err := pr.kinds[i].open()
+		s, err := pr.specs[i].open()
 		if err != nil {
 			return err
 		}
@@ -414,14 +414,14 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 		return nil, &phase.Error{Phase: ph, Err: err}
 	}
 	for i := range p.Mounts {
-		pr.kinds = append(pr.kinds, sourceSpec{mount: &p.Mounts[i]})
+		pr.specs = append(pr.specs, sourceSpec{mount: &p.Mounts[i]})
 	}
 	if !opts.NoDevBind {
 		for i := range p.Devices {
-			pr.kinds = append(pr.kinds, sourceSpec{device: &p.Devices[i]})
+			pr.specs = append(pr.specs, sourceSpec{device: &p.Devices[i]})
 		}
 	}
-	pr.sources = make([]*rootfs.Source, len(pr.kinds))
+	pr.sources = make([]*rootfs.Source, len(pr.specs))
 	if err := pr.openSources(0); err != nil {
 		return fail(phase.Mount, err)
 	}
@@ -515,7 +515,7 @@ func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger, host f
 		if err != nil {
 			return err
 		}
-		if err := r.Attach(src, pr.kinds[i].device.Path); err != nil {
+		if err := r.Attach(src, pr.specs[i].device.Path); err != nil {
 			return err
 		}
 	}

@@ -75,12 +75,7 @@ func (t *nsThread) run(nsfd int, ready chan<- error, locked chan<- struct{}) {
 
 // Do runs f on the thread and returns its error.
 func (t *nsThread) Do(f func() error) error {
-	if t == nil {
-		return errors.New("mount namespace thread not running")
-	}
-	errc := make(chan error, 1)
-	t.work <- func() { errc <- f() }
-	return <-errc
+	return t.DoHost(func(func(func() error) error) error { return f() })
 }
 
 // DoHost is Do for an f that needs work done on the host's side: host(g)
