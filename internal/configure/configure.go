@@ -55,6 +55,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -337,23 +338,44 @@ func validate(p *plan.Plan, c Container, opts Options) error {
 	return nil
 }
 
-// heldSources is how many mount sources (clones of host files and device
-// nodes) a configure holds open at once. A plan with more is opened in
-// batches, each attached before the next is opened: a Go process's threads
-// share one descriptor table, and each time it grows past 64, 128, ...
-// entries the kernel waits for an RCU grace period (11–12 ms on a 16-vCPU
-// VM). With the process's own descriptors this keeps the table at 64.
-const heldSources = 32
+// A process's descriptor table starts with room for 64 descriptors. The
+// threads of a Go process share it, and each time it grows past 64, 128,
+// ... the kernel waits for an RCU grace period (11–12 ms on a 16-vCPU VM,
+// docs/benchmarks.md). So mount sources (a clone of a host file or device
+// node each) are opened in batches, each attached before the next is
+// opened, sized to what is open at the time (fdTable less what is open
+// less fdRoom, the room an attachment's temporaries take); a batch is cut
+// short (its unattached sources closed, to be opened again) when the
+// directories the journal keeps for new mount points have eaten that room.
+// Never fewer than minBatch.
+const (
+	fdTable  = 64
+	fdRoom   = 12
+	minBatch = 4
+)
+
+// openDescriptors counts this process's open descriptors (fdTable when
+// /proc/self/fd cannot be read: then batches are minBatch).
+func openDescriptors() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fdTable
+	}
+	return len(ents)
+}
 
 // prepared holds what was opened and checked on the host.
 type prepared struct {
 	// sources are the plan's mounts and then its devices (none with
 	// NoDevBind), in the order apply attaches them; nil where not opened
 	// yet (openSources).
-	sources  []*rootfs.Source
-	specs    []sourceSpec
-	proc     *rootfs.ProcDriver
-	ldconfig *rootfs.Ldconfig
+	sources []*rootfs.Source
+	specs   []sourceSpec
+	// batchOpen is how many descriptors were open once the current batch
+	// was, batchKept how many directories the journal kept then.
+	batchOpen, batchKept int
+	proc                 *rootfs.ProcDriver
+	ldconfig             *rootfs.Ldconfig
 	// systemDirs are the host ldconfig's built-in directories (nil:
 	// unknown, the ldconfig runs).
 	systemDirs []string
@@ -378,10 +400,11 @@ func (sp sourceSpec) open() (*rootfs.Source, error) {
 	return rootfs.OpenSource(sp.mount.Source, sourceKind(sp.mount.Kind), sp.mount.Options)
 }
 
-// openSources opens the sources from index i on, up to heldSources of
-// them. It runs on the host's side (in its mount namespace).
-func (pr *prepared) openSources(i int) error {
-	end := min(i+heldSources, len(pr.specs))
+// openSources opens the next batch of sources, from index i on; kept is
+// how many directories the journal holds then. It runs on the host's side
+// (in its mount namespace).
+func (pr *prepared) openSources(i, kept int) error {
+	end := min(i+max(fdTable-fdRoom-openDescriptors(), minBatch), len(pr.specs))
 	for ; i < end; i++ {
 		s, err := pr.specs[i].open()
 		if err != nil {
@@ -389,18 +412,28 @@ func (pr *prepared) openSources(i int) error {
 		}
 		pr.sources[i] = s
 	}
+	pr.batchOpen, pr.batchKept = openDescriptors(), kept
 	return nil
 }
 
-// source is the i-th source, opened with the ones after it (on the host,
+// source is the i-th source, opened with a batch after it (on the host,
 // through host) when it was not yet; the earlier ones, attached by then,
-// are closed.
-func (pr *prepared) source(i int, host func(func() error) error) (*rootfs.Source, error) {
+// are closed. When the directories r's journal has kept since the batch
+// was opened leave less than fdRoom, the batch's unattached sources are
+// closed and opened again in a batch sized to what is open now.
+func (pr *prepared) source(i int, r *rootfs.Root, host func(func() error) error) (*rootfs.Source, error) {
+	if pr.sources[i] != nil && pr.batchOpen+r.KeptDirs()-pr.batchKept > fdTable-fdRoom {
+		for j := i; j < len(pr.sources) && pr.sources[j] != nil; j++ {
+			pr.sources[j].Close()
+			pr.sources[j] = nil
+		}
+	}
 	if pr.sources[i] == nil {
 		for _, s := range pr.sources[:i] {
 			s.Close()
 		}
-		if err := host(func() error { return pr.openSources(i) }); err != nil {
+		kept := r.KeptDirs()
+		if err := host(func() error { return pr.openSources(i, kept) }); err != nil {
 			return nil, err
 		}
 	}
@@ -422,9 +455,6 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 		}
 	}
 	pr.sources = make([]*rootfs.Source, len(pr.specs))
-	if err := pr.openSources(0); err != nil {
-		return fail(phase.Mount, err)
-	}
 	if p.Proc != nil {
 		v := p.Proc
 		pd, err := rootfs.PrepareProcDriver(&rootfs.ProcView{HostDir: v.HostDir, Files: v.Files, GPUDirs: v.GPUDirs, Expose: v.Expose})
@@ -450,6 +480,10 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 				opts.Log.Debug("ldconfig's own directories unknown; it will run for CUDA compat libraries", "ldconfig", hp, "error", err)
 			}
 		}
+	}
+	// Last: the first batch is sized to what the rest holds open.
+	if err := pr.openSources(0, 0); err != nil {
+		return fail(phase.Mount, err)
 	}
 	return pr, nil
 }
@@ -495,7 +529,7 @@ func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger, host f
 	}
 	t1 := time.Now()
 	for i, m := range p.Mounts {
-		src, err := pr.source(i, host)
+		src, err := pr.source(i, r, host)
 		if err != nil {
 			return err
 		}
@@ -511,7 +545,7 @@ func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger, host f
 	}
 	t3 := time.Now()
 	for i := len(p.Mounts); i < len(pr.sources); i++ {
-		src, err := pr.source(i, host)
+		src, err := pr.source(i, r, host)
 		if err != nil {
 			return err
 		}

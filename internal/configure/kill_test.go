@@ -265,8 +265,8 @@ func treeDiff(got, want map[string]string) []string {
 // period to do so: 11–12 ms each on a 16-vCPU VM, twice per create on the
 // H100 host before the journal kept one descriptor per directory (not per
 // entry) and named attached mounts by their ID (not by a held clone), the
-// sources gave up their path descriptors once cloned, and a plan of more
-// than heldSources sources was opened in batches. Plans: the H100 host's
+// sources gave up their path descriptors once cloned, and sources were
+// opened in batches sized to the descriptors left. Plans: the H100 host's
 // (17 mounts, 4 nodes, 18 links), 8 GPUs with the compute, utility and
 // video files (22, 12, 20), and every capability on 8 GPUs (48, 16, 48).
 func TestApplyDescriptorTable(t *testing.T) {
@@ -280,21 +280,34 @@ func TestApplyDescriptorTable(t *testing.T) {
 	for _, tt := range []struct {
 		name          string
 		mounts, nodes int
+		// dirs spreads the added files over that many new directories
+		// (graphics files land in a dozen); gpus is the proc view's.
+		dirs, gpus int
 	}{
-		{"one GPU", 17, 4},
-		{"8 GPUs", 22, 12},
-		{"8 GPUs, every capability", 48, 16},
+		{"one GPU", 17, 4, 0, 1},
+		{"8 GPUs", 22, 12, 0, 8},
+		{"8 GPUs, every capability", 48, 16, 12, 8},
+		{"16 GPUs, every capability", 56, 20, 12, 16},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d := newDriver(t)
 			p := d.plan()
 			ro := p.Mounts[0].Options
-			libdir := "/usr/lib/x86_64-linux-gnu"
+			p.Proc.GPUDirs = nil
+			for i := range tt.gpus {
+				bus := fmt.Sprintf("00000000:%02x:00.0", i+0x10)
+				must(t, os.MkdirAll(d.proc+"/gpus/"+bus, 0o755))
+				p.Proc.GPUDirs = append(p.Proc.GPUDirs, bus)
+			}
 			for i := range tt.mounts - len(p.Mounts) {
+				dir := "/usr/lib/x86_64-linux-gnu"
+				if tt.dirs > 0 {
+					dir = fmt.Sprintf("/usr/share/nvidia-x%d/d", i%tt.dirs)
+				}
 				lib := filepath.Join(d.dir, fmt.Sprintf("libnvidia-x%d.so.580.1", i))
 				must(t, os.Link(d.lib, lib))
-				p.Mounts = append(p.Mounts, plan.Mount{Source: lib, Destination: libdir + "/" + filepath.Base(lib), Kind: plan.KindFile, Options: ro})
-				p.Symlinks = append(p.Symlinks, plan.Symlink{Link: libdir + fmt.Sprintf("/libnvidia-x%d.so.1", i), Target: filepath.Base(lib)})
+				p.Mounts = append(p.Mounts, plan.Mount{Source: lib, Destination: dir + "/" + filepath.Base(lib), Kind: plan.KindFile, Options: ro})
+				p.Symlinks = append(p.Symlinks, plan.Symlink{Link: dir + fmt.Sprintf("/libnvidia-x%d.so.1", i), Target: filepath.Base(lib)})
 			}
 			for i := range tt.nodes - len(p.Devices) {
 				p.Devices = append(p.Devices, plan.Device{Path: fmt.Sprintf("/dev/nvidia%d", i+1), HostPath: "/dev/null", Major: 1, Minor: 3})
@@ -333,9 +346,9 @@ func TestApplyDescriptorTable(t *testing.T) {
 }
 
 // TestApplyBatchFailureRollsBack: a source that cannot be opened in a later
-// batch (past heldSources) fails the configure after the earlier batches
-// were attached, and the rollback leaves the image as it was: no mount, no
-// placeholder, no link.
+// batch (a batch is at most fdTable-fdRoom sources) fails the configure
+// after the earlier batches were attached, and the rollback leaves the
+// image as it was: no mount, no placeholder, no link.
 func TestApplyBatchFailureRollsBack(t *testing.T) {
 	requireRoot(t)
 	self, err := os.Executable()
@@ -343,9 +356,10 @@ func TestApplyBatchFailureRollsBack(t *testing.T) {
 	d := newDriver(t)
 	p := d.plan()
 	ro := p.Mounts[0].Options
-	for i := range heldSources + 8 {
+	missing := fdTable - fdRoom + 20
+	for i := range missing + 8 {
 		lib := filepath.Join(d.dir, fmt.Sprintf("libnvidia-x%d.so.580.1", i))
-		if i != heldSources+4 { // this one is missing on the host
+		if i != missing { // this one is missing on the host
 			must(t, os.Link(d.lib, lib))
 		}
 		p.Mounts = append(p.Mounts, plan.Mount{Source: lib, Destination: "/usr/lib/x86_64-linux-gnu/" + filepath.Base(lib), Kind: plan.KindFile, Options: ro})
@@ -356,7 +370,7 @@ func TestApplyBatchFailureRollsBack(t *testing.T) {
 	root := k.image()
 	pristine := treeOf(t, root)
 	out, err := k.command(ns.cmd.Process.Pid, root).CombinedOutput()
-	want := fmt.Sprintf("nvidia-container-cli: mount error: open mount source %s: no such file or directory", filepath.Join(d.dir, fmt.Sprintf("libnvidia-x%d.so.580.1", heldSources+4)))
+	want := fmt.Sprintf("nvidia-container-cli: mount error: open mount source %s: no such file or directory", filepath.Join(d.dir, fmt.Sprintf("libnvidia-x%d.so.580.1", missing)))
 	if err == nil || strings.TrimSpace(string(out)) != want {
 		t.Fatalf("configure with a missing source: %v: %q, want %q", err, out, want)
 	}

@@ -86,6 +86,9 @@ func (r *Root) keepDir(dirfd int) (int, error) {
 	return d, nil
 }
 
+// KeptDirs is how many directory descriptors the journal holds.
+func (r *Root) KeptDirs() int { return len(r.dirs) }
+
 // closeDirs closes the journal's directory descriptors.
 func (r *Root) closeDirs() {
 	for _, d := range r.dirs {
