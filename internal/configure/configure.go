@@ -416,17 +416,30 @@ func (pr *prepared) openSources(i, kept int) error {
 	return nil
 }
 
+// cutBatch closes the current batch's sources from i on when the
+// directories r's journal has kept since it was opened have eaten the room
+// the batch was sized with; not a batch of minBatch opened without room
+// (and so never at a batch's first source, before the journal has kept
+// anything since).
+func (pr *prepared) cutBatch(i int, r *rootfs.Root) {
+	limit := fdTable - fdRoom
+	if pr.batchOpen > limit || pr.batchOpen+r.KeptDirs()-pr.batchKept <= limit {
+		return
+	}
+	for j := i; j < len(pr.sources) && pr.sources[j] != nil; j++ {
+		pr.sources[j].Close()
+		pr.sources[j] = nil
+	}
+}
+
 // source is the i-th source, opened with a batch after it (on the host,
 // through host) when it was not yet; the earlier ones, attached by then,
 // are closed. When the directories r's journal has kept since the batch
 // was opened leave less than fdRoom, the batch's unattached sources are
 // closed and opened again in a batch sized to what is open now.
 func (pr *prepared) source(i int, r *rootfs.Root, host func(func() error) error) (*rootfs.Source, error) {
-	if pr.sources[i] != nil && pr.batchOpen+r.KeptDirs()-pr.batchKept > fdTable-fdRoom {
-		for j := i; j < len(pr.sources) && pr.sources[j] != nil; j++ {
-			pr.sources[j].Close()
-			pr.sources[j] = nil
-		}
+	if pr.sources[i] != nil {
+		pr.cutBatch(i, r)
 	}
 	if pr.sources[i] == nil {
 		for _, s := range pr.sources[:i] {

@@ -598,3 +598,42 @@ func hostLdconfigPath(t *testing.T) string {
 	}
 	return p
 }
+
+// TestSourceBatchesProgress: with the journal holding more directories
+// than the descriptor room allows, every source is still handed out, each
+// once, in batches of minBatch that are not cut short.
+func TestSourceBatchesProgress(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	r, err := rootfs.Open(dir)
+	must(t, err)
+	defer r.Rollback()
+	for i := range fdTable {
+		must(t, r.Symlink("x", fmt.Sprintf("/d%d/link", i)))
+	}
+	if r.KeptDirs() < fdTable {
+		t.Fatalf("journal keeps %d directories, want at least %d", r.KeptDirs(), fdTable)
+	}
+	p := &plan.Plan{}
+	for i := range 3*minBatch + 1 {
+		p.Devices = append(p.Devices, plan.Device{Path: fmt.Sprintf("/dev/nvidia%d", i), HostPath: "/dev/null", Major: 1, Minor: 3})
+	}
+	pr, err := prepare(p, Options{})
+	must(t, err)
+	defer pr.Close()
+	opened := 0
+	host := func(g func() error) error { opened++; return g() }
+	seen := map[*rootfs.Source]bool{}
+	for i := range pr.sources {
+		s, err := pr.source(i, r, host)
+		must(t, err)
+		if s == nil || seen[s] {
+			t.Fatalf("source %d: %v (seen before: %v)", i, s, seen[s])
+		}
+		seen[s] = true
+	}
+	// The first batch came with prepare; each later one through host.
+	if want := (len(pr.sources)+minBatch-1)/minBatch - 1; opened != want {
+		t.Errorf("%d batches opened through host, want %d", opened, want)
+	}
+}
