@@ -163,8 +163,8 @@ func undoMountOwned(d int, desc string) undo {
 // 5.8) or a kept directory the journal holds the clone as undoMountOwned
 // does.
 func undoAttached(tree int, at entryAt, desc string) undo {
-	id, kind, ok := mountID(tree)
-	if !ok || at.dir < 0 {
+	id, kind, err := fdMountID(tree, unix.STATX_MNT_ID_UNIQUE)
+	if err != nil || at.dir < 0 {
 		return undoMountOwned(tree, desc)
 	}
 	unix.Close(tree)
@@ -179,7 +179,7 @@ func undoAttached(tree int, at entryAt, desc string) undo {
 				return err
 			}
 			defer unix.Close(fd)
-			if got, gotKind, ok := mountID(fd); !ok || gotKind != kind || got != id {
+			if got, gotKind, err := fdMountID(fd, kind); err != nil || gotKind != kind || got != id {
 				return nil // not ours (any more)
 			}
 			err = unix.Unmount(procFdPath(fd), unix.MNT_DETACH)
@@ -189,21 +189,6 @@ func undoAttached(tree int, at entryAt, desc string) undo {
 			return err
 		},
 	}
-}
-
-// mountID is the ID of the mount fd is on, and which kind it is (the
-// unique 64-bit ID of Linux 6.8, else the reusable one of 5.8).
-func mountID(fd int) (uint64, uint32, bool) {
-	var stx unix.Statx_t
-	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID_UNIQUE, &stx); err != nil {
-		return 0, 0, false
-	}
-	for _, kind := range []uint32{unix.STATX_MNT_ID_UNIQUE, unix.STATX_MNT_ID} {
-		if stx.Mask&kind != 0 {
-			return stx.Mnt_id, kind, true
-		}
-	}
-	return 0, 0, false
 }
 
 // procFdPath is the magic link naming descriptor fd of this process.

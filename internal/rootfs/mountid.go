@@ -27,20 +27,33 @@ func (r *Root) MountOf(p string) (uint64, string, error) {
 	for {
 		fd, err := r.openDir(dir)
 		if err == nil {
-			var stx unix.Statx_t
-			err = unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &stx)
+			id, _, err := fdMountID(fd, unix.STATX_MNT_ID)
 			unix.Close(fd)
 			if err != nil {
-				return 0, dir, r.errorf(dir, fmt.Errorf("statx: %w", err))
+				return 0, dir, r.errorf(dir, err)
 			}
-			if stx.Mask&unix.STATX_MNT_ID == 0 {
-				return 0, dir, r.errorf(dir, ErrNoMountID)
-			}
-			return stx.Mnt_id, dir, nil
+			return id, dir, nil
 		}
 		if (err != unix.ENOENT && err != unix.ENOTDIR) || dir == "/" {
 			return 0, dir, r.errorf(dir, err)
 		}
 		dir = path.Dir(dir)
 	}
+}
+
+// fdMountID is the id of the mount fd is on, of the kind asked for
+// (STATX_MNT_ID, the one mountinfo lists, or STATX_MNT_ID_UNIQUE, Linux
+// 6.8's 64-bit id, which is never reused) or, where the kernel has only
+// the former, that one; kind says which it is.
+func fdMountID(fd int, want uint32) (id uint64, kind uint32, err error) {
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW, int(want), &stx); err != nil {
+		return 0, 0, fmt.Errorf("statx: %w", err)
+	}
+	for _, k := range []uint32{want, unix.STATX_MNT_ID} {
+		if stx.Mask&k != 0 {
+			return stx.Mnt_id, k, nil
+		}
+	}
+	return 0, 0, ErrNoMountID
 }
