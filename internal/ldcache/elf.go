@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Library is what ldconfig learns from a shared object's ELF headers.
@@ -63,14 +64,25 @@ const (
 // shared object (ET_DYN) say.
 type elfObject struct {
 	class   byte
+	typ     uint16 // e_type: etDyn for a shared object
 	machine uint16
 	segs    []elfSegment
 }
 
 type elfSegment struct{ typ, off, vaddr, filesz uint64 }
 
+// readSharedObject is readELF for a shared object (ET_DYN).
+func readSharedObject(r io.ReaderAt, size int64) (elfObject, error) {
+	o, err := readELF(r, size)
+	if err == nil && o.typ != etDyn {
+		return elfObject{}, fmt.Errorf("%w: ELF type %d, not ET_DYN", ErrNotLibrary, o.typ)
+	}
+	return o, err
+}
+
 // readELF reads the ELF header and the program headers of a little-endian
-// shared object of size bytes. Every offset is bounds-checked against size.
+// ELF object of size bytes (of any type). Every offset is bounds-checked
+// against size.
 func readELF(r io.ReaderAt, size int64) (elfObject, error) {
 	var ident [64]byte
 	if size < 52 {
@@ -87,7 +99,7 @@ func readELF(r io.ReaderAt, size int64) (elfObject, error) {
 		return elfObject{}, fmt.Errorf("%w: not little-endian", ErrNotLibrary)
 	}
 	le := binary.LittleEndian
-	o := elfObject{class: ident[4], machine: le.Uint16(ident[18:])}
+	o := elfObject{class: ident[4], typ: le.Uint16(ident[16:]), machine: le.Uint16(ident[18:])}
 	var phoff, phentsize, phnum, phmin uint64
 	switch o.class {
 	case elfClass32:
@@ -101,9 +113,6 @@ func readELF(r io.ReaderAt, size int64) (elfObject, error) {
 		phentsize, phnum, phmin = uint64(le.Uint16(ident[54:])), uint64(le.Uint16(ident[56:])), 56
 	default:
 		return elfObject{}, fmt.Errorf("%w: ELF class %d", ErrNotLibrary, o.class)
-	}
-	if typ := le.Uint16(ident[16:]); typ != etDyn {
-		return elfObject{}, fmt.Errorf("%w: ELF type %d, not ET_DYN", ErrNotLibrary, typ)
 	}
 	phBytes := phentsize * phnum
 	if phentsize < phmin || phBytes > maxPhdrBytes || phoff > uint64(size) || phBytes > uint64(size)-phoff {
@@ -132,7 +141,7 @@ func readELF(r io.ReaderAt, size int64) (elfObject, error) {
 // caller that does not know it may pass an upper bound (reads past the end
 // of the file then fail with io.EOF).
 func Inspect(r io.ReaderAt, size int64) (Library, error) {
-	o, err := readELF(r, size)
+	o, err := readSharedObject(r, size)
 	if err != nil {
 		return Library{}, err
 	}
@@ -356,34 +365,62 @@ func readCString(r io.ReaderAt, off, size int64) (string, error) {
 // none: the OSVersion older ldconfigs recorded in the cache (NVIDIA selects
 // libnvidia-tls by it). size is the file's size.
 func ABITag(r io.ReaderAt, size int64) (uint32, error) {
-	o, err := readELF(r, size)
+	o, err := readSharedObject(r, size)
 	if err != nil {
 		return 0, err
 	}
 	le := binary.LittleEndian
+	var tag uint32
+	err = o.eachNote(r, size, func(name []byte, typ uint32, d []byte) bool {
+		if typ == ntGNUABITag && string(name) == "GNU\x00" && len(d) >= 16 && le.Uint32(d) == 0 { // ELF_NOTE_OS_LINUX
+			tag = min(le.Uint32(d[4:]), 255)<<16 | min(le.Uint32(d[8:]), 255)<<8 | min(le.Uint32(d[12:]), 255)
+			return false
+		}
+		return true
+	})
+	return tag, err
+}
+
+// FindNote returns the description of the first note of type typ named
+// name (its NUL padding aside) in the PT_NOTE segments of the ELF object r
+// of any type (an executable too); found is false when there is none.
+// size is the file's size, or an upper bound of it.
+func FindNote(r io.ReaderAt, size int64, name string, typ uint32) (desc []byte, found bool, err error) {
+	o, err := readELF(r, size)
+	if err != nil {
+		return nil, false, err
+	}
+	err = o.eachNote(r, size, func(n []byte, t uint32, d []byte) bool {
+		if t == typ && strings.TrimRight(string(n), "\x00") == name {
+			desc, found = d, true
+		}
+		return !found
+	})
+	return desc, found, err
+}
+
+// eachNote calls f with each note of o's PT_NOTE segments (the first
+// maxNoteBytes of each, read from r of size bytes) until f returns false.
+func (o elfObject) eachNote(r io.ReaderAt, size int64, f func(name []byte, typ uint32, desc []byte) bool) error {
+	more := true
 	for _, s := range o.segs {
+		if !more {
+			break
+		}
 		if s.typ != ptNote || s.off > uint64(size) {
 			continue
 		}
-		buf := make([]byte, min(s.filesz, uint64(size)-s.off, 4096))
+		buf := make([]byte, min(s.filesz, uint64(size)-s.off, maxNoteBytes))
 		got, err := r.ReadAt(buf, int64(s.off))
 		if err != nil && !(err == io.EOF && got > 0) {
-			return 0, fmt.Errorf("read PT_NOTE at %d: %w", s.off, err)
+			return fmt.Errorf("read PT_NOTE at %d: %w", s.off, err)
 		}
-		var tag uint32
-		found := false
-		eachNote(buf[:got], 4, func(name []byte, typ uint32, d []byte) bool {
-			if typ == ntGNUABITag && string(name) == "GNU\x00" && len(d) >= 16 && le.Uint32(d) == 0 { // ELF_NOTE_OS_LINUX
-				tag = min(le.Uint32(d[4:]), 255)<<16 | min(le.Uint32(d[8:]), 255)<<8 | min(le.Uint32(d[12:]), 255)
-				found = true
-			}
-			return !found
+		eachNote(buf[:got], 4, func(name []byte, typ uint32, desc []byte) bool {
+			more = f(name, typ, desc)
+			return more
 		})
-		if found {
-			return tag, nil
-		}
 	}
-	return 0, nil
+	return nil
 }
 
 // eachNote calls f with the name, type and description of each ELF note
