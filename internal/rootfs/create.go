@@ -56,7 +56,9 @@ func (r *Root) placeholderAt(cp string, dir bool, mode uint32) (int, entryAt, er
 	defer unix.Close(dfd)
 	at := entryAt{dir: -1, name: name}
 	if kd, err := r.keepDir(dfd); err == nil {
-		at.dir = kd
+		// The journal's own descriptor of the directory: the entries the
+		// placeholder records find it kept (no second fstat).
+		at.dir, dfd = kd, kd
 	}
 	fd, err := r.placeholderIn(dfd, cp, name, dir, mode)
 	return fd, at, err

@@ -67,6 +67,9 @@ type dirKey struct{ dev, ino uint64 }
 // entry crossed those marks in every create with a GPU's worth of links and
 // mounts.
 func (r *Root) keepDir(dirfd int) (int, error) {
+	if r.kept[dirfd] {
+		return dirfd, nil // one of the journal's own
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(dirfd, &st); err != nil {
 		return -1, err
@@ -80,9 +83,9 @@ func (r *Root) keepDir(dirfd int) (int, error) {
 		return -1, err
 	}
 	if r.dirs == nil {
-		r.dirs = make(map[dirKey]int)
+		r.dirs, r.kept = make(map[dirKey]int), make(map[int]bool)
 	}
-	r.dirs[k] = d
+	r.dirs[k], r.kept[d] = d, true
 	return d, nil
 }
 
@@ -94,7 +97,7 @@ func (r *Root) closeDirs() {
 	for _, d := range r.dirs {
 		unix.Close(d)
 	}
-	r.dirs = nil
+	r.dirs, r.kept = nil, nil
 }
 
 // undoRemove removes name from dirfd (a directory when dir is set).
@@ -144,15 +147,19 @@ func undoMount(mntfd int, desc string) undo {
 func undoMountOwned(d int, desc string) undo {
 	return undo{
 		desc: "mount " + desc,
-		run: func() error {
-			err := unix.Unmount(procFdPath(d), unix.MNT_DETACH)
-			if err == unix.EINVAL || err == unix.ENOENT {
-				return nil // not mounted (any more)
-			}
-			return err
-		},
+		run:  func() error { return detach(d) },
 		done: func() { unix.Close(d) },
 	}
+}
+
+// detach lazily unmounts the mount whose root fd refers to; one that is
+// not mounted (any more) is no error.
+func detach(fd int) error {
+	err := unix.Unmount(procFdPath(fd), unix.MNT_DETACH)
+	if err == unix.EINVAL || err == unix.ENOENT {
+		return nil
+	}
+	return err
 }
 
 // undoAttached lazily unmounts the mount just attached from the clone
@@ -182,11 +189,7 @@ func undoAttached(tree int, at entryAt, desc string) undo {
 			if got, gotKind, err := fdMountID(fd, kind); err != nil || gotKind != kind || got != id {
 				return nil // not ours (any more)
 			}
-			err = unix.Unmount(procFdPath(fd), unix.MNT_DETACH)
-			if err == unix.EINVAL || err == unix.ENOENT {
-				return nil
-			}
-			return err
+			return detach(fd)
 		},
 	}
 }

@@ -42,8 +42,9 @@ type Root struct {
 	legacyMount bool
 	journal     []undo
 	// dirs holds one descriptor per directory the journal's entries name
-	// (keepDir), closed with the journal.
+	// (keepDir), closed with the journal; kept is the set of them.
 	dirs map[dirKey]int
+	kept map[int]bool
 	// libFacts answer for library files UpdateLdCache would inspect (nil:
 	// none; UseLibFacts).
 	libFacts LibFacts
