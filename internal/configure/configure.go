@@ -404,7 +404,11 @@ func (sp sourceSpec) open() (*rootfs.Source, error) {
 // how many directories the journal holds then. It runs on the host's side
 // (in its mount namespace).
 func (pr *prepared) openSources(i, kept int) error {
-	end := min(i+max(fdTable-fdRoom-openDescriptors(), minBatch), len(pr.specs))
+	open := openDescriptors()
+	end := min(i+max(fdTable-fdRoom-open, minBatch), len(pr.specs))
+	// Each source holds one descriptor (its clone, or its path where there
+	// is no clone).
+	pr.batchOpen, pr.batchKept = open+end-i, kept
 	for ; i < end; i++ {
 		s, err := pr.specs[i].open()
 		if err != nil {
@@ -412,7 +416,6 @@ func (pr *prepared) openSources(i, kept int) error {
 		}
 		pr.sources[i] = s
 	}
-	pr.batchOpen, pr.batchKept = openDescriptors(), kept
 	return nil
 }
 
