@@ -42,14 +42,3 @@ func MustBuildNctk(tb testing.TB) string {
 	}
 	return dir
 }
-
-// ToolNames lists the names nctk is installed under, sorted (the keys of
-// internal/tools.All, which imports every tool and so cannot be imported
-// by the tools' own tests; internal/tools checks the two agree).
-func ToolNames() []string {
-	return []string{
-		"nvidia-cdi-hook", "nvidia-container-cli", "nvidia-container-runtime", "nvidia-container-runtime-hook",
-		"nvidia-container-runtime.cdi", "nvidia-container-runtime.legacy",
-		"nvidia-container-toolkit", "nvidia-ctk", "nvidia-docker",
-	}
-}
