@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/plan"
 )
 
@@ -139,7 +140,7 @@ func (k *killRig) configure(root string) (tree, mounts map[string]string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		k.t.Fatalf("configure %s: %v: %s", root, err, out)
 	}
-	return treeOf(k.t, root), mountsUnder(k.t, fmt.Sprintf("/proc/%d/mountinfo", ns.cmd.Process.Pid), root)
+	return e2e.TreeState(k.t, root), mountsUnder(k.t, fmt.Sprintf("/proc/%d/mountinfo", ns.cmd.Process.Pid), root)
 }
 
 // TestKillThenRetry is issue 13's kill test for configure (the --gpus
@@ -188,7 +189,7 @@ func TestKillThenRetry(t *testing.T) {
 func (k *killRig) killThenRetry(budget time.Duration) {
 	t := k.t
 	clean := k.image()
-	pristine := treeOf(t, clean)
+	pristine := e2e.TreeState(t, clean)
 	start := time.Now()
 	want, wantMounts := k.configure(clean)
 	span := time.Since(start)
@@ -218,7 +219,7 @@ func (k *killRig) killThenRetry(budget time.Duration) {
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 		ns.stop()
-		mid := treeOf(t, root)
+		mid := e2e.TreeState(t, root)
 		if !maps.Equal(mid, pristine) && !maps.Equal(mid, want) {
 			partial++
 		}
@@ -368,7 +369,7 @@ func TestApplyBatchFailureRollsBack(t *testing.T) {
 	ns := startNS(t)
 	defer ns.stop()
 	root := k.image()
-	pristine := treeOf(t, root)
+	pristine := e2e.TreeState(t, root)
 	out, err := k.command(ns.cmd.Process.Pid, root).CombinedOutput()
 	want := fmt.Sprintf("nvidia-container-cli: mount error: open mount source %s: no such file or directory", filepath.Join(d.dir, fmt.Sprintf("libnvidia-x%d.so.580.1", missing)))
 	if err == nil || strings.TrimSpace(string(out)) != want {
@@ -377,7 +378,7 @@ func TestApplyBatchFailureRollsBack(t *testing.T) {
 	if m := mountsUnder(t, fmt.Sprintf("/proc/%d/mountinfo", ns.cmd.Process.Pid), root); len(m) != 0 {
 		t.Errorf("mounts left after the failed configure: %v", m)
 	}
-	if got := treeOf(t, root); !maps.Equal(got, pristine) {
+	if got := e2e.TreeState(t, root); !maps.Equal(got, pristine) {
 		t.Errorf("image changed by the failed configure:\nbefore %v\nafter  %v", pristine, got)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -14,41 +13,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
 )
-
-// treeOf describes every object below dir (type and mode, content or link
-// target), to tell whether anything changed.
-func treeOf(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	must(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		desc := fi.Mode().String()
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			desc += " -> " + l
-		case fi.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			desc += fmt.Sprintf(" %q", b)
-		}
-		out[strings.TrimPrefix(p, dir)] = desc
-		return nil
-	}))
-	return out
-}
 
 // mountInContainer runs mount(8) with args in the container's namespace,
 // as the engine mounts a user's volume before the prestart hook runs.
@@ -109,8 +78,8 @@ func TestApplyUserMount(t *testing.T) {
 			} else {
 				mountInContainer(t, c, "--bind", host, c.rootfs+tt.dst)
 			}
-			hostBefore := treeOf(t, host)
-			rootBefore := treeOf(t, c.rootfs)
+			hostBefore := e2e.TreeState(t, host)
+			rootBefore := e2e.TreeState(t, c.rootfs)
 			mountsBefore := c.mounts(t)
 
 			rootPath := c.rootfs
@@ -120,7 +89,7 @@ func TestApplyUserMount(t *testing.T) {
 			}
 			err := Apply(context.Background(), p, Container{PID: c.pid, Rootfs: rootPath}, Options{NoCgroups: true})
 
-			if got := treeOf(t, host); !maps.Equal(got, hostBefore) {
+			if got := e2e.TreeState(t, host); !maps.Equal(got, hostBefore) {
 				t.Errorf("host directory changed:\n%v\nwas\n%v", got, hostBefore)
 			}
 			if tt.refused == "" {
@@ -138,7 +107,7 @@ func TestApplyUserMount(t *testing.T) {
 			if msg := err.Error(); !strings.Contains(msg, host) || !strings.Contains(msg, tt.dst) || !strings.Contains(msg, "mount the volume elsewhere") {
 				t.Errorf("error does not name the mount: %s", msg)
 			}
-			if got := treeOf(t, c.rootfs); !maps.Equal(got, rootBefore) {
+			if got := e2e.TreeState(t, c.rootfs); !maps.Equal(got, rootBefore) {
 				t.Errorf("rootfs changed by a refused Apply:\n%v\nwas\n%v", got, rootBefore)
 			}
 			if got := c.mounts(t); !maps.Equal(got, mountsBefore) {
