@@ -67,8 +67,10 @@ type dirKey struct{ dev, ino uint64 }
 // entry crossed those marks in every create with a GPU's worth of links and
 // mounts.
 func (r *Root) keepDir(dirfd int) (int, error) {
-	if r.kept[dirfd] {
-		return dirfd, nil // one of the journal's own
+	for _, d := range r.dirs {
+		if d == dirfd {
+			return dirfd, nil // one of the journal's own
+		}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(dirfd, &st); err != nil {
@@ -83,9 +85,9 @@ func (r *Root) keepDir(dirfd int) (int, error) {
 		return -1, err
 	}
 	if r.dirs == nil {
-		r.dirs, r.kept = make(map[dirKey]int), make(map[int]bool)
+		r.dirs = make(map[dirKey]int)
 	}
-	r.dirs[k], r.kept[d] = d, true
+	r.dirs[k] = d
 	return d, nil
 }
 
@@ -97,7 +99,7 @@ func (r *Root) closeDirs() {
 	for _, d := range r.dirs {
 		unix.Close(d)
 	}
-	r.dirs, r.kept = nil, nil
+	r.dirs = nil
 }
 
 // undoRemove removes name from dirfd (a directory when dir is set).

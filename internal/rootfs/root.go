@@ -42,9 +42,8 @@ type Root struct {
 	legacyMount bool
 	journal     []undo
 	// dirs holds one descriptor per directory the journal's entries name
-	// (keepDir), closed with the journal; kept is the set of them.
+	// (keepDir), closed with the journal.
 	dirs map[dirKey]int
-	kept map[int]bool
 	// libFacts answer for library files UpdateLdCache would inspect (nil:
 	// none; UseLibFacts).
 	libFacts LibFacts
