@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -38,39 +37,6 @@ func startGPUDockerd(t *testing.T, img string, trixie bool) (*gpuHost, *e2e.Dock
 	})
 	d.ImportImage(e2e.BuildRootfs(t, e2e.RootfsOptions{}), img)
 	return host, d
-}
-
-// dirTree describes every object below dir (type and mode, content or
-// link target).
-func dirTree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		fi, err := de.Info()
-		if err != nil {
-			return err
-		}
-		desc := fi.Mode().String()
-		if fi.Mode().IsRegular() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			desc += fmt.Sprintf(" %q", b)
-		} else if fi.Mode()&fs.ModeSymlink != 0 {
-			l, _ := os.Readlink(p)
-			desc += " -> " + l
-		}
-		out[strings.TrimPrefix(p, dir)] = desc
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // TestDockerUserMount replays issue 13 through docker itself: a user
@@ -118,10 +84,10 @@ func userMount(t *testing.T, host *gpuHost, d *e2e.Dockerd, img string) {
 			if err := os.WriteFile(filepath.Join(vol, "user-data"), []byte("mine"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			before := dirTree(t, vol)
+			before := e2e.TreeState(t, vol)
 			argv := append([]string{"run", "--rm", "--network=none", "-v", vol + ":" + libDir}, tt.args...)
 			res := d.Docker(append(argv, img, "/bin/true")...)
-			if got := dirTree(t, vol); !maps.Equal(got, before) {
+			if got := e2e.TreeState(t, vol); !maps.Equal(got, before) {
 				t.Errorf("the host directory changed:\n%v\nwas\n%v", got, before)
 			}
 			if res.OK() {
@@ -137,7 +103,7 @@ func userMount(t *testing.T, host *gpuHost, d *e2e.Dockerd, img string) {
 				gpus = []int{1}
 			}
 			checkGPU(t, out, want{host: host, GPUs: gpus, LibDir: libDir})
-			if got := dirTree(t, vol); !maps.Equal(got, before) {
+			if got := e2e.TreeState(t, vol); !maps.Equal(got, before) {
 				t.Errorf("the host directory changed by a container with it at /data:\n%v\nwas\n%v", got, before)
 			}
 		})

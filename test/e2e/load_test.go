@@ -138,7 +138,7 @@ func TestLoadCreates(t *testing.T) {
 			return r
 		}
 		r.spec = bytes.ReplaceAll(readFile(t, filepath.Join(bundle, "config.json")), []byte(id), []byte("ID"))
-		r.tree = dirTree(t, filepath.Join(bundle, "rootfs"))
+		r.tree = e2e.TreeState(t, filepath.Join(bundle, "rootfs"))
 		pid, err := initPid(runc, state, id)
 		if err != nil {
 			r.err = err
@@ -198,7 +198,7 @@ func TestLoadCreates(t *testing.T) {
 		case !bytes.Equal(r.spec, ref.spec):
 			t.Errorf("create %d wrote another config.json than create 0:\n%s\nwant\n%s", i, r.spec, ref.spec)
 		case !maps.Equal(r.tree, ref.tree):
-			t.Errorf("create %d left another rootfs than create 0: %v", i, treeDifference(r.tree, ref.tree))
+			t.Errorf("create %d left another rootfs than create 0: %v", i, e2e.TreeDiff(r.tree, ref.tree))
 		case !slices.Equal(r.mounts, ref.mounts):
 			t.Errorf("create %d mounted\n%v\nwant (create 0)\n%v", i, r.mounts, ref.mounts)
 		}
@@ -326,25 +326,6 @@ func runtimeProcesses(markers ...string) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// treeDifference lists what differs between two rootfs trees.
-func treeDifference(got, want map[string]string) []string {
-	var d []string
-	for p, g := range got {
-		if w, ok := want[p]; !ok {
-			d = append(d, "extra "+p)
-		} else if g != w {
-			d = append(d, "differs "+p)
-		}
-	}
-	for p := range want {
-		if _, ok := got[p]; !ok {
-			d = append(d, "missing "+p)
-		}
-	}
-	slices.Sort(d)
-	return d
 }
 
 // TestLoadDocker is issue 13's docker load: size.dockerRuns concurrent

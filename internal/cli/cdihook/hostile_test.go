@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nctk/nctk/internal/cudacompat/compattest"
+	"github.com/nctk/nctk/internal/e2e"
 	"golang.org/x/sys/unix"
 )
 
@@ -242,7 +243,7 @@ func TestHostileHooks(t *testing.T) {
 			}
 			before := hostSnapshot(t, host)
 			r := execHook(t, stateFor(b), args...)
-			if d := diffHost(hostSnapshot(t, host), before); len(d) > 0 {
+			if d := e2e.TreeDiff(hostSnapshot(t, host), before); len(d) > 0 {
 				t.Errorf("the host changed: %v (hook exit %d: %s)", d, r.code, r.stderr)
 			}
 			switch {
@@ -258,22 +259,4 @@ func TestHostileHooks(t *testing.T) {
 			}
 		})
 	}
-}
-
-// diffHost lists what differs between two host snapshots.
-func diffHost(got, want map[string]string) []string {
-	var d []string
-	for p, g := range got {
-		if w, ok := want[p]; !ok {
-			d = append(d, "created "+p)
-		} else if g != w {
-			d = append(d, fmt.Sprintf("changed %s: %s, was %s", p, g, w))
-		}
-	}
-	for p := range want {
-		if _, ok := got[p]; !ok {
-			d = append(d, "removed "+p)
-		}
-	}
-	return d
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/cudacompat/compattest"
+	"github.com/nctk/nctk/internal/e2e"
 )
 
 // TestHookKillThenRetry: a hook killed at a random point leaves at most its
@@ -113,7 +114,7 @@ func killThenRetry(t *testing.T, dir string, args []string, image func(root stri
 		if r := execHook(t, stateFor(b), args...); r.code != 0 {
 			t.Fatalf("run %d: the run after a kill: exit %d: %s", runs, r.code, r.stderr)
 		}
-		if d := diffHost(rel(hostSnapshot(t, root), root), want); len(d) > 0 {
+		if d := e2e.TreeDiff(rel(hostSnapshot(t, root), root), want); len(d) > 0 {
 			t.Fatalf("run %d: the run after a kill differs from a clean run: %v", runs, d)
 		}
 	}

@@ -293,7 +293,7 @@ func TestHookRaces(t *testing.T) {
 				if r.code != 0 {
 					failed++
 				}
-				if d := diffHost(hostSnapshot(t, host), want); len(d) > 0 {
+				if d := e2e.TreeDiff(hostSnapshot(t, host), want); len(d) > 0 {
 					t.Fatalf("run %d (%d flips so far): the host changed: %v (hook exit %d: %s)", runs, f.flips.Load(), d, r.code, r.stderr)
 				}
 			}
@@ -311,7 +311,7 @@ func TestHookRaces(t *testing.T) {
 			if r.code != 0 {
 				t.Errorf("after the race, with the directory in place: exit %d: %s", r.code, r.stderr)
 			}
-			if d := diffHost(hostSnapshot(t, host), want); len(d) > 0 {
+			if d := e2e.TreeDiff(hostSnapshot(t, host), want); len(d) > 0 {
 				t.Fatalf("the host changed: %v", d)
 			}
 			t.Logf("%d runs (%d failed) during %d flips of %s; the host is unchanged", runs, failed, f.flips.Load(), tc.flip)
