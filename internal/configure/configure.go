@@ -12,7 +12,7 @@
 // setns(CLONE_NEWNS) refuses a thread that shares its filesystem
 // information with others (EINVAL), so Apply runs the in-container work on
 // one dedicated OS thread that first unshares CLONE_FS and then joins the
-// namespace (see nsThread). That thread is locked to its goroutine and is
+// namespace (see internal/mountns). That thread is locked to its goroutine and is
 // destroyed, never reused, when the work is done; no other thread of the
 // process ever enters the container's namespace. This needs no cgo and no
 // re-exec, and keeps host-side descriptors usable: sources are opened and
@@ -66,6 +66,7 @@ import (
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/cudacompat"
 	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/mountns"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
@@ -205,7 +206,7 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 	}
 	defer prep.Close()
 
-	t, err := enterMountNS(nsfd)
+	t, err := mountns.Enter(nsfd)
 	if err != nil {
 		return &phase.Error{Phase: phase.Container, Err: fmt.Errorf("%s: %w", nsPath, err)}
 	}

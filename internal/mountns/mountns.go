@@ -1,4 +1,8 @@
-package configure
+// Package mountns runs Go code inside another process's mount namespace
+// (a container's) on one dedicated OS thread, without cgo or a re-exec:
+// the --gpus hook's configure and the runtime's work in a created
+// container use it.
+package mountns
 
 import (
 	"errors"
@@ -8,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nsThread is an OS thread that has joined another mount namespace and runs
+// Thread is an OS thread that has joined another mount namespace and runs
 // the functions given to Do there, one at a time.
 //
 // setns(CLONE_NEWNS) fails with EINVAL when the calling thread shares its
@@ -21,15 +25,15 @@ import (
 // terminates the thread. Threads the runtime creates while this one is
 // locked are cloned by the runtime's template thread, not by this one, so
 // no other thread ever inherits the container's namespace.
-type nsThread struct {
+type Thread struct {
 	work chan func()
 	done chan struct{}
 }
 
-// enterMountNS starts a thread in the mount namespace nsfd refers to
+// Enter starts a thread in the mount namespace nsfd refers to
 // (an open /proc/PID/ns/mnt).
-func enterMountNS(nsfd int) (*nsThread, error) {
-	t := &nsThread{work: make(chan func()), done: make(chan struct{})}
+func Enter(nsfd int) (*Thread, error) {
+	t := &Thread{work: make(chan func()), done: make(chan struct{})}
 	ready := make(chan error, 1)
 	go t.run(nsfd, ready, nil)
 	if err := <-ready; err != nil {
@@ -45,7 +49,7 @@ func enterMountNS(nsfd int) (*nsThread, error) {
 // would stay in the container's namespace for the life of the process. A
 // goroutine that lands there hands over to a new one (which cannot be
 // scheduled on this thread while it is locked here) and leaves unchanged.
-func (t *nsThread) run(nsfd int, ready chan<- error, locked chan<- struct{}) {
+func (t *Thread) run(nsfd int, ready chan<- error, locked chan<- struct{}) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
 		next := make(chan struct{})
@@ -74,7 +78,7 @@ func (t *nsThread) run(nsfd int, ready chan<- error, locked chan<- struct{}) {
 }
 
 // Do runs f on the thread and returns its error.
-func (t *nsThread) Do(f func() error) error {
+func (t *Thread) Do(f func() error) error {
 	return t.DoHost(func(func(func() error) error) error { return f() })
 }
 
@@ -82,7 +86,7 @@ func (t *nsThread) Do(f func() error) error {
 // runs g on the calling goroutine, in the caller's mount namespace (never
 // on the namespace thread, which runs only its own goroutine), and returns
 // its error.
-func (t *nsThread) DoHost(f func(host func(func() error) error) error) error {
+func (t *Thread) DoHost(f func(host func(func() error) error) error) error {
 	if t == nil {
 		return errors.New("mount namespace thread not running")
 	}
@@ -110,7 +114,7 @@ func (t *nsThread) DoHost(f func(host func(func() error) error) error) error {
 }
 
 // Close ends the thread (and with it the thread's namespace membership).
-func (t *nsThread) Close() {
+func (t *Thread) Close() {
 	if t == nil {
 		return
 	}
