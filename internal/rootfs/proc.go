@@ -203,3 +203,61 @@ func (r *Root) procDirMissing() (bool, error) {
 	}
 	return false, nil
 }
+
+// ParamsMask is a prepared mask of the container's
+// /proc/driver/nvidia/params (disable-device-node-modification): a
+// read-only copy of the host's params in which ModifyDeviceFiles is 0, so
+// that driver code in the container never creates device nodes. Prepare it
+// on the host with PrepareParamsMask and mount it with Root.MaskParams,
+// possibly in the container's mount namespace.
+type ParamsMask struct {
+	data []byte
+}
+
+// PrepareParamsMask reads hostDir's params and returns its mask; nil (and
+// no error) when the host has no params file or its ModifyDeviceFiles is
+// already 0, since there is nothing to mask then.
+func PrepareParamsMask(hostDir string, log *slog.Logger) (*ParamsMask, error) {
+	hostParams := path.Join(hostDir, "params")
+	data, err := procfs.ReadFile(hostParams)
+	if errors.Is(err, os.ErrNotExist) {
+		if log != nil {
+			log.Warn("no driver params on the host; nothing to do", "path", hostParams)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	masked := procfs.DisableDeviceFileModification(data)
+	if string(masked) == string(data) {
+		if log != nil {
+			log.Debug("ModifyDeviceFiles is already 0")
+		}
+		return nil, nil
+	}
+	return &ParamsMask{data: masked}, nil
+}
+
+// MaskParams mounts pm read-only (nosuid, nodev, noexec) over the
+// container's /proc/driver/nvidia/params; a container without that file
+// (no driver in its procfs) is skipped with a warning. A nil pm does
+// nothing.
+func (r *Root) MaskParams(pm *ParamsMask, log *slog.Logger) error {
+	if pm == nil {
+		return nil
+	}
+	target := ContainerProcDriver + "/params"
+	if !r.Exists(target) {
+		if log != nil {
+			log.Warn("container has no "+target+"; nothing to mask", "root", r.path)
+		}
+		return nil
+	}
+	s, err := DataSource("params", pm.data, DataOptions())
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return r.Attach(s, target)
+}

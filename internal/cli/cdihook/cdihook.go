@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -43,7 +42,6 @@ import (
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/hostfacts"
 	"github.com/nctk/nctk/internal/ocistate"
-	"github.com/nctk/nctk/internal/procfs"
 	"github.com/nctk/nctk/internal/rootfs"
 	"github.com/nctk/nctk/internal/version"
 )
@@ -541,33 +539,11 @@ func disableDeviceNodeModification(h *hookEnv, d hookargs.DisableDeviceNodeModif
 	if hostDir == "" {
 		hostDir = DefaultHostProcDir
 	}
-	hostParams := filepath.Join(hostDir, "params")
-	data, err := procfs.ReadFile(hostParams)
-	if errors.Is(err, os.ErrNotExist) {
-		h.log.Warn("no driver params on the host; nothing to do", "path", hostParams)
-		return nil
-	}
-	if err != nil {
+	pm, err := rootfs.PrepareParamsMask(hostDir, h.log)
+	if err != nil || pm == nil {
 		return err
 	}
-	masked := procfs.DisableDeviceFileModification(data)
-	if string(masked) == string(data) {
-		h.log.Debug("ModifyDeviceFiles is already 0")
-		return nil
-	}
-	return h.withRoot(d.ContainerSpec, func(r *rootfs.Root) error {
-		target := rootfs.ContainerProcDriver + "/params"
-		if !r.Exists(target) {
-			h.log.Warn("container has no "+target+"; nothing to mask", "root", r.Path())
-			return nil
-		}
-		s, err := rootfs.DataSource("params", masked, rootfs.DataOptions())
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		return r.Attach(s, target)
-	})
+	return h.withRoot(d.ContainerSpec, func(r *rootfs.Root) error { return r.MaskParams(pm, h.log) })
 }
 
 // mountProcDriver builds the container's filtered /proc/driver/nvidia
