@@ -47,6 +47,12 @@ type OwnHooks struct {
 	// container (internal/appprofile), which are then all its /dev holds
 	// (LiftOptions.DevicesKnown).
 	AppProfile bool
+	// MaskParams: a disable-device-node-modification part was taken out
+	// (LiftOptions.AfterCreate); the caller masks the container's
+	// /proc/driver/nvidia/params with ParamsHostDir's ("" for the hook's
+	// default, /proc/driver/nvidia) once the container is created.
+	MaskParams    bool
+	ParamsHostDir string
 	// Hooks is how many hook parts were taken out (a chain counts each
 	// part).
 	Hooks int
@@ -58,6 +64,10 @@ type LiftOptions struct {
 	// host's procfs has the driver's params file for it to mask); without
 	// it, the part is dropped.
 	KeepInContainer bool
+	// AfterCreate: the caller masks the params file itself in the created
+	// container (internal/aftercreate), so with KeepInContainer the part
+	// is lifted (OwnHooks.MaskParams) instead of kept.
+	AfterCreate bool
 	// Mounts are the container paths the caller's spec mounts.
 	Mounts []string
 	// DevicesKnown: the container's /dev will hold exactly the device nodes
@@ -86,9 +96,11 @@ type LiftOptions struct {
 //   - update-application-profile is lifted (OwnHooks.AppProfile) when
 //     o.DevicesKnown and no mount hides the profile's directory;
 //   - disable-device-node-modification must run in the container (it
-//     masks a file of the container's procfs): it stays as a hook with
-//     o.KeepInContainer, and is dropped without (no driver in the host's
-//     procfs, so the hook would have nothing to mask);
+//     masks a file of the container's procfs): with o.KeepInContainer it
+//     stays as a hook, or, with o.AfterCreate too, is lifted for the
+//     caller to do in the created container (OwnHooks.MaskParams); it is
+//     dropped without (no driver in the host's procfs, so the hook would
+//     have nothing to mask);
 //   - update-ldcache without --lib (ldconfig over whole folders) is lifted
 //     as OwnHooks.Rebuild, once, and not with --lib parts, unless
 //     o.NoRebuild;
@@ -297,7 +309,13 @@ func liftPart(part []string, w *OwnHooks, o LiftOptions, mountPoints mountSet) (
 			return false, false
 		}
 		if o.KeepInContainer {
-			return true, true
+			if !o.AfterCreate {
+				return true, true
+			}
+			if w.MaskParams && w.ParamsHostDir != h.HostDir {
+				return false, false // two masks from different hosts' dirs: left to the hooks
+			}
+			w.MaskParams, w.ParamsHostDir = true, h.HostDir
 		}
 	case hookargs.UpdateApplicationProfile:
 		// Written from config.json's device nodes: only when they are the

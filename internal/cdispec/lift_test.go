@@ -27,6 +27,8 @@ func TestLiftOwnHooks(t *testing.T) {
 		hooks  []*cdispecs.Hook
 		mounts []string
 		keep   bool
+		// after: the caller masks params in the created container.
+		after bool
 		// devUnknown: the container's /dev is not only config.json's nodes.
 		devUnknown bool
 		// noRebuild: update-ldcache without --lib stays a hook.
@@ -37,6 +39,18 @@ func TestLiftOwnHooks(t *testing.T) {
 	}{
 		{name: "chain, proc hook kept", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+ld+" ; "+ddnm)}, keep: true,
 			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm)}, work: lifted},
+		// With AfterCreate the caller masks the params file after the
+		// create: the part is lifted with its host directory; a second
+		// mask from another directory stops the lifting.
+		{name: "chain, proc hook lifted for after create", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+ld+" ; "+ddnm+" ; update-application-profile")},
+			keep: true, after: true, want: []*cdispecs.Hook{},
+			work: OwnHooks{Links: lifted.Links, LdconfigDirs: lifted.LdconfigDirs, Libs: lifted.Libs, MaskParams: true, AppProfile: true, Hooks: 4}},
+		{name: "after create, the host dir kept", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm+" --host-dir /run/p")}, keep: true, after: true,
+			want: []*cdispecs.Hook{}, work: OwnHooks{MaskParams: true, ParamsHostDir: "/run/p", Hooks: 1}},
+		{name: "after create, two host dirs: the second stays", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm+" ; "+ddnm+" --host-dir /run/p")}, keep: true, after: true,
+			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm+" --host-dir /run/p")}, work: OwnHooks{MaskParams: true, Hooks: 1}},
+		{name: "after create without a driver: dropped", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm)}, after: true,
+			want: []*cdispecs.Hook{}, work: OwnHooks{Hooks: 1}},
 		{name: "chain, proc hook dropped", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+ld+" ; "+ddnm)},
 			want: []*cdispecs.Hook{}, work: OwnHooks{Links: lifted.Links, LdconfigDirs: lifted.LdconfigDirs, Libs: lifted.Libs, Hooks: 3}},
 		{name: "nvidia-ctk hook form, separate entries", hooks: []*cdispecs.Hook{hk(own, "nvidia-ctk hook "+links), hk(own, "nvidia-ctk hook "+ld)},
@@ -109,7 +123,7 @@ func TestLiftOwnHooks(t *testing.T) {
 			for _, m := range tc.specMounts {
 				e.Mounts = append(e.Mounts, &cdispecs.Mount{HostPath: m, ContainerPath: m})
 			}
-			got, work := LiftOwnHooks(e, isOwn, LiftOptions{KeepInContainer: tc.keep, Mounts: tc.mounts, DevicesKnown: !tc.devUnknown, NoRebuild: tc.noRebuild})
+			got, work := LiftOwnHooks(e, isOwn, LiftOptions{KeepInContainer: tc.keep, AfterCreate: tc.after, Mounts: tc.mounts, DevicesKnown: !tc.devUnknown, NoRebuild: tc.noRebuild})
 			if tc.want == nil {
 				if got != e || !reflect.DeepEqual(work, OwnHooks{}) {
 					t.Errorf("lifted %+v from %+v, want nothing", work, tc.hooks)

@@ -51,6 +51,11 @@ type HookConfig struct {
 	// (no driver loaded in the host kernel), so the mount-proc-driver hook
 	// would skip the view: it is not emitted.
 	NoProcView bool
+	// AfterCreate says the caller makes the links below /dev and the
+	// /proc/driver/nvidia view itself once the low-level runtime has
+	// created the container (internal/aftercreate): no hook is emitted
+	// for them.
+	AfterCreate bool
 }
 
 // Hook is one createContainer hook: Args is a hookargs command line
@@ -73,7 +78,7 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 	if h := SymlinksHook(p.Symlinks); h != nil && !hc.RootfsDone {
 		hs = append(hs, *h)
 	}
-	if h := SymlinksHook(p.DevSymlinks); h != nil {
+	if h := SymlinksHook(p.DevSymlinks); h != nil && !hc.AfterCreate {
 		hs = append(hs, *h)
 	}
 	if len(p.LdconfigDirs) > 0 && !hc.RootfsDone {
@@ -83,7 +88,7 @@ func Hooks(p *plan.Plan, hc HookConfig) []Hook {
 		}
 		hs = append(hs, h)
 	}
-	if v := p.Proc; v != nil && !hc.NoProcView {
+	if v := p.Proc; v != nil && !hc.NoProcView && !hc.AfterCreate {
 		hs = append(hs, hookargs.MountProcDriver{HostDir: v.HostDir, Files: v.Files, GPUs: v.GPUDirs, Expose: v.Expose})
 	}
 	hooks := make([]Hook, 0, len(hs))

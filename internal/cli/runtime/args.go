@@ -28,6 +28,12 @@ type invocation struct {
 	// Bundle is the --bundle/-b value of create, run and restore ("" when
 	// absent: the bundle is the current directory).
 	Bundle string
+	// PidFile is the --pid-file value of create, run and restore ("" when
+	// absent).
+	PidFile string
+	// ID is the container ID of create, run and restore (their first
+	// argument that is not a flag; "" when there is none).
+	ID string
 }
 
 // injects reports whether the subcommand creates a container from the
@@ -130,10 +136,16 @@ func parseArgs(argv []string) (*invocation, error) {
 	for j := i + 1; j < len(argv); j++ {
 		a := argv[j]
 		if a == "--" {
+			if inv.ID == "" && j+1 < len(argv) {
+				inv.ID = argv[j+1]
+			}
 			break
 		}
 		name, val, hasVal, ok := splitFlag(a)
 		if !ok {
+			if inv.ID == "" {
+				inv.ID = a
+			}
 			continue
 		}
 		switch {
@@ -149,6 +161,12 @@ func parseArgs(argv []string) (*invocation, error) {
 		case slices.Contains(commandValueFlags(), name):
 			if !hasVal {
 				j++
+				if j < len(argv) {
+					val = argv[j]
+				}
+			}
+			if name == "pid-file" {
+				inv.PidFile = val
 			}
 		}
 	}

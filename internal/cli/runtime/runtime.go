@@ -34,6 +34,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,6 +48,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nctk/nctk/internal/aftercreate"
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/buildid"
@@ -73,6 +75,9 @@ type Runtime struct {
 	// Exec replaces the process with the low-level runtime; it returns
 	// only on failure.
 	Exec func(path string, argv, env []string) error
+	// Spawn runs the low-level runtime as a child and returns its exit
+	// status (a create with after-create work, see createThen).
+	Spawn func(path string, argv, env []string) (int, error)
 	// Self is this program's executable, never chosen as the low-level
 	// runtime ("" for none).
 	Self string
@@ -113,6 +118,7 @@ func New() *Runtime {
 		planner:     defaultPlanner(),
 		LoadConfig:  loadConfig,
 		Exec:        syscall.Exec,
+		Spawn:       spawn,
 		Self:        self,
 		HookBuildID: version.HookBuildID(),
 		Version:     version.String(),
@@ -137,8 +143,10 @@ func MainMode(mode string) app.Tool {
 	}
 }
 
-// Run runs the wrapper. It returns only when it fails (status 1); on
-// success the process has become the low-level runtime.
+// Run runs the wrapper. It returns only when it fails (status 1), or after
+// a create whose container it set up afterwards (createThen: the low-level
+// runtime's status); otherwise the process has become the low-level
+// runtime.
 func (r *Runtime) Run(e *app.Env) int {
 	inv, perr := parseArgs(e.Args) // inv is usable even with perr (for --log)
 	cfg, cerr := r.LoadConfig(e)
@@ -167,17 +175,26 @@ func (r *Runtime) Run(e *app.Env) int {
 	if err != nil {
 		return fail(err)
 	}
+	var after *aftercreate.Prepared
 	if inv.injects() {
 		for _, w := range cfg.Warnings {
 			log.Warn("config " + cfg.Path + ": " + w)
 		}
 		start := time.Now()
-		if err := r.inject(e, inv, cfg, log); err != nil {
+		if after, err = r.inject(e, inv, cfg, log); err != nil {
 			return fail(err)
 		}
+		defer after.Close()
 		log.Debug("prepared container", "command", inv.Command, "elapsed", time.Since(start))
 	}
 	argv := append([]string{rt}, e.Args[1:]...)
+	if after != nil {
+		status, err := r.createThen(e, rt, argv, inv, after, log)
+		if err != nil {
+			return fail(err)
+		}
+		return status
+	}
 	if log.enabled(slog.LevelDebug) {
 		log.Debug("exec low-level runtime", "path", rt, "args", argv)
 	}
@@ -190,51 +207,69 @@ func (r *Runtime) Run(e *app.Env) int {
 
 // inject edits the bundle's config.json for a create or run. Nothing is
 // written unless every step succeeds.
-func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *logger) error {
+func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *logger) (*aftercreate.Prepared, error) {
 	bundle := inv.Bundle
 	if bundle == "" {
 		bundle = "."
 	}
 	bundle, err := filepath.Abs(bundle)
 	if err != nil {
-		return fmt.Errorf("bundle %s: %w", inv.Bundle, err)
+		return nil, fmt.Errorf("bundle %s: %w", inv.Bundle, err)
 	}
 	specPath := filepath.Join(bundle, "config.json")
 	doc, err := ocispec.Load(specPath)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	spec := doc.Spec()
 	rootPath, err := doc.RootPath(bundle)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p, err := r.planner.Prepare(context.Background(), input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg, CDICacheDir: r.CDICacheDir})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if p == nil {
 		log.Debug("not a GPU container; spec left as it is", "spec", specPath)
-		return nil
+		return nil, nil
 	}
-	err = r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, false)
+	// A create whose container's pid the engine asks for (every engine
+	// does) can have the work that needs the created container done here
+	// afterwards (aftercreate) instead of by a hook process; a run starts
+	// the container at once, so that work stays a hook there.
+	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != ""}
+	after, err := r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, mode)
 	if errors.Is(err, rootfs.ErrRebuildUnsupported) {
 		// Nothing was written: the spec's update-ldcache stays a hook, to
 		// run the host's ldconfig in the container.
 		log.Debug("the image needs ldconfig itself; update-ldcache stays a hook", "reason", err)
 		if doc, err = ocispec.Load(specPath); err != nil {
-			return err
+			return nil, err
 		}
-		err = r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, true)
+		mode.NoRebuild = true
+		after, err = r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, mode)
 	}
-	return err
+	return after, err
+}
+
+// injectMode says how injectPlan leaves work to the container.
+type injectMode struct {
+	// NoRebuild: a CDI spec's update-ldcache over whole folders stays a
+	// hook.
+	NoRebuild bool
+	// AfterCreate: the work that needs the created container (links below
+	// /dev, the /proc/driver/nvidia view, the params mask) is returned for
+	// the caller to do once the low-level runtime has created it, instead
+	// of being left to hooks.
+	AfterCreate bool
 }
 
 // injectPlan applies the plan p to doc and to the container root at
-// rootPath and saves doc to specPath; with noRebuild, a CDI spec's
-// update-ldcache over whole folders stays a hook. An error wrapping
+// rootPath and saves doc to specPath, and returns the prepared after-create
+// work (nil for none; the caller closes it). An error wrapping
 // rootfs.ErrRebuildUnsupported leaves everything as it was.
-func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPath, rootPath string, cfg *config.Config, log *logger, noRebuild bool) error {
+func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPath, rootPath string, cfg *config.Config, log *logger, mode injectMode) (*aftercreate.Prepared, error) {
 	spec := doc.Spec()
 	// Symlinks and ld.so.cache are done here, in the container root, before
 	// the low-level runtime runs; only the /proc/driver/nvidia view needs
@@ -252,27 +287,40 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	if p.CDI != nil {
 		q := *p
 		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), cdispec.LiftOptions{
-			KeepInContainer: inContainer, Mounts: mounts, DevicesKnown: !bindsInDev(spec), NoRebuild: noRebuild})
+			KeepInContainer: inContainer, AfterCreate: mode.AfterCreate, Mounts: mounts, DevicesKnown: !bindsInDev(spec),
+			NoRebuild: mode.NoRebuild})
 		p = &q
 	}
 	if err := checkUserMounts(spec.Mounts, p, own); err != nil {
-		return err
+		return nil, err
 	}
 	// update-ldcache gets the configured host ldconfig, or none (its own
 	// default) when the setting is empty or an accepted container path.
 	ldconfig, err := cfg.HostLdconfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: ldconfig.Path,
-		RootfsDone: true, NoProcView: !procView}
-	if hc.Path == "" && (procView || len(p.DevSymlinks) > 0) {
+		RootfsDone: true, NoProcView: !procView, AfterCreate: mode.AfterCreate}
+	if hc.Path == "" && !mode.AfterCreate && (procView || len(p.DevSymlinks) > 0) {
 		if hc.Path, err = findHelper(hookargs.Binary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
-			return fmt.Errorf("container hooks: %w", err)
+			return nil, fmt.Errorf("container hooks: %w", err)
 		}
 	}
+	// The after-create work's host side (the driver's proc files read,
+	// the selected GPUs' directories opened) before anything is written.
+	var after *aftercreate.Prepared
+	if w := afterCreateWork(p, procView, own, mode); !w.Empty() {
+		if after, err = aftercreate.Prepare(w, log.Logger); err != nil {
+			return nil, fmt.Errorf("container /proc/driver/nvidia: %w", err)
+		}
+	}
+	fail := func(err error) (*aftercreate.Prepared, error) {
+		after.Close()
+		return nil, err
+	}
 	if err := ocispec.Apply(doc, p, hc); err != nil {
-		return err
+		return fail(err)
 	}
 	w := rootWork(p, own)
 	w.Compat = append(legacyCompat(p, cfg, mounts), own.Compat...)
@@ -289,7 +337,7 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 			}
 		}
 		if w.Rebuild, err = r.rebuildOptions(own.LdconfigPath, w.Pending, all); err != nil {
-			return err
+			return fail(err)
 		}
 	}
 	if own.AppProfile {
@@ -300,18 +348,39 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	}
 	root, err := prepareRootfs(rootPath, w, log.Logger)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	if err := ocispec.Save(specPath, doc); err != nil {
-		return errors.Join(err, closeRoot(root, true))
+		return fail(errors.Join(err, closeRoot(root, true)))
 	}
 	if err := closeRoot(root, false); err != nil {
-		return err
+		return fail(err)
 	}
 	log.Info("injected GPU access into the OCI spec", "spec", specPath,
-		"devices", len(p.Devices), "mounts", len(p.Mounts), "symlinks", len(p.Symlinks), "proc-view-hook", procView,
-		"cdi-hooks-done", own.Hooks)
-	return nil
+		"devices", len(p.Devices), "mounts", len(p.Mounts), "symlinks", len(p.Symlinks), "proc-view-hook", procView && !mode.AfterCreate,
+		"cdi-hooks-done", own.Hooks, "after-create", after != nil)
+	return after, nil
+}
+
+// afterCreateWork is what the runtime does in the created container with
+// mode.AfterCreate: the links below /dev, the /proc/driver/nvidia view
+// (when the container's procfs will show the driver) and the params mask
+// lifted from the spec's own hooks.
+func afterCreateWork(p *plan.Plan, procView bool, own cdispec.OwnHooks, mode injectMode) aftercreate.Work {
+	var w aftercreate.Work
+	if !mode.AfterCreate {
+		return w
+	}
+	for _, s := range p.DevSymlinks {
+		w.DevLinks = append(w.DevLinks, hookargs.Link{Target: s.Target, Path: s.Link})
+	}
+	if v := p.Proc; procView {
+		w.Proc = &rootfs.ProcView{HostDir: v.HostDir, Files: v.Files, GPUDirs: v.GPUDirs, Expose: v.Expose}
+	}
+	if own.MaskParams {
+		w.ParamsHostDir = cmp.Or(own.ParamsHostDir, defaultProcDriverDir)
+	}
+	return w
 }
 
 // work is what the runtime does in the container root before the

@@ -144,7 +144,9 @@ func readFile(t *testing.T, path string) []byte {
 
 func TestCreateAndRunEditSpecAndExec(t *testing.T) {
 	for _, cmd := range [][]string{
-		{"--root", "/run/r", "--log", "@LOG@", "--log-format", "json", "create", "--bundle", "@BUNDLE@", "--pid-file", "p", "id"},
+		// Without --pid-file (a create with one does the proc view itself
+		// afterwards: TestCreateAfterCreateWork) and as a run.
+		{"--root", "/run/r", "--log", "@LOG@", "--log-format", "json", "create", "--bundle", "@BUNDLE@", "--console-socket", "s", "id"},
 		{"run", "-d", "-b=@BUNDLE@", "id"},
 		{"--systemd-cgroup", "create", "id", "-bundle", "@BUNDLE@"},
 	} {

@@ -1,0 +1,187 @@
+package aftercreate
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/rootfs"
+)
+
+// createdContainer starts what a low-level runtime's create leaves: a
+// process waiting in a mount namespace of its own, pivoted into a root (a
+// tmpfs with a static busybox, /dev and, as a host with the driver loaded
+// shows in the container's procfs, /proc/driver/nvidia with a params file).
+// It returns the process's pid; the process is killed at cleanup.
+func createdContainer(t *testing.T) int {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root (mount namespaces); running as uid %d", os.Geteuid())
+	}
+	var tools []string
+	for _, name := range []string{"unshare", "pivot_root", "busybox"} {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			t.Skipf("%s not found: %v", name, err)
+		}
+		tools = append(tools, p)
+	}
+	root := t.TempDir()
+	script := `set -e
+mount -t tmpfs none "$1"
+cp "$3" "$1/busybox"
+mkdir -p "$1/proc/driver/nvidia" "$1/dev" "$1/old"
+echo "ModifyDeviceFiles: 1" > "$1/proc/driver/nvidia/params"
+cd "$1"
+"$2" . old
+exec /busybox sh -c '/busybox umount -l /old && echo ready && exec /busybox sleep 1000'`
+	cmd := exec.Command(tools[0], "-m", "--propagation", "private", "sh", "-c", script, "sh", root, tools[1], tools[2])
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("container not ready: %q %v", line, err)
+	}
+	return cmd.Process.Pid
+}
+
+// hostProcDir is a host driver proc directory with two GPUs.
+func hostProcDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, data := range map[string]string{
+		"params":                        "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n",
+		"version":                       "NVRM version: 535.261.03\n",
+		"gpus/0000:01:00.0/information": "Bus Location: 0000:01:00.0\n",
+		"gpus/0000:02:00.0/information": "Bus Location: 0000:02:00.0\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestApply: in a created container the links, the view and the mask are
+// made (seen through /proc/PID/root, which shows the container's mounts),
+// nothing leaks into the host's namespace, and a failing step undoes the
+// earlier ones.
+func TestApply(t *testing.T) {
+	tests := []struct {
+		name    string
+		links   []hookargs.Link
+		mask    bool
+		wantErr string
+	}{
+		{name: "links, view, mask", links: []hookargs.Link{{Target: "../card1", Path: "/dev/dri/by-path/pci-0000:01:00.0-card"}}, mask: true},
+		{name: "view only"},
+		{name: "a link fails: nothing stays", links: []hookargs.Link{{Target: "../card1", Path: "/dev/dri/x"}, {Target: "y", Path: "/busybox/z"}},
+			wantErr: "busybox"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pid := createdContainer(t)
+			host := hostProcDir(t)
+			w := Work{DevLinks: tt.links, Proc: &rootfs.ProcView{HostDir: host, Files: []string{"params", "version"}, GPUDirs: []string{"0000:01:00.0"}}}
+			if tt.mask {
+				w.ParamsHostDir = host
+			}
+			p, err := Prepare(w, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			err = p.Apply(pid, nil)
+			in := "/proc/" + strconv.Itoa(pid) + "/root"
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Apply: %v, want an error naming %q", err, tt.wantErr)
+				}
+				// The view is gone (the image's params again), no link left.
+				if data, _ := os.ReadFile(in + "/proc/driver/nvidia/params"); string(data) != "ModifyDeviceFiles: 1\n" {
+					t.Errorf("params after a failed Apply: %q", data)
+				}
+				if _, err := os.Lstat(in + "/dev/dri/x"); err == nil {
+					t.Error("link left after a failed Apply")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(in + "/proc/driver/nvidia/params")
+			if err != nil || !strings.Contains(string(data), "ModifyDeviceFiles: 0\n") {
+				t.Errorf("params in the container: %q, %v", data, err)
+			}
+			entries, _ := os.ReadDir(in + "/proc/driver/nvidia/gpus")
+			var gpus []string
+			for _, e := range entries {
+				gpus = append(gpus, e.Name())
+			}
+			if !slices.Equal(gpus, []string{"0000:01:00.0"}) {
+				t.Errorf("gpus in the container: %q", gpus)
+			}
+			if err := os.WriteFile(in+"/proc/driver/nvidia/x", nil, 0o644); err == nil {
+				t.Error("the view is writable")
+			}
+			for _, l := range tt.links {
+				if got, err := os.Readlink(in + l.Path); err != nil || got != l.Target {
+					t.Errorf("link %s: %q, %v", l.Path, got, err)
+				}
+			}
+			// Where the mask and the view are mounted: the container's
+			// mount table has them, ours not.
+			mounts, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+			want := 1
+			if tt.mask {
+				want = 2
+			}
+			if n := strings.Count(string(mounts), " /proc/driver/nvidia"); n < want {
+				t.Errorf("container mount table has %d mounts at or below /proc/driver/nvidia, want %d:\n%s", n, want, mounts)
+			}
+			self, _ := os.ReadFile("/proc/self/mountinfo")
+			if strings.Contains(string(self), host) {
+				t.Error("a mount of the host's proc dir shows in the runtime's namespace")
+			}
+		})
+	}
+}
+
+// TestApplyRefuses: a pid that is not a created container's init.
+func TestApplyRefuses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	p, err := Prepare(Work{DevLinks: []hookargs.Link{{Target: "a", Path: "/dev/b"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		pid  int
+		want string
+	}{
+		{0, "invalid pid"},
+		{os.Getpid(), "shares the runtime's mount namespace"},
+		{1 << 30, "no such file"},
+	} {
+		if err := p.Apply(tt.pid, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Apply(%d): %v, want %q", tt.pid, err, tt.want)
+		}
+	}
+}

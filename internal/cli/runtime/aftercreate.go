@@ -1,0 +1,103 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nctk/nctk/internal/aftercreate"
+	"github.com/nctk/nctk/internal/app"
+)
+
+// createThen runs the low-level runtime's create as a child instead of
+// exec'ing it, then does the prepared after-create work in the created
+// container (whose init the --pid-file names) and returns the create's
+// exit status. A failed create is the low-level runtime's to report (its
+// status is returned, nothing else is done); when the work fails, the
+// container is deleted (`<runtime> <global flags> delete --force <id>`)
+// and the error returned, so that no container is left half set up.
+func (r *Runtime) createThen(e *app.Env, rt string, argv []string, inv *invocation, after *aftercreate.Prepared, log *logger) (int, error) {
+	start := time.Now()
+	status, err := r.Spawn(rt, argv, e.Environ)
+	if err != nil {
+		return 1, fmt.Errorf("run low-level runtime %s: %w", rt, err)
+	}
+	if status != 0 {
+		return status, nil
+	}
+	created := time.Now()
+	pid, err := readPidFile(inv.PidFile)
+	if err == nil {
+		err = after.Apply(pid, log.Logger)
+	}
+	if err == nil {
+		log.Debug("container set up after create", "id", inv.ID, "pid", pid,
+			"create", created.Sub(start), "after-create", time.Since(created))
+		return 0, nil
+	}
+	del := append([]string{rt}, e.Args[1:inv.CommandIndex]...)
+	del = append(del, "delete", "--force", inv.ID)
+	if st, derr := r.Spawn(rt, del, e.Environ); derr != nil || st != 0 {
+		return 1, fmt.Errorf("container %s: GPU setup after create: %w (and deleting the container failed: status %d, %v)", inv.ID, err, st, derr)
+	}
+	return 1, fmt.Errorf("container %s: GPU setup after create: %w (the container was deleted)", inv.ID, err)
+}
+
+// readPidFile reads the container's init pid from the file the low-level
+// runtime wrote for --pid-file.
+func readPidFile(name string) (int, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return 0, fmt.Errorf("container pid: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("container pid file %s: %q is not a pid", name, data)
+	}
+	return pid, nil
+}
+
+// spawn runs path with argv and env as a child with this process's
+// standard streams and every descriptor it inherited without close-on-exec
+// (as exec would pass them: --preserve-fds, socket activation), forwards
+// the signals an engine sends a runtime it waits for, and returns the
+// child's exit status (128+n when signal n ended it).
+func spawn(path string, argv, env []string) (int, error) {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}})
+	if err != nil {
+		return 0, err
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				_ = syscall.Kill(pid, s.(syscall.Signal))
+			case <-done:
+				return
+			}
+		}
+	}()
+	var ws syscall.WaitStatus
+	for {
+		_, err = syscall.Wait4(pid, &ws, 0, nil)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("wait for %s: %w", path, err)
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ws.ExitStatus(), nil
+}

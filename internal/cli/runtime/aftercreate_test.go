@@ -1,0 +1,155 @@
+package runtime
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nctk/nctk/internal/ocispec"
+	"github.com/nctk/nctk/internal/plan"
+)
+
+// fakeProcDir makes a host driver proc directory: params, version and two
+// GPUs' directories.
+func fakeProcDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "proc-driver-nvidia")
+	for name, data := range map[string]string{
+		"params":                        "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n",
+		"version":                       "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03\n",
+		"gpus/0000:01:00.0/information": "Model: \t\t NVIDIA H100\nBus Location: \t 0000:01:00.0\n",
+		"gpus/0000:02:00.0/information": "Model: \t\t NVIDIA H100\nBus Location: \t 0000:02:00.0\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+type spawnCall struct {
+	path string
+	argv []string
+}
+
+// TestCreateAfterCreateWork: a create that names a --pid-file has the
+// proc view done by the runtime after the low-level runtime's create (no
+// hook in config.json; the create runs as a child); when that work fails,
+// the container is deleted with the create's global flags and the error
+// says so; a failed create is returned as its status, with nothing else run.
+func TestCreateAfterCreateWork(t *testing.T) {
+	tests := []struct {
+		name       string
+		status     int      // the create's exit status
+		pid        string   // what the create writes to the pid file ("" nothing)
+		wantCode   int      // the wrapper's
+		wantErr    string   // in its stderr
+		wantSpawns []string // the subcommands run
+	}{
+		{name: "create fails", status: 3, wantCode: 3, wantSpawns: []string{"create"}},
+		{name: "no pid written", wantCode: 1, wantErr: "the container was deleted", wantSpawns: []string{"create", "delete"}},
+		{name: "pid not a number", pid: "abc", wantCode: 1, wantErr: `"abc" is not a pid`, wantSpawns: []string{"create", "delete"}},
+		{name: "pid of a process in our namespace", pid: "self", wantCode: 1, wantErr: "shares the runtime's mount namespace",
+			wantSpawns: []string{"create", "delete"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			p := testPlan()
+			p.Proc.HostDir = fakeProcDir(t)
+			p.DevSymlinks = []plan.Symlink{{Link: "/dev/dri/by-path/pci-0000:01:00.0-card", Target: "../card1"}}
+			h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) { return p, nil })
+			bundle := writeBundle(t, gpuSpec)
+			pidFile := filepath.Join(t.TempDir(), "init.pid")
+			var calls []spawnCall
+			h.rt.Spawn = func(path string, argv, env []string) (int, error) {
+				calls = append(calls, spawnCall{path, argv})
+				if slices.Contains(argv, "create") {
+					pid := tt.pid
+					if pid == "self" {
+						pid = strconv.Itoa(os.Getpid())
+					}
+					if pid != "" {
+						if err := os.WriteFile(pidFile, []byte(pid), 0o644); err != nil {
+							t.Fatal(err)
+						}
+					}
+					return tt.status, nil
+				}
+				return 0, nil
+			}
+			code := h.run("--root", "/run/r", "--systemd-cgroup", "create", "--bundle", bundle, "--pid-file", pidFile, "ctr1")
+			if code != tt.wantCode || !strings.Contains(h.stderr.String(), tt.wantErr) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, h.stderr.String(), tt.wantCode, tt.wantErr)
+			}
+			if h.exec.called {
+				t.Error("the low-level runtime was exec'ed: a create with a pid file runs it as a child")
+			}
+			var subs []string
+			for _, c := range calls {
+				if c.path != h.runc {
+					t.Errorf("spawned %s, want %s", c.path, h.runc)
+				}
+				subs = append(subs, c.argv[4]) // after the runtime and its global flags
+			}
+			if !slices.Equal(subs, tt.wantSpawns) {
+				t.Fatalf("spawned %q, want %q", subs, tt.wantSpawns)
+			}
+			if want := []string{h.runc, "--root", "/run/r", "--systemd-cgroup", "create", "--bundle", bundle, "--pid-file", pidFile, "ctr1"}; !slices.Equal(calls[0].argv, want) {
+				t.Errorf("create argv %q, want %q", calls[0].argv, want)
+			}
+			if len(calls) > 1 {
+				if want := []string{h.runc, "--root", "/run/r", "--systemd-cgroup", "delete", "--force", "ctr1"}; !slices.Equal(calls[1].argv, want) {
+					t.Errorf("delete argv %q, want %q", calls[1].argv, want)
+				}
+			}
+			// config.json: the devices and mounts, no hook for the view or
+			// the /dev links (the runtime does them).
+			doc, err := ocispec.Load(filepath.Join(bundle, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := doc.Spec()
+			if len(s.Linux.Devices) != 1 {
+				t.Errorf("devices not injected: %+v", s.Linux.Devices)
+			}
+			if s.Hooks != nil && len(s.Hooks.CreateContainer) != 0 {
+				t.Errorf("createContainer hooks %+v, want none", s.Hooks.CreateContainer)
+			}
+		})
+	}
+}
+
+// TestCreateAfterCreatePrepareFails: the view's host side is prepared
+// before anything is written: a selected GPU without its proc directory
+// fails the create with config.json and the rootfs as they were.
+func TestCreateAfterCreatePrepareFails(t *testing.T) {
+	h := newHarness(t)
+	p := testPlan()
+	p.Proc.HostDir = fakeProcDir(t)
+	p.Proc.GPUDirs = []string{"0000:07:00.0"}
+	h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) { return p, nil })
+	h.rt.Spawn = func(string, []string, []string) (int, error) {
+		t.Error("the low-level runtime ran")
+		return 0, nil
+	}
+	bundle := writeBundle(t, gpuSpec)
+	code := h.run("create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, "pid"), "ctr1")
+	if code != 1 || !strings.Contains(h.stderr.String(), "GPU 0000:07:00.0") {
+		t.Fatalf("exit %d, stderr %q", code, h.stderr.String())
+	}
+	if got := string(readFile(t, filepath.Join(bundle, "config.json"))); got != gpuSpec {
+		t.Errorf("config.json changed:\n%s", got)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(bundle, "rootfs")); len(entries) != 0 {
+		t.Errorf("rootfs changed: %v", entries)
+	}
+}
