@@ -4,11 +4,15 @@
 // container's plan (internal/planner, with the CDI edits of CDI device
 // names) and edits the bundle's config.json atomically, keeping every field
 // it does not know: device nodes with their device cgroup rules, read-only
-// bind mounts of driver files, environment variables, CDI edits, and a
-// createContainer hook with an explicit minimal environment for the
-// /proc/driver/nvidia view only where the container's procfs will show
-// that directory (the host kernel has the driver loaded, or the spec
-// mounts no procfs at /proc). It creates the driver symlinks and adds the
+// bind mounts of driver files, environment variables, CDI edits. The
+// /proc/driver/nvidia view (only where the container's procfs will show
+// that directory: the host kernel has the driver loaded, or the spec mounts
+// no procfs at /proc) and the GPUs' links below /dev need the created
+// container: on a create that names a --pid-file (every engine's does) the
+// runtime makes them itself once the low-level runtime has created the
+// container (internal/aftercreate; createThen), otherwise (run, a create
+// without --pid-file) a createContainer hook with an explicit minimal
+// environment does. It creates the driver symlinks and adds the
 // driver libraries to ld.so.cache in the bundle's rootfs itself (inside the
 // root, from the host files to be mounted), and, with CUDA compat handling
 // on (config.Config.CUDACompatOn) and libcuda injected, puts the image's
@@ -20,15 +24,18 @@
 // step (enable-cuda-compat) are made here
 // and the hook entries are dropped, the disable-device-node-modification
 // part kept as a hook only where the container's procfs will show the
-// driver. Then it execs the low-level
-// runtime (runc, crun) with the same arguments and environment. Every other
-// subcommand and flag goes straight to the low-level runtime: the process
-// is replaced (exec, no fork), so exit status, stdio, pid files and console
-// sockets are the runtime's own. A container that requests no GPU is not
-// touched.
+// driver (or, on a create with --pid-file, done after the create as above).
+// Then it execs the low-level runtime (runc, crun) with the same arguments
+// and environment — on a create with after-create work it runs it as a
+// child with the same standard streams and inherited descriptors, forwards
+// signals, and exits with its status. Every other subcommand and flag goes
+// straight to the low-level runtime: the process is replaced (exec, no
+// fork), so exit status, stdio, pid files and console sockets are the
+// runtime's own. A container that requests no GPU is not touched.
 //
 // Errors stop before the low-level runtime runs, with nothing modified
-// (changes in the rootfs are rolled back; config.json is written last);
+// (changes in the rootfs are rolled back; config.json is written last), or,
+// after the create, undo the after-create work and delete the container;
 // they go to stderr and to the engine's --log file in its --log-format
 // (containerd reports the last "error" line of that file).
 package runtime
