@@ -146,6 +146,7 @@ cudaprobe init >/tmp/probe 2>&1
 echo libcuda=$(grep -c ^libcuda: /tmp/probe)
 sed -n -e s/^cuInit:./cuinit=/p -e s/^cuDeviceGetCount:.*count=/count=/p /tmp/probe
 echo nodes=$(ls /dev | grep -c ^nvidia[0-9])
+echo params=$(sed -n s/^ModifyDeviceFiles:.//p /proc/driver/nvidia/params 2>/dev/null)
 echo writable=$(grep nvidia /proc/mounts | grep -v -e ^[^[:space:]]*[[:space:]]/dev/ -e [[:space:]]ro,nosuid,nodev | grep -c .)'
 probe_json=$(printf '%s' "$probe" | sed ':a;N;$!ba;s/\n/; /g')
 
@@ -237,13 +238,17 @@ inject_spec() {
 		mv "$work/injected.json" "$bundle/config.json"
 }
 
-# run_path NAME CONFIG ENV...: run the probe through the runtime; prints the
+# run_path NAME CONFIG ENV...: run the probe through the runtime (create with
+# --pid-file, then start, as engines do); prints the
 # container's report, or "error=<first line>" when the runtime refuses.
 run_path() {
 	local name=$1 cfg=$2 outp rc
 	shift 2
 	write_bundle "[\"/bin/sh\", \"-c\", \"$probe_json\"]" "$@"
-	outp=$(NVIDIA_CTK_CONFIG_FILE_PATH="$work/$cfg.toml" timeout 120 "$bin/nvidia-container-runtime" --root "$state" run --bundle "$bundle" "c-$name" 2>&1)
+	# create (with --pid-file, as every engine's) and start, as engines
+	# do: the container's output comes through create's stdout.
+	outp=$({ NVIDIA_CTK_CONFIG_FILE_PATH="$work/$cfg.toml" timeout 120 "$bin/nvidia-container-runtime" --root "$state" create \
+		--bundle "$bundle" --pid-file "$work/c-$name.pid" "c-$name" && timeout 60 "$runc_bin" --root "$state" start "c-$name"; } 2>&1)
 	rc=$?
 	"$runc_bin" --root "$state" delete --force "c-$name" >/dev/null 2>&1
 	if [ $rc -ne 0 ]; then
@@ -272,7 +277,7 @@ gpu_ok() {
 	if [ -n "$root" ]; then
 		echo "smi=0" "cuinit=100" "count=0" "libcuda=1" "nodes=$1" "writable=0"
 	else
-		echo "smi=$1" "cuinit=0" "count=$1" "libcuda=1" "nodes=$1" "writable=0"
+		echo "smi=$1" "cuinit=0" "count=$1" "libcuda=1" "nodes=$1" "params=0" "writable=0"
 	fi
 }
 
@@ -381,7 +386,7 @@ if [ "$rounds" -gt 0 ]; then
 	for i in $(seq 1 "$rounds"); do
 		fresh
 		cp "$work/config.pristine.json" "$bundle/config.json"
-		timed runc "$runc_bin" --root "$state" create --bundle "$bundle" "t$i-runc"
+		timed runc "$runc_bin" --root "$state" create --bundle "$bundle" --pid-file "$work/pid" "t$i-runc"
 		"$runc_bin" --root "$state" delete --force "t$i-runc" >/dev/null 2>&1
 		for p in $paths; do
 			fresh
@@ -389,16 +394,16 @@ if [ "$rounds" -gt 0 ]; then
 			case $p in
 			legacy | cdi)
 				[ $p = cdi ] && ask_cdi_all
-				NVIDIA_CTK_CONFIG_FILE_PATH="$work/$p.toml" timed "$p" "$bin/nvidia-container-runtime" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
+				NVIDIA_CTK_CONFIG_FILE_PATH="$work/$p.toml" timed "$p" "$bin/nvidia-container-runtime" --root "$state" create --bundle "$bundle" --pid-file "$work/pid" "t$i-$p" ;;
 			hook)
 				add_prestart_hook
-				timed hook "$runc_bin" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
+				timed hook "$runc_bin" --root "$state" create --bundle "$bundle" --pid-file "$work/pid" "t$i-$p" ;;
 			nvidia-cdi)
 				ask_cdi_all
-				NVIDIA_CTK_CONFIG_FILE_PATH="$work/cdi-nvh.toml" timed "$p" "$nv_runtime" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
+				NVIDIA_CTK_CONFIG_FILE_PATH="$work/cdi-nvh.toml" timed "$p" "$nv_runtime" --root "$state" create --bundle "$bundle" --pid-file "$work/pid" "t$i-$p" ;;
 			*native*)
 				cp "$work/config.$p.json" "$bundle/config.json"
-				timed "$p" "$runc_bin" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
+				timed "$p" "$runc_bin" --root "$state" create --bundle "$bundle" --pid-file "$work/pid" "t$i-$p" ;;
 			esac
 			"$runc_bin" --root "$state" delete --force "t$i-$p" >/dev/null 2>&1
 			# The floor: runc alone on the config.json this path wrote, on a
@@ -411,7 +416,7 @@ if [ "$rounds" -gt 0 ]; then
 				esac
 				fresh
 				cp "$work/config.floor-$p.json" "$bundle/config.json"
-				timed "floor-$p" "$runc_bin" --root "$state" create --bundle "$bundle" "f$i-$p"
+				timed "floor-$p" "$runc_bin" --root "$state" create --bundle "$bundle" --pid-file "$work/pid" "f$i-$p"
 				"$runc_bin" --root "$state" delete --force "f$i-$p" >/dev/null 2>&1
 			fi
 		done
