@@ -353,7 +353,10 @@ say '```'
 
 # --- timing ----------------------------------------------------------------------------
 if [ "$rounds" -gt 0 ]; then
-	paths="legacy cdi hook"
+	# legacy-hook, cdi-hook: the same creates without --pid-file, where the
+	# runtime leaves the work a created container needs (the
+	# /proc/driver/nvidia view, the params mask) to a hook process.
+	paths="legacy cdi hook legacy-hook cdi-hook"
 	[ -n "$nv_runtime" ] && [ -n "$nv_hook" ] && [ -n "$nv_ctk" ] && paths="$paths nvidia-cdi"
 	: >"$work/times"
 	timed() { # timed LABEL CMD...: one create, its wall time in µs appended to times
@@ -395,6 +398,9 @@ if [ "$rounds" -gt 0 ]; then
 			legacy | cdi)
 				[ $p = cdi ] && ask_cdi_all
 				NVIDIA_CTK_CONFIG_FILE_PATH="$work/$p.toml" timed "$p" "$bin/nvidia-container-runtime" --root "$state" create --bundle "$bundle" --pid-file "$work/pid" "t$i-$p" ;;
+			legacy-hook | cdi-hook)
+				[ $p = cdi-hook ] && ask_cdi_all
+				NVIDIA_CTK_CONFIG_FILE_PATH="$work/${p%-hook}.toml" timed "$p" "$bin/nvidia-container-runtime" --root "$state" create --bundle "$bundle" "t$i-$p" ;;
 			hook)
 				add_prestart_hook
 				timed hook "$runc_bin" --root "$state" create --bundle "$bundle" --pid-file "$work/pid" "t$i-$p" ;;
