@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nctk/nctk/internal/aftercreate"
 	"github.com/nctk/nctk/internal/app"
 )
@@ -70,7 +72,7 @@ func spawn(path string, argv, env []string) (int, error) {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: env, Files: []uintptr{0, 1, 2}})
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: env, Files: stdFiles()})
 	if err != nil {
 		return 0, err
 	}
@@ -100,4 +102,19 @@ func spawn(path string, argv, env []string) (int, error) {
 		return 128 + int(ws.Signal()), nil
 	}
 	return ws.ExitStatus(), nil
+}
+
+// stdFiles are this process's standard descriptors for the child: each
+// that is open is passed as is, one that is closed stays closed in the
+// child (as across exec), instead of failing the start.
+func stdFiles() []uintptr {
+	files := make([]uintptr, 3)
+	for fd := range files {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			files[fd] = ^uintptr(0) // closed in the child
+			continue
+		}
+		files[fd] = uintptr(fd)
+	}
+	return files
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -151,5 +152,50 @@ func TestCreateAfterCreatePrepareFails(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(bundle, "rootfs")); len(entries) != 0 {
 		t.Errorf("rootfs changed: %v", entries)
+	}
+}
+
+// TestSpawn: the child gets the standard streams and exit status as exec
+// would give them; a closed standard descriptor stays closed instead of
+// failing the start; a signal's death is 128+n.
+func TestSpawn(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		script string
+		want   int
+	}{
+		{"status", "exit 7", 7},
+		{"signal", "kill -TERM $$", 128 + 15},
+		// fd 0 of this test is open: the child sees it.
+		{"stdin open", "[ -e /proc/self/fd/0 ] || exit 9", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := spawn(sh, []string{"sh", "-c", tt.script}, os.Environ())
+			if err != nil || got != tt.want {
+				t.Errorf("spawn: %d, %v; want %d", got, err, tt.want)
+			}
+		})
+	}
+	if _, err := spawn("/nonexistent/runc", []string{"runc"}, nil); err == nil {
+		t.Error("spawn of a missing binary succeeded")
+	}
+	// A closed standard descriptor: in a child of this test (fd 0 closed),
+	// spawn still starts the program, whose fd 0 is closed too.
+	if os.Getenv("NCTK_SPAWN_CLOSED") == "1" {
+		os.Stdin.Close()
+		got, err := spawn(sh, []string{"sh", "-c", "[ -e /proc/self/fd/0 ] && exit 9; exit 0"}, os.Environ())
+		if err != nil || got != 0 {
+			t.Fatalf("spawn with fd 0 closed: %d, %v", got, err)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestSpawn$")
+	cmd.Env = append(os.Environ(), "NCTK_SPAWN_CLOSED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("with fd 0 closed: %v\n%s", err, out)
 	}
 }
