@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
@@ -179,6 +182,17 @@ func TestSpawn(t *testing.T) {
 				t.Errorf("spawn: %d, %v; want %d", got, err, tt.want)
 			}
 		})
+	}
+	// A descriptor inherited without close-on-exec (--preserve-fds, socket
+	// activation) reaches the child at its number.
+	var p [2]int
+	if err := unix.Pipe2(p[:], 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if got, err := spawn(sh, []string{"sh", "-c", fmt.Sprintf("[ -e /proc/self/fd/%d ]", p[1])}, os.Environ()); err != nil || got != 0 {
+		t.Errorf("inherited descriptor %d not passed on: %d, %v", p[1], got, err)
 	}
 	if _, err := spawn("/nonexistent/runc", []string{"runc"}, nil); err == nil {
 		t.Error("spawn of a missing binary succeeded")
