@@ -11,8 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 )
@@ -211,5 +213,47 @@ func TestSpawn(t *testing.T) {
 	cmd.Env = append(os.Environ(), "NCTK_SPAWN_CLOSED=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("with fd 0 closed: %v\n%s", err, out)
+	}
+}
+
+// TestDevLinksUnderHostBind: a link below /dev that a host bind mount covers
+// (a privileged container with the host's /dev, or /dev/dri) is made neither
+// by a hook nor after the create: it would be made in the host's directory.
+func TestDevLinksUnderHostBind(t *testing.T) {
+	link := plan.Symlink{Link: "/dev/dri/by-path/pci-0000:01:00.0-card", Target: "../card1"}
+	for _, tt := range []struct {
+		name  string
+		mount string // a bind mount's destination ("" none)
+		want  bool   // a create-symlinks hook in config.json
+	}{
+		{"no bind", "", true},
+		{"host /dev", "/dev", false},
+		{"host /dev/dri", "/dev/dri", false},
+		{"another directory", "/dev/shm", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			p := testPlan()
+			p.Proc = nil
+			p.DevSymlinks = []plan.Symlink{link}
+			h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) { return p, nil })
+			spec := gpuSpec
+			if tt.mount != "" {
+				spec = strings.Replace(spec, `"root": {"path": "rootfs"},`,
+					`"root": {"path": "rootfs"}, "mounts": [{"destination": "`+tt.mount+`", "type": "bind", "source": "`+tt.mount+`", "options": ["rbind"]}],`, 1)
+			}
+			bundle := writeBundle(t, spec)
+			if code := h.run("create", "--bundle", bundle, "ctr1"); code != 0 {
+				t.Fatalf("exit %d: %s", code, h.stderr.String())
+			}
+			got := strings.Contains(string(readFile(t, filepath.Join(bundle, "config.json"))), hookargs.NameCreateSymlinks)
+			if got != tt.want {
+				t.Errorf("create-symlinks hook in config.json: %v, want %v", got, tt.want)
+			}
+		})
+	}
+	kept, n := devLinksOutsideBinds([]specs.Mount{{Destination: "/dev", Type: "bind", Source: "/dev"}}, []plan.Symlink{link})
+	if len(kept) != 0 || n != 1 {
+		t.Errorf("devLinksOutsideBinds: %v, %d", kept, n)
 	}
 }

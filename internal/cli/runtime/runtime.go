@@ -301,6 +301,12 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	if err := checkUserMounts(spec.Mounts, p, own); err != nil {
 		return nil, err
 	}
+	if kept, n := devLinksOutsideBinds(spec.Mounts, p.DevSymlinks); n > 0 {
+		q := *p
+		q.DevSymlinks = kept
+		p = &q
+		log.Debug("links below /dev under a host bind mount left to the host's", "links", n)
+	}
 	// update-ldcache gets the configured host ldconfig, or none (its own
 	// default) when the setting is empty or an accepted container path.
 	ldconfig, err := cfg.HostLdconfig()

@@ -73,3 +73,27 @@ func bindsInDev(spec *specs.Spec) bool {
 		return (d == "/dev" || strings.HasPrefix(d, "/dev/")) && isBind(m)
 	})
 }
+
+// devLinksOutsideBinds returns the links of links that no host bind mount of
+// mounts covers, and how many it left out: below a bind of the host's /dev
+// (or a directory of it) a link would be made in the host's directory, where
+// the host's own links already are for the container to see.
+func devLinksOutsideBinds(mounts []specs.Mount, links []plan.Symlink) ([]plan.Symlink, int) {
+	var binds []string
+	for _, m := range mounts {
+		if isHostBind(m) {
+			binds = append(binds, path.Clean("/"+m.Destination))
+		}
+	}
+	if len(binds) == 0 {
+		return links, 0
+	}
+	kept := make([]plan.Symlink, 0, len(links))
+	for _, l := range links {
+		p := path.Clean("/" + l.Link)
+		if !slices.ContainsFunc(binds, func(d string) bool { return d == "/" || d == p || strings.HasPrefix(p, d+"/") }) {
+			kept = append(kept, l)
+		}
+	}
+	return kept, len(links) - len(kept)
+}
