@@ -233,7 +233,9 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	if err != nil {
 		return nil, err
 	}
+	planStart := time.Now()
 	p, err := r.planner.Prepare(context.Background(), input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg, CDICacheDir: r.CDICacheDir})
+	log.Debug("planned", "elapsed", time.Since(planStart))
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +279,7 @@ type injectMode struct {
 // work (nil for none; the caller closes it). An error wrapping
 // rootfs.ErrRebuildUnsupported leaves everything as it was.
 func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPath, rootPath string, cfg *config.Config, log *logger, mode injectMode) (*aftercreate.Prepared, error) {
+	start := time.Now()
 	spec := doc.Spec()
 	// Symlinks and ld.so.cache are done here, in the container root, before
 	// the low-level runtime runs; only the /proc/driver/nvidia view needs
@@ -359,7 +362,9 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 		// the edits are in.
 		w.AppProfile = gpuMask(doc.Devices(), log.Logger)
 	}
+	rootStart := time.Now()
 	root, err := prepareRootfs(rootPath, w, log.Logger)
+	rootTime := time.Since(rootStart)
 	if err != nil {
 		return fail(err)
 	}
@@ -369,7 +374,7 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	if err := closeRoot(root, false); err != nil {
 		return fail(err)
 	}
-	log.Info("injected GPU access into the OCI spec", "spec", specPath,
+	log.Info("injected GPU access into the OCI spec", "spec", specPath, "rootfs-time", rootTime, "total-time", time.Since(start),
 		"devices", len(p.Devices), "mounts", len(p.Mounts), "symlinks", len(p.Symlinks), "proc-view-hook", procView && !mode.AfterCreate,
 		"cdi-hooks-done", own.Hooks, "after-create", after != nil)
 	return after, nil
@@ -530,6 +535,7 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 		return nil, err
 	}
 	err = func() error {
+		t0 := time.Now()
 		var names []ldcache.DirEntry
 		if len(w.LdconfigDirs) > 0 && w.Rebuild == nil {
 			var err error
@@ -541,6 +547,7 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 		if err != nil {
 			return err
 		}
+		t1 := time.Now()
 		for _, dir := range staleDirs(w) {
 			removed, err := root.RemoveStaleTemps(dir)
 			if err != nil {
@@ -550,11 +557,13 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 				log.Info("removed temporary files an interrupted create left", "root", path, "files", removed)
 			}
 		}
+		t2 := time.Now()
 		for _, s := range w.Symlinks {
 			if err := root.Symlink(s.Target, s.Path); err != nil {
 				return fmt.Errorf("create symlink: %w", err)
 			}
 		}
+		t3 := time.Now()
 		if w.Rebuild != nil {
 			// As the hooks do it: enable-cuda-compat's drop-ins, ldconfig
 			// over the folders and the configuration, the compat
@@ -581,9 +590,12 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 				return fmt.Errorf("CUDA compat libraries in %s: %w", dir, err)
 			}
 		}
+		t4 := time.Now()
 		if err := appprofile.Write(root, w.AppProfile); err != nil {
 			return fmt.Errorf("application profile: %w", err)
 		}
+		log.Debug("container root prepared", "libraries", len(names), "libraries-time", t1.Sub(t0), "stale-time", t2.Sub(t1),
+			"links", len(w.Symlinks), "links-time", t3.Sub(t2), "ldcache-time", t4.Sub(t3), "profile-time", time.Since(t4))
 		return nil
 	}()
 	if err != nil {
