@@ -4,12 +4,12 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/rootfs"
 )
@@ -57,27 +57,6 @@ exec /busybox sh -c '/busybox umount -l /old && echo ready && exec /busybox slee
 	return cmd.Process.Pid
 }
 
-// hostProcDir is a host driver proc directory with two GPUs.
-func hostProcDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, data := range map[string]string{
-		"params":                        "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n",
-		"version":                       "NVRM version: 535.261.03\n",
-		"gpus/0000:01:00.0/information": "Bus Location: 0000:01:00.0\n",
-		"gpus/0000:02:00.0/information": "Bus Location: 0000:02:00.0\n",
-	} {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o444); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 // TestApply: in a created container the links, the view and the mask are
 // made (seen through /proc/PID/root, which shows the container's mounts),
 // nothing leaks into the host's namespace, and a failing step undoes the
@@ -97,7 +76,7 @@ func TestApply(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pid := createdContainer(t)
-			host := hostProcDir(t)
+			host := e2e.FakeProcDriver(t, "0000:01:00.0", "0000:02:00.0")
 			w := Work{DevLinks: tt.links, Proc: &rootfs.ProcView{HostDir: host, Files: []string{"params", "version"}, GPUDirs: []string{"0000:01:00.0"}}}
 			if tt.mask {
 				w.ParamsHostDir = host

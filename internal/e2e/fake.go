@@ -141,3 +141,29 @@ func splitNUL(b []byte) []string {
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// FakeProcDriver makes a host driver proc directory (what a loaded driver
+// shows at /proc/driver/nvidia): params with ModifyDeviceFiles 1, version,
+// and gpus/<bus id>/information for each of busIDs. It returns the
+// directory.
+func FakeProcDriver(t testing.TB, busIDs ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "proc-driver-nvidia")
+	files := map[string]string{
+		"params":  "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n",
+		"version": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03\n",
+	}
+	for _, id := range busIDs {
+		files["gpus/"+id+"/information"] = "Model: \t\t NVIDIA H100\nBus Location: \t " + id + "\n"
+	}
+	for name, data := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}

@@ -14,32 +14,11 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 )
-
-// fakeProcDir makes a host driver proc directory: params, version and two
-// GPUs' directories.
-func fakeProcDir(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "proc-driver-nvidia")
-	for name, data := range map[string]string{
-		"params":                        "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n",
-		"version":                       "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03\n",
-		"gpus/0000:01:00.0/information": "Model: \t\t NVIDIA H100\nBus Location: \t 0000:01:00.0\n",
-		"gpus/0000:02:00.0/information": "Model: \t\t NVIDIA H100\nBus Location: \t 0000:02:00.0\n",
-	} {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o444); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 type spawnCall struct {
 	path string
@@ -70,7 +49,7 @@ func TestCreateAfterCreateWork(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
 			p := testPlan()
-			p.Proc.HostDir = fakeProcDir(t)
+			p.Proc.HostDir = e2e.FakeProcDriver(t, "0000:01:00.0", "0000:02:00.0")
 			p.DevSymlinks = []plan.Symlink{{Link: "/dev/dri/by-path/pci-0000:01:00.0-card", Target: "../card1"}}
 			h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) { return p, nil })
 			bundle := writeBundle(t, gpuSpec)
@@ -140,7 +119,7 @@ func TestCreateAfterCreateWork(t *testing.T) {
 func TestCreateAfterCreatePrepareFails(t *testing.T) {
 	h := newHarness(t)
 	p := testPlan()
-	p.Proc.HostDir = fakeProcDir(t)
+	p.Proc.HostDir = e2e.FakeProcDriver(t, "0000:01:00.0", "0000:02:00.0")
 	p.Proc.GPUDirs = []string{"0000:07:00.0"}
 	h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) { return p, nil })
 	h.rt.Spawn = func(string, []string, []string) (int, error) {

@@ -297,7 +297,7 @@ func TestRealRuncAfterCreate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newRealRunc(t, "/bin/sh", "-c", script)
 			p := runcPlan(s.hostFile)
-			p.Proc = &plan.ProcView{HostDir: fakeProcDir(t), Files: []string{"params", "version"}, GPUDirs: []string{"0000:01:00.0"}}
+			p.Proc = &plan.ProcView{HostDir: e2e.FakeProcDriver(t, "0000:01:00.0", "0000:02:00.0"), Files: []string{"params", "version"}, GPUDirs: []string{"0000:01:00.0"}}
 			p.DevSymlinks = []plan.Symlink{{Link: tt.link, Target: "../card1"}}
 			data, _ := json.Marshal(p)
 			if err := os.WriteFile(filepath.Join(filepath.Dir(s.hostFile), "plan.json"), data, 0o644); err != nil {
