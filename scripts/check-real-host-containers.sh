@@ -5,7 +5,7 @@
 #
 # Usage (as root): scripts/check-real-host-containers.sh [--rounds N] [--out FILE]
 #                      [--nvidia-ctk PATH] [--nvidia-cdi-hook PATH] [--nvidia-runtime PATH]
-#                      [--root DIR] [--cdi-inject PATH] [--cli-debug FILE]
+#                      [--root DIR] [--cdi-inject PATH] [--cli-debug FILE] [--tmpfs]
 #
 #   --rounds N             timed creates per path (default 25; 0 skips timing)
 #   --root DIR             a driver root without a kernel driver (a fixture root,
@@ -31,11 +31,17 @@
 #                          same config.json without the spec's hooks)
 #   --cli-debug FILE       nvidia-container-cli's debug log ([nvidia-container-cli]
 #                          debug): the --gpus hook's steps, each timed
+#   --tmpfs                the work directory (image copies, bundle) on a tmpfs:
+#                          the check copies the image afresh before every create,
+#                          and on a disk file system the inodes every path then
+#                          makes (runc's mount targets, the links, ld.so.cache)
+#                          can cost what it charges after mass deletes
 #
 # The image is busybox + the host's glibc + cudaprobe (scripts/lib/gpu-image.sh),
 # with no NVIDIA file. Every container prints what it got: the GPUs nvidia-smi
 # lists, cuInit and the CUDA device count, the GPU device nodes in /dev, and
-# the driver file mounts that are not read-only, nosuid and nodev. Checked,
+# the driver file mounts that are not read-only, nosuid and nodev, and the
+# params file's ModifyDeviceFiles (0: masked). Checked,
 # each printed "ok" or "MISMATCH":
 #   legacy mode (NVIDIA_VISIBLE_DEVICES=all, =<first GPU's UUID>, =none, =void),
 #   NVIDIA_REQUIRE_CUDA met and not met, an unknown device id, CDI mode with
@@ -62,6 +68,7 @@ nv_hook=""
 nv_runtime=""
 inject=""
 debug_log=""
+on_tmpfs=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) rounds=${2:?--rounds needs a number}; shift ;;
@@ -72,6 +79,7 @@ while [ $# -gt 0 ]; do
 	--root) root=${2:?--root needs a directory}; shift ;;
 	--cdi-inject) inject=${2:?--cdi-inject needs a path}; shift ;;
 	--cli-debug) debug_log=${2:?--cli-debug needs a file}; shift ;;
+	--tmpfs) on_tmpfs=1 ;;
 	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed -e '/^set -uo/d' -e 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "check-real-host-containers: unknown argument: $1" >&2; exit 2 ;;
 	esac
@@ -97,6 +105,9 @@ runc_bin=$(command -v runc)
 ldconfig_bin=$(command -v ldconfig)
 
 work=$(mktemp -d /tmp/nctk-hostcheck.XXXXXX)
+if [ "$on_tmpfs" = 1 ]; then
+	mount -t tmpfs -o size=4g,mode=755 nctk-hostcheck "$work" || { echo "check-real-host-containers: tmpfs at $work failed" >&2; rmdir "$work"; exit 2; }
+fi
 chmod 755 "$work"
 state="$work/state"
 report="$work/report.md"
@@ -104,6 +115,7 @@ cleanup() {
 	for id in $("$runc_bin" --root "$state" list -q 2>/dev/null); do
 		"$runc_bin" --root "$state" delete --force "$id" >/dev/null 2>&1
 	done
+	[ "$on_tmpfs" = 1 ] && umount -l "$work"
 	rm -rf "$work"
 }
 trap cleanup EXIT

@@ -79,7 +79,7 @@ func TestRealHostContainersScript(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", inject, "../cdiinject").CombinedOutput(); err != nil {
 		t.Fatalf("go build test/cdiinject: %v\n%s", err, out)
 	}
-	cmd := exec.Command("bash", "../../scripts/check-real-host-containers.sh", "--root", fx.Path, "--rounds", "1", "--out", report, "--cdi-inject", inject)
+	cmd := exec.Command("bash", "../../scripts/check-real-host-containers.sh", "--root", fx.Path, "--rounds", "1", "--out", report, "--cdi-inject", inject, "--tmpfs")
 	cmd.Env = append(os.Environ(), "NCTK_BIN="+bin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -96,7 +96,7 @@ func TestRealHostContainersScript(t *testing.T) {
 		"ok        jit-cdi all libcuda: 1", "ok        docker --gpus hook nodes: 2",
 		"ok        doctor on a bundle needing CUDA 99: finding: yes", "| plain runc |", "| legacy |",
 		"ok        engine applies native nodes: 2", "ok        engine applies sep-native libcuda: 1",
-		"ok        engine applies native-gmp writable: 0", "| native |", "| sep-native |",
+		"ok        engine applies native-gmp writable: 0", "| native |", "| sep-native |", "| legacy-hook |", "| cdi-hook |",
 		"RESULT: every container got what it asked for",
 	} {
 		if !strings.Contains(text, w) {
@@ -105,5 +105,9 @@ func TestRealHostContainersScript(t *testing.T) {
 	}
 	if strings.Contains(text, "MISMATCH") {
 		t.Errorf("mismatches:\n%s", text)
+	}
+	// --tmpfs: the work directory's tmpfs is gone with it.
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), "nctk-hostcheck") {
+		t.Errorf("the work directory's tmpfs is still mounted:\n%s", mounts)
 	}
 }
