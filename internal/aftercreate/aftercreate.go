@@ -57,19 +57,18 @@ type Prepared struct {
 	params *rootfs.ParamsMask
 }
 
-// Prepare does w's host side: reads the host's proc files with read (nil:
-// procfs.ReadFile; a procfs.Cache's ReadFile keeps them) and opens the selected
-// GPUs' proc directories. Close the result.
-func Prepare(w Work, read func(path string) ([]byte, error), log *slog.Logger) (*Prepared, error) {
+// Prepare does w's host side: reads the host's proc files and opens the
+// selected GPUs' proc directories. Close the result.
+func Prepare(w Work, log *slog.Logger) (*Prepared, error) {
 	p := &Prepared{links: w.DevLinks}
 	var err error
 	if w.Proc != nil {
-		if p.proc, err = rootfs.PrepareProcDriver(w.Proc, read); err != nil {
+		if p.proc, err = rootfs.PrepareProcDriver(w.Proc); err != nil {
 			return nil, err
 		}
 	}
 	if w.ParamsHostDir != "" {
-		if p.params, err = rootfs.PrepareParamsMask(w.ParamsHostDir, read, log); err != nil {
+		if p.params, err = rootfs.PrepareParamsMask(w.ParamsHostDir, log); err != nil {
 			p.Close()
 			return nil, fmt.Errorf("driver params: %w", err)
 		}

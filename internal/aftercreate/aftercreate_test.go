@@ -81,7 +81,7 @@ func TestApply(t *testing.T) {
 			if tt.mask {
 				w.ParamsHostDir = host
 			}
-			p, err := Prepare(w, nil, nil)
+			p, err := Prepare(w, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +147,7 @@ func TestApplyRefuses(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	p, err := Prepare(Work{DevLinks: []hookargs.Link{{Target: "a", Path: "/dev/b"}}}, nil, nil)
+	p, err := Prepare(Work{DevLinks: []hookargs.Link{{Target: "a", Path: "/dev/b"}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

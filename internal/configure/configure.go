@@ -69,7 +69,6 @@ import (
 	"github.com/nctk/nctk/internal/mountns"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
-	"github.com/nctk/nctk/internal/procfs"
 	"github.com/nctk/nctk/internal/rootfs"
 )
 
@@ -134,10 +133,6 @@ type Options struct {
 	// read (hostfacts.LibFacts). Apply only asks and tells, in memory; the
 	// caller reads and writes them, in the host's mount namespace.
 	LibFacts rootfs.LibFacts
-	// ProcFiles reads the driver's proc files for the /proc/driver/nvidia
-	// view, on the host's side, keeping them in the run cache (nil: read
-	// every time).
-	ProcFiles *procfs.Cache `json:"-"`
 
 	// hooks are test seams (nil outside this package's tests; a pointer
 	// keeps Options comparable).
@@ -479,7 +474,7 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 	pr.sources = make([]*rootfs.Source, len(pr.specs))
 	if p.Proc != nil {
 		v := p.Proc
-		pd, err := rootfs.PrepareProcDriver(&rootfs.ProcView{HostDir: v.HostDir, Files: v.Files, GPUDirs: v.GPUDirs, Expose: v.Expose}, opts.ProcFiles.ReadFile)
+		pd, err := rootfs.PrepareProcDriver(&rootfs.ProcView{HostDir: v.HostDir, Files: v.Files, GPUDirs: v.GPUDirs, Expose: v.Expose})
 		if err != nil {
 			return fail(phase.Mount, err)
 		}

@@ -2,11 +2,11 @@ package discover
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nctk/nctk/internal/procfs"
 	"github.com/nctk/nctk/internal/runcache"
 )
 
@@ -22,7 +22,7 @@ const (
 // root paths: procfs.VersionPath, …), or nil when it is not cached. The
 // driver makes those files on every read, and on real hosts that costs
 // (~0.7 ms a file on an H100, 8 ms for mig-minors). On procfs the key is
-// the module version found so far, the module's load (procfs.ModuleLoad, kept in
+// the module version found so far, the module's load (moduleLoad, kept in
 // x.load for Verify) and each file's inode; what and extra (what else the
 // answer depends on) complete it. Files that are not procfs (fixture roots)
 // cost nothing worth caching and are read, except in tests
@@ -38,7 +38,7 @@ func (x *discoverer) procCache(what string, paths []string, extra string) (*runc
 	}
 	procFS := fs.Type == unix.PROC_SUPER_MAGIC
 	if procFS && x.load == "" {
-		x.load, _ = procfs.ModuleLoad()
+		x.load, _ = moduleLoad()
 	}
 	if (procFS && x.load == "") || (!procFS && !x.opts.cacheRegularProc) {
 		return nil, ""
@@ -93,4 +93,20 @@ func loadOrRead[T any](x *discoverer, dir *runcache.Dir, kind, key string, read 
 		}
 	}
 	return v, err
+}
+
+// moduleLoad identifies the nvidia kernel module's current load: the boot,
+// and the inode of /sys/module/nvidia, which sysfs numbers anew whenever
+// the module is loaded. ok is false when the module is not loaded (or
+// sysfs not there).
+func moduleLoad() (string, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat("/sys/module/nvidia", &st); err != nil {
+		return "", false
+	}
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", false
+	}
+	return fmt.Sprintf("boot %s load %d.%d", strings.TrimSpace(string(b)), st.Dev, st.Ino), true
 }

@@ -88,7 +88,7 @@ func (d *Driver) Verify(paths []string) error {
 		if id.load != "" {
 			// The same load of the module: the same version (and no
 			// reload of it meanwhile).
-			if now, ok := procfs.ModuleLoad(); !ok || now != id.load {
+			if now, ok := moduleLoad(); !ok || now != id.load {
 				return changed(id.versionPath, "belongs to another load of the kernel module (unloaded or loaded again)")
 			}
 		} else {

@@ -62,17 +62,13 @@ type ProcView struct {
 // when the 8-digit one is absent, as drivers on some VMs name them) and the
 // view.Expose entries (files or directories, such as MIG access files).
 // Missing files are skipped; a missing GPU directory or exposed entry is an
-// error. read reads the files (nil: procfs.ReadFile; a procfs.Cache's
-// ReadFile keeps what the driver answers).
-func PrepareProcDriver(view *ProcView, read func(path string) ([]byte, error)) (*ProcDriver, error) {
+// error.
+func PrepareProcDriver(view *ProcView) (*ProcDriver, error) {
 	if view == nil {
 		return nil, errors.New("proc view: nil")
 	}
 	if !path.IsAbs(view.HostDir) {
 		return nil, fmt.Errorf("proc view: host directory %q is not absolute", view.HostDir)
-	}
-	if read == nil {
-		read = procfs.ReadFile
 	}
 	pd := &ProcDriver{}
 	for _, name := range view.Files {
@@ -80,7 +76,7 @@ func PrepareProcDriver(view *ProcView, read func(path string) ([]byte, error)) (
 			return nil, fmt.Errorf("proc view: invalid file name %q", name)
 		}
 		p := path.Join(view.HostDir, name)
-		data, err := read(p)
+		data, err := procfs.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -218,16 +214,12 @@ type ParamsMask struct {
 	data []byte
 }
 
-// PrepareParamsMask reads hostDir's params with read (nil:
-// procfs.ReadFile) and returns its mask; nil (and no error) when the host
-// has no params file or its ModifyDeviceFiles is already 0, since there is
-// nothing to mask then.
-func PrepareParamsMask(hostDir string, read func(path string) ([]byte, error), log *slog.Logger) (*ParamsMask, error) {
-	if read == nil {
-		read = procfs.ReadFile
-	}
+// PrepareParamsMask reads hostDir's params and returns its mask; nil (and
+// no error) when the host has no params file or its ModifyDeviceFiles is
+// already 0, since there is nothing to mask then.
+func PrepareParamsMask(hostDir string, log *slog.Logger) (*ParamsMask, error) {
 	hostParams := path.Join(hostDir, "params")
-	data, err := read(hostParams)
+	data, err := procfs.ReadFile(hostParams)
 	if errors.Is(err, os.ErrNotExist) {
 		if log != nil {
 			log.Warn("no driver params on the host; nothing to do", "path", hostParams)

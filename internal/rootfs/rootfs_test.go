@@ -555,7 +555,7 @@ func TestTmpfsAndProcView(t *testing.T) {
 			r := e.open(t)
 			r.legacyMount = legacy
 			pd, err := PrepareProcDriver(&ProcView{HostDir: hostProc, Files: []string{"params", "version", "registry"}, GPUDirs: []string{"00000000:02:00.0", "00000003:00:00.0"},
-				Expose: []string{"capabilities/gpu0/mig/gi1/access", "capabilities/mig"}}, nil)
+				Expose: []string{"capabilities/gpu0/mig/gi1/access", "capabilities/mig"}})
 			must(t, err)
 			defer pd.Close()
 			must(t, r.MountProcDriver(pd, nil))
@@ -612,7 +612,7 @@ func TestPrepareProcDriverErrors(t *testing.T) {
 		{HostDir: d, Expose: []string{"../x"}},
 		{HostDir: d, Expose: []string{"capabilities/missing"}},
 	} {
-		if pd, err := PrepareProcDriver(v, nil); err == nil {
+		if pd, err := PrepareProcDriver(v); err == nil {
 			pd.Close()
 			t.Errorf("PrepareProcDriver(%+v) succeeded", v)
 		}
@@ -629,7 +629,7 @@ func TestProcDirMissingOnProcfs(t *testing.T) {
 		t.Skip("this host has an NVIDIA driver loaded")
 	}
 	r := e.open(t)
-	pd, err := PrepareProcDriver(&ProcView{HostDir: t.TempDir()}, nil)
+	pd, err := PrepareProcDriver(&ProcView{HostDir: t.TempDir()})
 	must(t, err)
 	if err := r.MountProcDriver(pd, nil); err != nil {
 		t.Errorf("MountProcDriver on a procfs without nvidia: %v", err)

@@ -42,9 +42,7 @@ import (
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/hostfacts"
 	"github.com/nctk/nctk/internal/ocistate"
-	"github.com/nctk/nctk/internal/procfs"
 	"github.com/nctk/nctk/internal/rootfs"
-	"github.com/nctk/nctk/internal/runcache"
 	"github.com/nctk/nctk/internal/version"
 )
 
@@ -60,17 +58,6 @@ type hookEnv struct {
 	name  string
 	log   *slog.Logger
 	chain *chainMemo // nil: not in a chain
-}
-
-// procRead reads the driver's proc files, keeping what the driver answers
-// in the run cache (procfs.Cache: a read of those files costs the driver's
-// time on every create).
-func (h *hookEnv) procRead() func(string) ([]byte, error) {
-	dir, note := runcache.Open(runcache.DefaultDir(h.Getenv))
-	if dir == nil && note != "" {
-		h.log.Debug("driver proc files not cached", "reason", note)
-	}
-	return procfs.NewCache(dir).ReadFile
 }
 
 // chainMemo is what the hooks of one chain share: they get one OCI state
@@ -552,7 +539,7 @@ func disableDeviceNodeModification(h *hookEnv, d hookargs.DisableDeviceNodeModif
 	if hostDir == "" {
 		hostDir = DefaultHostProcDir
 	}
-	pm, err := rootfs.PrepareParamsMask(hostDir, h.procRead(), h.log)
+	pm, err := rootfs.PrepareParamsMask(hostDir, h.log)
 	if err != nil || pm == nil {
 		return err
 	}
@@ -572,7 +559,7 @@ func mountProcDriver(h *hookEnv, m hookargs.MountProcDriver) error {
 	if len(view.Files) == 0 {
 		view.Files = []string{"params", "version", "registry"}
 	}
-	pd, err := rootfs.PrepareProcDriver(&view, h.procRead())
+	pd, err := rootfs.PrepareProcDriver(&view)
 	if err != nil {
 		return err
 	}

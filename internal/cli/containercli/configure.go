@@ -19,7 +19,6 @@ import (
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/planner"
-	"github.com/nctk/nctk/internal/procfs"
 	"github.com/nctk/nctk/internal/request"
 	"github.com/nctk/nctk/internal/requirements"
 	"github.com/nctk/nctk/internal/selector"
@@ -252,12 +251,6 @@ func runConfigure(ctx context.Context, e *app.Env, g *nvc.Globals, req *configur
 		facts = hostfacts.OpenLibFacts(cacheDir)
 		opts.LibFacts = facts
 		opts.LdconfigDirs = &ldconfigDirs{ctx: ctx, cacheDir: cacheDir}
-	}
-	// The driver's proc files of the /proc/driver/nvidia view, kept in the
-	// run cache while the module stays loaded (each read costs the driver's
-	// time).
-	if dir, _ := job.Driver.ProbeConfig.OpenCache(); dir != nil {
-		opts.ProcFiles = procfs.NewCache(dir)
 	}
 	if err := steps.apply(ctx, res.Plan, c, opts); err != nil {
 		return err // a *phase.Error

@@ -145,11 +145,6 @@ func TestConfigureCommandLine(t *testing.T) {
 		t.Errorf("options.LdconfigDirs = %#v, want the run cache's", got.LdconfigDirs)
 	}
 	got.LdconfigDirs = nil
-	// The driver's proc files for the view, kept in the same run cache.
-	if got.ProcFiles == nil && runcache.DefaultDir(os.Getenv) != "" {
-		t.Error("options.ProcFiles: nil, want the run cache's")
-	}
-	got.ProcFiles = nil
 	if got != want {
 		t.Errorf("options = %+v, want %+v", got, want)
 	}

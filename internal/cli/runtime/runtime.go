@@ -68,9 +68,7 @@ import (
 	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
-	"github.com/nctk/nctk/internal/procfs"
 	"github.com/nctk/nctk/internal/rootfs"
-	"github.com/nctk/nctk/internal/runcache"
 	"github.com/nctk/nctk/internal/version"
 )
 
@@ -110,10 +108,6 @@ type Runtime struct {
 	// instead of loading every spec; "" for no cache. New sets it to
 	// hostfacts.DefaultDir.
 	CDICacheDir string
-	// RunCacheDir is the run cache (internal/runcache) that keeps the
-	// driver's proc files for the created container's work; "" reads them
-	// every time. New sets it to runcache.DefaultDir.
-	RunCacheDir string
 	// ModeOverride, when set, replaces config.toml's
 	// nvidia-container-runtime.mode (nvidia-container-runtime.cdi and
 	// .legacy, as NVIDIA installs them).
@@ -136,7 +130,6 @@ func New() *Runtime {
 		HookBuildID: version.HookBuildID(),
 		Version:     version.String(),
 		CDICacheDir: hostfacts.DefaultDir(os.Getenv),
-		RunCacheDir: runcache.DefaultDir(os.Getenv),
 	}
 }
 
@@ -334,7 +327,7 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	// the selected GPUs' directories opened) before anything is written.
 	var after *aftercreate.Prepared
 	if w := afterCreateWork(p, procView, own, mode); !w.Empty() {
-		if after, err = aftercreate.Prepare(w, r.procRead(log), log.Logger); err != nil {
+		if after, err = aftercreate.Prepare(w, log.Logger); err != nil {
 			return nil, fmt.Errorf("container /proc/driver/nvidia: %w", err)
 		}
 	}
@@ -385,19 +378,6 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 		"devices", len(p.Devices), "mounts", len(p.Mounts), "symlinks", len(p.Symlinks), "proc-view-hook", procView && !mode.AfterCreate,
 		"cdi-hooks-done", own.Hooks, "after-create", after != nil)
 	return after, nil
-}
-
-// procRead reads the driver's proc files for the created container's work,
-// keeping what the driver answers in the run cache (procfs.Cache).
-func (r *Runtime) procRead(log *logger) func(string) ([]byte, error) {
-	if r.RunCacheDir == "" {
-		return nil
-	}
-	dir, note := runcache.Open(r.RunCacheDir)
-	if dir == nil {
-		log.Debug("driver proc files not cached", "reason", note)
-	}
-	return procfs.NewCache(dir).ReadFile
 }
 
 // afterCreateWork is what the runtime does in the created container with
