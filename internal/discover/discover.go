@@ -211,7 +211,7 @@ func (x *discoverer) warn(msg string, args ...any) {
 // version reads the kernel module version.
 func (x *discoverer) version() error {
 	p := x.procPath(procfs.VersionPath)
-	// ~0.7 ms a read on an H100 host: kept in the run cache (procCache).
+	// up to ~0.7 ms a read on an H100 host: kept in the run cache (procCache).
 	dir, key := x.procCache(versionKind, []string{procfs.VersionPath}, "")
 	v, err := loadOrRead(x, dir, versionKind, key, func() (procfs.Version, error) {
 		return readProc(x.procLoc(procfs.VersionPath), procfs.ParseVersion)

@@ -274,7 +274,7 @@ func (x *discoverer) imexChannels() error {
 
 // gpuInfos returns what the information file of each GPU directory in
 // names says, by name (a GPU whose file is missing has none). Each file
-// costs ~0.7 ms on an H100 host (the driver asks the GPU), per GPU and per
+// costs 0.2–0.7 ms on an H100 host (the driver asks the GPU), per GPU and per
 // create: they come from the run cache (procCache) when it holds all of
 // them, and are kept there when all were read.
 func (x *discoverer) gpuInfos(names []string) (map[string]procfs.GPUInfo, error) {
