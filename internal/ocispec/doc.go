@@ -79,8 +79,9 @@ func Parse(name string, data []byte) (*Doc, error) {
 
 // Spec is the typed view of the configuration, for reading. It holds the
 // fields nctk reads and edits — ociVersion, process.env,
-// process.capabilities, root, mounts, annotations, hooks, linux.devices and
-// linux.resources.devices — and nothing else (decode Bytes into a
+// process.capabilities, root, mounts, annotations, hooks, linux.devices,
+// linux.resources.devices, linux.maskedPaths and linux.readonlyPaths — and
+// nothing else (decode Bytes into a
 // specs.Spec for the whole configuration). It reflects every Apply; changes
 // made to it are not written back (edit through Apply).
 func (d *Doc) Spec() *specs.Spec {
@@ -203,6 +204,8 @@ type linuxView struct {
 	Resources *struct {
 		Devices []specs.LinuxDeviceCgroup `json:"devices,omitempty"`
 	} `json:"resources,omitempty"`
+	MaskedPaths   []string `json:"maskedPaths,omitempty"`
+	ReadonlyPaths []string `json:"readonlyPaths,omitempty"`
 }
 
 // decodeSpec decodes the fields of specView from data into a specs.Spec,
@@ -223,7 +226,7 @@ func newSpec(version string, root *specs.Root, mounts []specs.Mount, annotations
 		s.Process = &specs.Process{Env: proc.Env, Capabilities: proc.Capabilities}
 	}
 	if linux != nil {
-		s.Linux = &specs.Linux{Devices: linux.Devices}
+		s.Linux = &specs.Linux{Devices: linux.Devices, MaskedPaths: linux.MaskedPaths, ReadonlyPaths: linux.ReadonlyPaths}
 		if linux.Resources != nil {
 			s.Linux.Resources = &specs.LinuxResources{Devices: linux.Resources.Devices}
 		}

@@ -368,7 +368,9 @@ func (c *conv) linux(x any, v *fullView) {
 	}{}
 	v.Linux = l
 	c.fields(o, map[string]func(any){
-		"devices": func(x any) { l.Devices = c.devices(x) },
+		"devices":       func(x any) { l.Devices = c.devices(x) },
+		"maskedPaths":   func(x any) { l.MaskedPaths = c.strs(x) },
+		"readonlyPaths": func(x any) { l.ReadonlyPaths = c.strs(x) },
 		"resources": func(x any) {
 			r := c.obj(x)
 			if r == nil {

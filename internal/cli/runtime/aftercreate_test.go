@@ -236,3 +236,38 @@ func TestDevLinksUnderHostBind(t *testing.T) {
 		t.Errorf("devLinksOutsideBinds: %v, %d", kept, n)
 	}
 }
+
+// TestAfterCreateUnderMasks: where the spec masks or makes read-only a path
+// the after-create work would touch (runc applies those after pivot_root,
+// before that work), the work stays a hook, which runs before them as it
+// did; the defaults engines set (Docker's, containerd's CRI's) do not.
+func TestAfterCreateUnderMasks(t *testing.T) {
+	dockerMasked := `"maskedPaths": ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware"], "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]`
+	for _, tt := range []struct {
+		name  string
+		linux string
+		hook  bool // a mount-proc-driver hook in config.json (else after create)
+	}{
+		{"engine defaults", dockerMasked, false},
+		{"view masked", `"maskedPaths": ["/proc/driver/nvidia"]`, true},
+		{"a GPU directory masked", `"maskedPaths": ["/proc/driver/nvidia/gpus/0000:02:00.0"]`, true},
+		{"/proc read-only", `"readonlyPaths": ["/proc"]`, true},
+		{"a /dev link's directory masked", `"maskedPaths": ["/dev/dri"]`, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			p := testPlan()
+			p.Proc.HostDir = e2e.FakeProcDriver(t, "0000:01:00.0", "0000:02:00.0")
+			p.DevSymlinks = []plan.Symlink{{Link: "/dev/dri/by-path/pci-0000:01:00.0-card", Target: "../card1"}}
+			h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) { return p, nil })
+			spawned := false
+			h.rt.Spawn = func(string, []string, []string) (int, error) { spawned = true; return 1, nil }
+			bundle := writeBundle(t, strings.Replace(gpuSpec, `"linux": {`, `"linux": {`+tt.linux+`, `, 1))
+			h.run("create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, "pid"), "ctr1")
+			hook := strings.Contains(string(readFile(t, filepath.Join(bundle, "config.json"))), hookargs.NameMountProcDriver)
+			if hook != tt.hook || spawned == tt.hook || h.exec.called != tt.hook {
+				t.Errorf("hook %v, create as a child %v, exec %v; want the hook %v", hook, spawned, h.exec.called, tt.hook)
+			}
+		})
+	}
+}

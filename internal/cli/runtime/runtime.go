@@ -248,6 +248,10 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	// afterwards (aftercreate) instead of by a hook process; a run starts
 	// the container at once, so that work stays a hook there.
 	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != ""}
+	if mode.AfterCreate && masksOverlap(spec, afterCreatePaths(p)) {
+		mode.AfterCreate = false
+		log.Debug("a masked or read-only path covers the created container's work; it stays a hook")
+	}
 	after, err := r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, mode)
 	if errors.Is(err, rootfs.ErrRebuildUnsupported) {
 		// Nothing was written: the spec's update-ldcache stays a hook, to
@@ -378,6 +382,16 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 		"devices", len(p.Devices), "mounts", len(p.Mounts), "symlinks", len(p.Symlinks), "proc-view-hook", procView && !mode.AfterCreate,
 		"cdi-hooks-done", own.Hooks, "after-create", after != nil)
 	return after, nil
+}
+
+// afterCreatePaths are the container paths the after-create work may
+// touch: the /proc/driver/nvidia view and params mask, the links below /dev.
+func afterCreatePaths(p *plan.Plan) []string {
+	paths := []string{rootfs.ContainerProcDriver}
+	for _, s := range p.DevSymlinks {
+		paths = append(paths, s.Link)
+	}
+	return paths
 }
 
 // afterCreateWork is what the runtime does in the created container with

@@ -97,3 +97,24 @@ func devLinksOutsideBinds(mounts []specs.Mount, links []plan.Symlink) ([]plan.Sy
 	}
 	return kept, len(links) - len(kept)
 }
+
+// masksOverlap reports whether one of the spec's masked or read-only paths
+// is at, above or below one of paths. runc applies those after pivot_root,
+// before the runtime's after-create work would run: that work would then
+// mount over the mask (or into a path made read-only). A createContainer
+// hook runs before them, and so the work stays a hook there, as it was.
+func masksOverlap(spec *specs.Spec, paths []string) bool {
+	if spec == nil || spec.Linux == nil {
+		return false
+	}
+	for _, m := range slices.Concat(spec.Linux.MaskedPaths, spec.Linux.ReadonlyPaths) {
+		m = path.Clean("/" + m)
+		for _, p := range paths {
+			p = path.Clean("/" + p)
+			if m == "/" || m == p || strings.HasPrefix(p, m+"/") || strings.HasPrefix(m, p+"/") {
+				return true
+			}
+		}
+	}
+	return false
+}
