@@ -9,6 +9,7 @@ import (
 
 	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/plan"
 )
 
 // OwnHooks is the work of nctk's own createContainer hooks that
@@ -47,6 +48,10 @@ type OwnHooks struct {
 	// container (internal/appprofile), which are then all its /dev holds
 	// (LiftOptions.DevicesKnown).
 	AppProfile bool
+	// DevLinks are create-symlinks links below /dev taken out
+	// (LiftOptions.AfterCreate): the caller makes them in the created
+	// container's /dev.
+	DevLinks []hookargs.Link
 	// MaskParams: a disable-device-node-modification part was taken out
 	// (LiftOptions.AfterCreate); the caller masks the container's
 	// /proc/driver/nvidia/params with ParamsHostDir's ("" for the hook's
@@ -68,6 +73,10 @@ type LiftOptions struct {
 	// container (internal/aftercreate), so with KeepInContainer the part
 	// is lifted (OwnHooks.MaskParams) instead of kept.
 	AfterCreate bool
+	// Masked are the container paths runc masks or makes read-only after
+	// the hooks ran (the spec's maskedPaths and readonlyPaths): work that
+	// overlaps them is not taken out for after the create.
+	Masked []string
 	// Mounts are the container paths the caller's spec mounts.
 	Mounts []string
 	// DevicesKnown: the container's /dev will hold exactly the device nodes
@@ -260,6 +269,13 @@ func liftPart(part []string, w *OwnHooks, o LiftOptions, mountPoints mountSet) (
 	}
 	switch h := hook.(type) {
 	case hookargs.CreateSymlinks:
+		if h.ContainerSpec == "" && o.AfterCreate && o.DevicesKnown && devLinks(h.Links) &&
+			!plan.Overlaps(linkPaths(h.Links), o.Masked) {
+			// Links in the container's own /dev (the GPUs' by-path
+			// links), which only the created container has.
+			w.DevLinks = append(w.DevLinks, h.Links...)
+			break
+		}
 		if h.ContainerSpec != "" || slices.ContainsFunc(h.Links, func(l hookargs.Link) bool { return mountPoints.under(l.Path, true) }) {
 			return false, false
 		}
@@ -309,7 +325,7 @@ func liftPart(part []string, w *OwnHooks, o LiftOptions, mountPoints mountSet) (
 			return false, false
 		}
 		if o.KeepInContainer {
-			if !o.AfterCreate {
+			if !o.AfterCreate || plan.Overlaps([]string{"/proc/driver/nvidia/params"}, o.Masked) {
 				return true, true
 			}
 			if w.MaskParams && w.ParamsHostDir != h.HostDir {
@@ -330,6 +346,21 @@ func liftPart(part []string, w *OwnHooks, o LiftOptions, mountPoints mountSet) (
 	}
 	w.Hooks++
 	return false, true
+}
+
+// devLinks reports whether every link lies below /dev.
+func devLinks(links []hookargs.Link) bool {
+	return len(links) > 0 && !slices.ContainsFunc(links, func(l hookargs.Link) bool {
+		return !strings.HasPrefix(path.Clean("/"+l.Path), "/dev/")
+	})
+}
+
+func linkPaths(links []hookargs.Link) []string {
+	paths := make([]string, len(links))
+	for i, l := range links {
+		paths[i] = l.Path
+	}
+	return paths
 }
 
 // mountSet is a set of container mount points, cleaned.

@@ -29,6 +29,8 @@ func TestLiftOwnHooks(t *testing.T) {
 		keep   bool
 		// after: the caller masks params in the created container.
 		after bool
+		// masked: the spec's masked and read-only paths.
+		masked []string
 		// devUnknown: the container's /dev is not only config.json's nodes.
 		devUnknown bool
 		// noRebuild: update-ldcache without --lib stays a hook.
@@ -49,6 +51,17 @@ func TestLiftOwnHooks(t *testing.T) {
 			want: []*cdispecs.Hook{}, work: OwnHooks{MaskParams: true, ParamsHostDir: "/run/p", Hooks: 1}},
 		{name: "after create, two host dirs: the second stays", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm+" ; "+ddnm+" --host-dir /run/p")}, keep: true, after: true,
 			want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm+" --host-dir /run/p")}, work: OwnHooks{MaskParams: true, Hooks: 1}},
+		{name: "after create: /dev links lifted", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links), hk(own, "nvidia-cdi-hook create-symlinks --link ../card1::/dev/dri/by-path/pci-0000:01:00.0-card")},
+			after: true, mounts: []string{"/dev"}, want: []*cdispecs.Hook{},
+			work: OwnHooks{Links: lifted.Links, DevLinks: []hookargs.Link{{Target: "../card1", Path: "/dev/dri/by-path/pci-0000:01:00.0-card"}}, Hooks: 2}},
+		{name: "after create: /dev links under a mask stop", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook create-symlinks --link ../card1::/dev/dri/by-path/pci-0000:01:00.0-card")},
+			after: true, masked: []string{"/dev/dri"}, mounts: []string{"/dev"}},
+		{name: "after create: /dev links, /dev not known: stop", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook create-symlinks --link ../card1::/dev/dri/by-path/pci-0000:01:00.0-card")},
+			after: true, devUnknown: true, mounts: []string{"/dev"}},
+		{name: "without after create: /dev links stop", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook create-symlinks --link ../card1::/dev/dri/by-path/pci-0000:01:00.0-card")},
+			mounts: []string{"/dev"}},
+		{name: "after create, params masked: the part stays", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+ddnm)}, keep: true, after: true,
+			masked: []string{"/proc/driver/nvidia"}, want: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm)}, work: OwnHooks{Links: lifted.Links, Hooks: 1}},
 		{name: "after create without a driver: dropped", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+ddnm)}, after: true,
 			want: []*cdispecs.Hook{}, work: OwnHooks{Hooks: 1}},
 		{name: "chain, proc hook dropped", hooks: []*cdispecs.Hook{hk(own, "nvidia-cdi-hook "+links+" ; "+ld+" ; "+ddnm)},
@@ -123,7 +136,7 @@ func TestLiftOwnHooks(t *testing.T) {
 			for _, m := range tc.specMounts {
 				e.Mounts = append(e.Mounts, &cdispecs.Mount{HostPath: m, ContainerPath: m})
 			}
-			got, work := LiftOwnHooks(e, isOwn, LiftOptions{KeepInContainer: tc.keep, AfterCreate: tc.after, Mounts: tc.mounts, DevicesKnown: !tc.devUnknown, NoRebuild: tc.noRebuild})
+			got, work := LiftOwnHooks(e, isOwn, LiftOptions{KeepInContainer: tc.keep, AfterCreate: tc.after, Masked: tc.masked, Mounts: tc.mounts, DevicesKnown: !tc.devUnknown, NoRebuild: tc.noRebuild})
 			if tc.want == nil {
 				if got != e || !reflect.DeepEqual(work, OwnHooks{}) {
 					t.Errorf("lifted %+v from %+v, want nothing", work, tc.hooks)

@@ -1,6 +1,10 @@
 package plan
 
-import "fmt"
+import (
+	"fmt"
+	"path"
+	"strings"
+)
 
 // UserMountError reports that a path a plan creates or changes in the
 // container (a driver file's mount point, a driver symlink, a device
@@ -20,4 +24,19 @@ type UserMountError struct {
 func (e *UserMountError) Error() string {
 	return fmt.Sprintf("%s is below the mount of host path %s at %s: GPU driver files are not created in a mounted host directory; mount the volume elsewhere",
 		e.Path, e.Source, e.Destination)
+}
+
+// Overlaps reports whether one of the container paths a is at, above or
+// below one of the container paths b ("/" overlaps everything).
+func Overlaps(a, b []string) bool {
+	for _, x := range a {
+		x = path.Clean("/" + x)
+		for _, y := range b {
+			y = path.Clean("/" + y)
+			if x == "/" || y == "/" || x == y || strings.HasPrefix(x, y+"/") || strings.HasPrefix(y, x+"/") {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -92,15 +93,21 @@ func TestRuncGraphics(t *testing.T) {
 		env  []string
 		want []string
 		hook bool // plain runc with docker --gpus's prestart hook (nvidia-container-cli configure)
+		// created: create with a --pid-file, then start, as engines do: the
+		// runtime makes the /dev/dri/by-path links in the created container
+		// itself (internal/aftercreate) instead of a hook.
+		created bool
 	}{
-		{"legacy/graphics,display", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics,display"}, noGBM, false},
-		{"legacy/all", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"}, want, false},
+		{"legacy/graphics,display", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics,display"}, noGBM, false, false},
+		{"legacy/all", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"}, want, false, false},
 		// The spec's update-application-profile: EGL limited to GPU 1
 		// (written by the runtime, or by the hook on a host with a
 		// loaded driver).
-		{"cdi/nvidia.com/gpu=1", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, withProfile, false},
-		{"legacy/compute", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, nil, false},
-		{"prestart-hook/graphics,display", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics,display"}, noGBM, true},
+		{"cdi/nvidia.com/gpu=1", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, withProfile, false, false},
+		{"legacy/compute", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, nil, false, false},
+		{"prestart-hook/graphics,display", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=graphics,display"}, noGBM, true, false},
+		{"created/legacy/all", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=all"}, want, false, true},
+		{"created/cdi/nvidia.com/gpu=1", []string{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=1"}, withProfile, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -124,11 +131,30 @@ func TestRuncGraphics(t *testing.T) {
 			}
 			rt := e2e.NewRuntime(t, bin)
 			rt.Env = append(rt.Env, f.host.Env...)
-			res := rt.Run(bundle, "nctk-"+filepath.Base(bundle))
-			if !res.OK() {
-				t.Fatalf("nvidia-container-runtime run (CDI specs in %s): %s", specDir, res)
+			id := "nctk-" + filepath.Base(bundle)
+			var out string
+			if tc.created {
+				res := rt.RuncOpts(e2e.RunOpts{OutputFile: rt.OutputPath(id)}, "create", "--bundle", bundle, "--pid-file", filepath.Join(rt.Dir, id+".pid"), id)
+				if !res.OK() {
+					t.Fatalf("nvidia-container-runtime create (CDI specs in %s): %s\n%s", specDir, res, rt.Output(id))
+				}
+				if s, err := e2e.ReadSpec(bundle); err != nil || (s.Hooks != nil && len(s.Hooks.CreateContainer) != 0) {
+					t.Errorf("createContainer hooks after a create with a pid file: %v %+v", err, s.Hooks)
+				}
+				if res := rt.Start(id); !res.OK() {
+					t.Fatalf("start: %s", res)
+				}
+				if err := rt.WaitStopped(id, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				out = rt.Output(id)
+			} else {
+				res := rt.Run(bundle, id)
+				if !res.OK() {
+					t.Fatalf("nvidia-container-runtime run (CDI specs in %s): %s", specDir, res)
+				}
+				out = res.Combined()
 			}
-			out := res.Combined()
 			if !strings.Contains(out, "graphics-probe-done") {
 				t.Fatalf("the probe did not finish:\n%s", out)
 			}

@@ -301,7 +301,7 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	if p.CDI != nil {
 		q := *p
 		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), cdispec.LiftOptions{
-			KeepInContainer: inContainer, AfterCreate: mode.AfterCreate, Mounts: mounts, DevicesKnown: !bindsInDev(spec),
+			KeepInContainer: inContainer, AfterCreate: mode.AfterCreate, Masked: maskedPaths(spec), Mounts: mounts, DevicesKnown: !bindsInDev(spec),
 			NoRebuild: mode.NoRebuild})
 		p = &q
 	}
@@ -406,6 +406,7 @@ func afterCreateWork(p *plan.Plan, procView bool, own cdispec.OwnHooks, mode inj
 	for _, s := range p.DevSymlinks {
 		w.DevLinks = append(w.DevLinks, hookargs.Link{Target: s.Target, Path: s.Link})
 	}
+	w.DevLinks = append(w.DevLinks, own.DevLinks...)
 	if v := p.Proc; procView {
 		w.Proc = &rootfs.ProcView{HostDir: v.HostDir, Files: v.Files, GPUDirs: v.GPUDirs, Expose: v.Expose}
 	}

@@ -104,17 +104,13 @@ func devLinksOutsideBinds(mounts []specs.Mount, links []plan.Symlink) ([]plan.Sy
 // mount over the mask (or into a path made read-only). A createContainer
 // hook runs before them, and so the work stays a hook there, as it was.
 func masksOverlap(spec *specs.Spec, paths []string) bool {
+	return plan.Overlaps(maskedPaths(spec), paths)
+}
+
+// maskedPaths are the spec's masked and read-only paths.
+func maskedPaths(spec *specs.Spec) []string {
 	if spec == nil || spec.Linux == nil {
-		return false
+		return nil
 	}
-	for _, m := range slices.Concat(spec.Linux.MaskedPaths, spec.Linux.ReadonlyPaths) {
-		m = path.Clean("/" + m)
-		for _, p := range paths {
-			p = path.Clean("/" + p)
-			if m == "/" || m == p || strings.HasPrefix(p, m+"/") || strings.HasPrefix(m, p+"/") {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.Concat(spec.Linux.MaskedPaths, spec.Linux.ReadonlyPaths)
 }
