@@ -225,6 +225,18 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		if err := checkUserMounts(r, mounts.mountTables, plannedPaths(p, opts, compat)); err != nil {
 			return err
 		}
+		if len(p.DevSymlinks) > 0 {
+			kept, err := devLinksOffHostMounts(r, mounts.mountTables, p.DevSymlinks)
+			if err != nil {
+				return err
+			}
+			if len(kept) < len(p.DevSymlinks) {
+				log.Debug("links below /dev on a host mount left to the host's", "links", len(p.DevSymlinks)-len(kept))
+				q := *p
+				q.DevSymlinks = kept
+				p = &q
+			}
+		}
 		// A configure killed mid-way (the engine then tears the container
 		// down; a restart reuses the rootfs) leaves its temporary files:
 		// removed here, so that this run gives the rootfs of a run that

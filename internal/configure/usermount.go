@@ -249,3 +249,23 @@ func (s *mountSource) readTables() (*mountTables, error) {
 	}
 	return t, nil
 }
+
+// devLinksOffHostMounts returns the links of links that no host file system
+// holds in the container root r: below a host /dev bound into the container
+// (a privileged container given the host's /dev) a link would be made in
+// the host's directory, where the host's own links already are for the
+// container to see.
+func devLinksOffHostMounts(r *rootfs.Root, tables func() (*mountTables, error), links []plan.Symlink) ([]plan.Symlink, error) {
+	kept := make([]plan.Symlink, 0, len(links))
+	for _, l := range links {
+		err := checkUserMounts(r, tables, []plannedPath{{path: l.Link}})
+		if _, host := errors.AsType[*plan.UserMountError](err); host {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		kept = append(kept, l)
+	}
+	return kept, nil
+}

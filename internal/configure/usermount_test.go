@@ -50,6 +50,10 @@ func TestApplyUserMount(t *testing.T) {
 		// viaLink: the rootfs is named through a symlink (mountinfo
 		// shows the real path).
 		viaLink bool
+		// devLink: the plan has a GPU's /dev/dri/by-path link (left to
+		// the host's /dev when that is bound in, made in the engine's
+		// /dev otherwise).
+		devLink bool
 	}{
 		{name: "volume over the lib dir", dst: libdir, refused: libdir + "/libz.so.1"},
 		{name: "volume over the lib dir, rootfs named through a symlink", dst: libdir, refused: libdir + "/libz.so.1", viaLink: true},
@@ -57,6 +61,8 @@ func TestApplyUserMount(t *testing.T) {
 		{name: "volume over /etc", dst: "/etc", refused: "/etc/ld.so.cache"},
 		{name: "host /dev without the nodes", dst: "/dev", refused: "/dev/nvidia0"},
 		{name: "host /dev with the nodes", dst: "/dev", files: []string{"nvidia0", "nvidiactl"}},
+		{name: "host /dev with the nodes, a /dev link", dst: "/dev", files: []string{"nvidia0", "nvidiactl"}, devLink: true},
+		{name: "engine /dev, a /dev link", dst: "/dev", tmpfs: true, devLink: true},
 		{name: "tmpfs over the lib dir", dst: libdir, tmpfs: true},
 		{name: "volume elsewhere", dst: "/data"},
 	}
@@ -66,6 +72,10 @@ func TestApplyUserMount(t *testing.T) {
 			d := newDriver(t)
 			p := d.plan()
 			p.Proc = nil
+			const link = "/dev/dri/by-path/pci-0000:01:00.0-card"
+			if tt.devLink {
+				p.DevSymlinks = []plan.Symlink{{Link: link, Target: "../card1"}}
+			}
 			host := filepath.Join(t.TempDir(), "vol")
 			must(t, os.MkdirAll(host, 0o755))
 			must(t, os.WriteFile(filepath.Join(host, "user-data"), []byte("mine"), 0o600))
@@ -94,6 +104,12 @@ func TestApplyUserMount(t *testing.T) {
 			}
 			if tt.refused == "" {
 				must(t, err)
+				if tt.devLink && tt.tmpfs {
+					// In the container's namespace, where the engine's tmpfs is.
+					if got, err := os.Readlink(fmt.Sprintf("/proc/%d/root%s%s", c.pid, c.rootfs, link)); err != nil || got != "../card1" {
+						t.Errorf("link in the engine's /dev: %q, %v", got, err)
+					}
+				}
 				return
 			}
 			var ue *plan.UserMountError
