@@ -20,6 +20,19 @@ import (
 	"github.com/nctk/nctk/internal/plan"
 )
 
+// afterCreateHarness is a harness whose plan has work for after the create:
+// a /proc/driver/nvidia view (of a fake host proc directory with two GPUs,
+// one selected) and a GPU's /dev/dri/by-path link.
+func afterCreateHarness(t *testing.T) *harness {
+	t.Helper()
+	h := newHarness(t)
+	p := testPlan()
+	p.Proc.HostDir = e2e.FakeProcDriver(t, "0000:01:00.0", "0000:02:00.0")
+	p.DevSymlinks = []plan.Symlink{{Link: "/dev/dri/by-path/pci-0000:01:00.0-card", Target: "../card1"}}
+	h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) { return p, nil })
+	return h
+}
+
 type spawnCall struct {
 	path string
 	argv []string
@@ -47,11 +60,7 @@ func TestCreateAfterCreateWork(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			p := testPlan()
-			p.Proc.HostDir = e2e.FakeProcDriver(t, "0000:01:00.0", "0000:02:00.0")
-			p.DevSymlinks = []plan.Symlink{{Link: "/dev/dri/by-path/pci-0000:01:00.0-card", Target: "../card1"}}
-			h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) { return p, nil })
+			h := afterCreateHarness(t)
 			bundle := writeBundle(t, gpuSpec)
 			pidFile := filepath.Join(t.TempDir(), "init.pid")
 			var calls []spawnCall
@@ -255,11 +264,7 @@ func TestAfterCreateUnderMasks(t *testing.T) {
 		{"a /dev link's directory masked", `"maskedPaths": ["/dev/dri"]`, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			p := testPlan()
-			p.Proc.HostDir = e2e.FakeProcDriver(t, "0000:01:00.0", "0000:02:00.0")
-			p.DevSymlinks = []plan.Symlink{{Link: "/dev/dri/by-path/pci-0000:01:00.0-card", Target: "../card1"}}
-			h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) { return p, nil })
+			h := afterCreateHarness(t)
 			spawned := false
 			h.rt.Spawn = func(string, []string, []string) (int, error) { spawned = true; return 1, nil }
 			bundle := writeBundle(t, strings.Replace(gpuSpec, `"linux": {`, `"linux": {`+tt.linux+`, `, 1))
