@@ -222,20 +222,16 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		if compat, err = compatDir(r, p, opts, log); err != nil {
 			return err
 		}
-		if err := checkUserMounts(r, mounts.mountTables, plannedPaths(p, opts, compat)); err != nil {
+		onHost, err := checkUserMounts(r, mounts.mountTables, plannedPaths(p, opts, compat))
+		if err != nil {
 			return err
 		}
-		if len(p.DevSymlinks) > 0 {
-			kept, err := devLinksOffHostMounts(r, mounts.mountTables, p.DevSymlinks)
-			if err != nil {
-				return err
-			}
-			if len(kept) < len(p.DevSymlinks) {
-				log.Debug("links below /dev on a host mount left to the host's", "links", len(p.DevSymlinks)-len(kept))
-				q := *p
-				q.DevSymlinks = kept
-				p = &q
-			}
+		if len(onHost) > 0 {
+			// The GPUs' /dev links on a host /dev: the host's own are there.
+			log.Debug("links below /dev on a host mount left to the host's", "links", onHost)
+			q := *p
+			q.DevSymlinks = slices.DeleteFunc(slices.Clone(p.DevSymlinks), func(s plan.Symlink) bool { return slices.Contains(onHost, s.Link) })
+			p = &q
 		}
 		// A configure killed mid-way (the engine then tears the container
 		// down; a restart reuses the rootfs) leaves its temporary files:

@@ -97,16 +97,24 @@ type plannedPath struct {
 	// ifMissing: an object already there is covered by a mount, nothing
 	// is created (a device node on a host /dev bound into the container).
 	ifMissing bool
+	// hostOK: on a host file system the path is left out rather than
+	// refused (a GPU's /dev link on a host /dev bound into the container,
+	// where the host's own link is for the container to see).
+	hostOK bool
 }
 
 // plannedPaths are the container paths Apply creates or changes for p:
-// mount points, symlinks, device nodes, the /proc/driver/nvidia view, and,
-// when ld.so.cache is updated, /etc and /etc/ld.so.conf.d (and with a
-// compat directory, the directories ldconfig makes links in).
+// mount points, symlinks, device nodes, the links below /dev (hostOK), the
+// /proc/driver/nvidia view, and, when ld.so.cache is updated, /etc and
+// /etc/ld.so.conf.d (and with a compat directory, the directories ldconfig
+// makes links in).
 func plannedPaths(p *plan.Plan, opts Options, compat string) []plannedPath {
 	var out []plannedPath
 	if p.Proc != nil {
 		out = append(out, plannedPath{path: rootfs.ContainerProcDriver})
+	}
+	for _, s := range p.DevSymlinks {
+		out = append(out, plannedPath{path: s.Link, hostOK: true})
 	}
 	for _, m := range p.Mounts {
 		out = append(out, plannedPath{path: m.Destination})
@@ -133,14 +141,15 @@ func plannedPaths(p *plan.Plan, opts Options, compat string) []plannedPath {
 // checkUserMounts returns a *plan.UserMountError for the first of paths that
 // lies below a mount of a host file system in the container root r (the
 // directory where it would be created is looked up inside the root, and
-// its mount found by id in t). It changes nothing.
-func checkUserMounts(r *rootfs.Root, tables func() (*mountTables, error), paths []plannedPath) error {
+// its mount found by id in t); such paths with hostOK are returned in
+// onHost instead. It changes nothing.
+func checkUserMounts(r *rootfs.Root, tables func() (*mountTables, error), paths []plannedPath) (onHost []string, err error) {
 	// The mount holding the root directory itself: the container's own
 	// rootfs. Any other mount met inside the root lies below it (compared
 	// by id, not by path: the rootfs path may name a symlink).
 	rootID, _, err := r.MountOf("/")
 	if err != nil && !errors.Is(err, rootfs.ErrNoMountID) {
-		return err
+		return nil, err
 	}
 	// Most paths share a directory (the driver's libraries, its tools):
 	// each directory is looked up once (nothing changes meanwhile).
@@ -164,14 +173,14 @@ func checkUserMounts(r *rootfs.Root, tables func() (*mountTables, error), paths 
 		}
 		id, dir, err := at.id, at.dir, at.err
 		if err != nil && !errors.Is(err, rootfs.ErrNoMountID) {
-			return err
+			return nil, err
 		}
 		if err == nil && id == rootID {
 			continue // on the container's own root: no table needed
 		}
 		t, terr := tables()
 		if terr != nil {
-			return terr
+			return nil, terr
 		}
 		var m mountEntry
 		var ok bool
@@ -185,13 +194,17 @@ func checkUserMounts(r *rootfs.Root, tables func() (*mountTables, error), paths 
 		}
 		if !ok {
 			// Mounted after the table was read: refuse rather than guess.
-			return fmt.Errorf("%s: the mount holding %s (id %d) is not in the container's mount table; retry", pp.path, dir, id)
+			return nil, fmt.Errorf("%s: the mount holding %s (id %d) is not in the container's mount table; retry", pp.path, dir, id)
 		}
 		if src, host := t.hostSource(m); host {
-			return &plan.UserMountError{Path: path.Clean(pp.path), Destination: strings.TrimPrefix(path.Clean(m.MountPoint), t.rootfs), Source: src}
+			if pp.hostOK {
+				onHost = append(onHost, pp.path)
+				continue
+			}
+			return nil, &plan.UserMountError{Path: path.Clean(pp.path), Destination: strings.TrimPrefix(path.Clean(m.MountPoint), t.rootfs), Source: src}
 		}
 	}
-	return nil
+	return onHost, nil
 }
 
 // mountSource reads the mount tables Apply may need, each once and only
@@ -248,24 +261,4 @@ func (s *mountSource) readTables() (*mountTables, error) {
 		return nil, &mountTableError{fmt.Errorf("%s: %w", s.proc.name(rel), err)}
 	}
 	return t, nil
-}
-
-// devLinksOffHostMounts returns the links of links that no host file system
-// holds in the container root r: below a host /dev bound into the container
-// (a privileged container given the host's /dev) a link would be made in
-// the host's directory, where the host's own links already are for the
-// container to see.
-func devLinksOffHostMounts(r *rootfs.Root, tables func() (*mountTables, error), links []plan.Symlink) ([]plan.Symlink, error) {
-	kept := make([]plan.Symlink, 0, len(links))
-	for _, l := range links {
-		err := checkUserMounts(r, tables, []plannedPath{{path: l.Link}})
-		if _, host := errors.AsType[*plan.UserMountError](err); host {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		kept = append(kept, l)
-	}
-	return kept, nil
 }
