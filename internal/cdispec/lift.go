@@ -10,6 +10,7 @@ import (
 	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/rootfs"
 )
 
 // OwnHooks is the work of nctk's own createContainer hooks that
@@ -325,7 +326,7 @@ func liftPart(part []string, w *OwnHooks, o LiftOptions, mountPoints mountSet) (
 			return false, false
 		}
 		if o.KeepInContainer {
-			if !o.AfterCreate || plan.Overlaps([]string{"/proc/driver/nvidia/params"}, o.Masked) {
+			if !o.AfterCreate || plan.Overlaps([]string{rootfs.ContainerProcDriver + "/params"}, o.Masked) {
 				return true, true
 			}
 			if w.MaskParams && w.ParamsHostDir != h.HostDir {

@@ -248,7 +248,7 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	// afterwards (aftercreate) instead of by a hook process; a run starts
 	// the container at once, so that work stays a hook there.
 	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != ""}
-	if mode.AfterCreate && masksOverlap(spec, afterCreatePaths(p)) {
+	if mode.AfterCreate && plan.Overlaps(maskedPaths(spec), afterCreatePaths(p)) {
 		mode.AfterCreate = false
 		log.Debug("a masked or read-only path covers the created container's work; it stays a hook")
 	}
@@ -384,10 +384,15 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	return after, nil
 }
 
-// afterCreatePaths are the container paths the after-create work may
-// touch: the /proc/driver/nvidia view and params mask, the links below /dev.
+// afterCreatePaths are the container paths the plan's own after-create work
+// may touch: the /proc/driver/nvidia view, the links below /dev. (The CDI
+// edits' parts are checked one by one as they are lifted:
+// cdispec.LiftOptions.Masked.)
 func afterCreatePaths(p *plan.Plan) []string {
-	paths := []string{rootfs.ContainerProcDriver}
+	var paths []string
+	if p.Proc != nil {
+		paths = append(paths, rootfs.ContainerProcDriver)
+	}
 	for _, s := range p.DevSymlinks {
 		paths = append(paths, s.Link)
 	}
@@ -407,7 +412,8 @@ func afterCreateWork(p *plan.Plan, procView bool, own cdispec.OwnHooks, mode inj
 		w.DevLinks = append(w.DevLinks, hookargs.Link{Target: s.Target, Path: s.Link})
 	}
 	w.DevLinks = append(w.DevLinks, own.DevLinks...)
-	if v := p.Proc; procView {
+	if procView {
+		v := p.Proc
 		w.Proc = &rootfs.ProcView{HostDir: v.HostDir, Files: v.Files, GPUDirs: v.GPUDirs, Expose: v.Expose}
 	}
 	if own.MaskParams {

@@ -16,12 +16,7 @@ import (
 // symlinks) is strictly below the destination of one of mounts that binds
 // a host path. mounts are the spec's own mounts, before p is applied.
 func checkUserMounts(mounts []specs.Mount, p *plan.Plan, own cdispec.OwnHooks) error {
-	var binds []specs.Mount
-	for _, m := range mounts {
-		if isHostBind(m) {
-			binds = append(binds, m)
-		}
-	}
+	binds := hostBinds(mounts)
 	if len(binds) == 0 {
 		return nil
 	}
@@ -44,14 +39,35 @@ func checkUserMounts(mounts []specs.Mount, p *plan.Plan, own cdispec.OwnHooks) e
 	}
 	for _, cp := range paths {
 		cp = path.Clean("/" + cp)
-		for _, m := range binds {
-			dst := path.Clean("/" + m.Destination)
-			if dst == "/" || strings.HasPrefix(cp, dst+"/") {
-				return &plan.UserMountError{Path: cp, Destination: dst, Source: m.Source}
-			}
+		if m, ok := bindOver(binds, cp, false); ok {
+			return &plan.UserMountError{Path: cp, Destination: m.Destination, Source: m.Source}
 		}
 	}
 	return nil
+}
+
+// hostBinds are the mounts of mounts that bind a host path (isHostBind),
+// their destinations cleaned.
+func hostBinds(mounts []specs.Mount) []specs.Mount {
+	var binds []specs.Mount
+	for _, m := range mounts {
+		if isHostBind(m) {
+			m.Destination = path.Clean("/" + m.Destination)
+			binds = append(binds, m)
+		}
+	}
+	return binds
+}
+
+// bindOver returns the first of binds (hostBinds) whose destination is
+// above the clean container path cp, or, with orAt, at it.
+func bindOver(binds []specs.Mount, cp string, orAt bool) (specs.Mount, bool) {
+	for _, m := range binds {
+		if m.Destination == "/" || strings.HasPrefix(cp, m.Destination+"/") || orAt && m.Destination == cp {
+			return m, true
+		}
+	}
+	return specs.Mount{}, false
 }
 
 // isHostBind reports whether m binds a host path (isBind, with an
@@ -79,35 +95,23 @@ func bindsInDev(spec *specs.Spec) bool {
 // (or a directory of it) a link would be made in the host's directory, where
 // the host's own links already are for the container to see.
 func devLinksOutsideBinds(mounts []specs.Mount, links []plan.Symlink) ([]plan.Symlink, int) {
-	var binds []string
-	for _, m := range mounts {
-		if isHostBind(m) {
-			binds = append(binds, path.Clean("/"+m.Destination))
-		}
-	}
+	binds := hostBinds(mounts)
 	if len(binds) == 0 {
 		return links, 0
 	}
 	kept := make([]plan.Symlink, 0, len(links))
 	for _, l := range links {
-		p := path.Clean("/" + l.Link)
-		if !slices.ContainsFunc(binds, func(d string) bool { return d == "/" || d == p || strings.HasPrefix(p, d+"/") }) {
+		if _, ok := bindOver(binds, path.Clean("/"+l.Link), true); !ok {
 			kept = append(kept, l)
 		}
 	}
 	return kept, len(links) - len(kept)
 }
 
-// masksOverlap reports whether one of the spec's masked or read-only paths
-// is at, above or below one of paths. runc applies those after pivot_root,
-// before the runtime's after-create work would run: that work would then
-// mount over the mask (or into a path made read-only). A createContainer
-// hook runs before them, and so the work stays a hook there, as it was.
-func masksOverlap(spec *specs.Spec, paths []string) bool {
-	return plan.Overlaps(maskedPaths(spec), paths)
-}
-
-// maskedPaths are the spec's masked and read-only paths.
+// maskedPaths are the spec's masked and read-only paths. runc applies them
+// after pivot_root, so after its createContainer hooks and before the
+// runtime's after-create work: work there would mount over a mask (or into
+// a path made read-only), and so it stays a hook, as it was.
 func maskedPaths(spec *specs.Spec) []string {
 	if spec == nil || spec.Linux == nil {
 		return nil
