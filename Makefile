@@ -1,15 +1,18 @@
-# nctk: one multi-call binary (bin/nctk) installed under NVIDIA's tool names,
-# built static (no cgo: it starts faster on every container create), the CDI
-# hook binary (bin/nvidia-cdi-hook, static, without the CDI and eBPF
-# libraries: engines start one per hook entry on every create), and the
-# driver probe helper (bin/nctk-driverprobe, cgo: it dlopens libcuda/NVML).
+# nctk: the binaries an engine or runc starts on a container create, each
+# linking only its own path (bin/nvidia-container-runtime,
+# bin/nvidia-container-runtime-hook with nvidia-container-cli,
+# bin/nvidia-cdi-hook), one multi-call binary (bin/nctk) behind the other
+# tool names, all static (no cgo: they start faster), and the driver probe
+# helper (bin/nctk-driverprobe, cgo: it dlopens libcuda/NVML).
 # scripts/build.sh is the one definition of the build.
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BINDIR  := $(DESTDIR)$(PREFIX)/bin
 GO      ?= go
-# The tool names installed as links to nctk: scripts/build.sh's list.
-TOOLS   := $(shell sed -n 's/^links="\(.*\)"$$/\1/p' scripts/build.sh)
+# The binaries and the tool names installed as links NAME:BINARY:
+# scripts/build.sh's lists.
+BINS    := $(shell sed -n 's/^bins="\(.*\)"$$/\1/p' scripts/build.sh)
+LINKS   := $(shell sed -n 's/^links="\(.*\)"$$/\1/p' scripts/build.sh)
 GOTEST_FLAGS ?= -count=1 -timeout 40m
 
 .PHONY: all build install uninstall deb rpm setup test unit fixtures lint bench demo clean fuzz load
@@ -21,13 +24,12 @@ build:
 
 install: build
 	install -d $(BINDIR)
-	install -m 0755 bin/nctk $(BINDIR)/nctk
-	install -m 0755 bin/nctk-driverprobe $(BINDIR)/nctk-driverprobe
-	install -m 0755 bin/nvidia-cdi-hook $(BINDIR)/nvidia-cdi-hook
-	@for t in $(TOOLS); do ln -sf nctk $(BINDIR)/$$t; echo "$(BINDIR)/$$t -> nctk"; done
+	@for b in $(BINS); do install -m 0755 bin/$$b $(BINDIR)/$$b; echo "$(BINDIR)/$$b"; done
+	@for l in $(LINKS); do ln -sf $${l#*:} $(BINDIR)/$${l%%:*}; echo "$(BINDIR)/$${l%%:*} -> $${l#*:}"; done
 
 uninstall:
-	rm -f $(BINDIR)/nctk $(BINDIR)/nctk-driverprobe $(BINDIR)/nvidia-cdi-hook $(addprefix $(BINDIR)/,$(TOOLS))
+	@for b in $(BINS); do rm -f $(BINDIR)/$$b; done
+	@for l in $(LINKS); do rm -f $(BINDIR)/$${l%%:*}; done
 
 # The Debian package (bin/nctk_<version>_<arch>.deb): the binaries at
 # NVIDIA's paths, config.toml as a conffile, the nvidia-cdi-refresh units

@@ -17,11 +17,51 @@ import (
 	"github.com/nctk/nctk/internal/version"
 )
 
-// tools are the names nctk is installed under as links (nvidia-cdi-hook
-// is a binary of its own).
-var tools = []string{"nvidia-container-cli", "nvidia-container-runtime", "nvidia-container-runtime.cdi",
-	"nvidia-container-runtime.legacy", "nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvidia-ctk",
-	"nvidia-docker"}
+// binaries are the programs the packages install in /usr/bin, links the
+// other tool names, installed as links to one of them (scripts/build.sh).
+var (
+	binaries = []string{"nctk", "nctk-driverprobe", "nvidia-cdi-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook"}
+	links    = map[string]string{
+		"nvidia-ctk":                      "nctk",
+		"nvidia-docker":                   "nctk",
+		"nvidia-container-runtime.cdi":    "nvidia-container-runtime",
+		"nvidia-container-runtime.legacy": "nvidia-container-runtime",
+		"nvidia-container-toolkit":        "nvidia-container-runtime-hook",
+		"nvidia-container-cli":            "nvidia-container-runtime-hook",
+	}
+)
+
+// checkInstalledFiles checks the files a package installed into root: the
+// binaries (those the runtime path runs carry the installed hook binary's
+// Go build ID: version.HookBuildID, how the runtime knows that hook binary
+// for its own), the tool links, the udev rule and the units.
+func checkInstalledFiles(t *testing.T, root string) {
+	t.Helper()
+	for _, p := range []string{udevRule, unitDir + "/" + units[0], unitDir + "/" + units[1]} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("not installed: %v", err)
+		}
+	}
+	for _, b := range binaries {
+		if fi, err := os.Lstat(filepath.Join(root, "/usr/bin", b)); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o755 {
+			t.Errorf("/usr/bin/%s: %v, %v; want a regular file, mode 0755", b, fi, err)
+		}
+	}
+	hookID, err := buildid.Read(filepath.Join(root, "/usr/bin/nvidia-cdi-hook"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"nctk", "nvidia-container-runtime"} {
+		if data, err := os.ReadFile(filepath.Join(root, "/usr/bin", b)); err != nil || !bytes.Contains(data, []byte(hookID)) {
+			t.Errorf("the installed %s does not carry the installed nvidia-cdi-hook's build ID %s (%v)", b, hookID, err)
+		}
+	}
+	for name, target := range links {
+		if l, err := os.Readlink(filepath.Join(root, "/usr/bin", name)); err != nil || l != target {
+			t.Errorf("/usr/bin/%s: link %q, %v; want -> %s", name, l, err, target)
+		}
+	}
+}
 
 // nvidiaPackages are the packages nctk provides, conflicts with and
 // replaces.
@@ -94,26 +134,7 @@ func TestDeb(t *testing.T) {
 	if got := dpkgStatus(t, root); !strings.Contains(got, "Status: install ok installed") || !strings.Contains(got, "Version: "+version.Version+"\n") {
 		t.Fatalf("after install, status:\n%s", got)
 	}
-	for _, p := range append([]string{"/usr/bin/nctk", "/usr/bin/nvidia-cdi-hook", "/usr/bin/nctk-driverprobe", udevRule},
-		unitDir+"/"+units[0], unitDir+"/"+units[1]) {
-		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
-			t.Errorf("not installed: %v", err)
-		}
-	}
-	// The installed runtime knows the installed hook binary for its own:
-	// nctk carries the hook's Go build ID (version.HookBuildID).
-	hookID, err := buildid.Read(filepath.Join(root, "/usr/bin/nvidia-cdi-hook"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if nctk, err := os.ReadFile(filepath.Join(root, "/usr/bin/nctk")); err != nil || !bytes.Contains(nctk, []byte(hookID)) {
-		t.Errorf("the installed nctk does not carry the installed nvidia-cdi-hook's build ID %s (%v)", hookID, err)
-	}
-	for _, tool := range tools {
-		if l, err := os.Readlink(filepath.Join(root, "/usr/bin", tool)); err != nil || l != "nctk" {
-			t.Errorf("/usr/bin/%s: link %q, %v; want -> nctk", tool, l, err)
-		}
-	}
+	checkInstalledFiles(t, root)
 	ctk := filepath.Join(root, "/usr/bin/nvidia-ctk")
 	if got := runOK(t, "", nil, ctk, "--version"); !strings.Contains(got, version.Version) {
 		t.Errorf("installed nvidia-ctk --version: %q", got)

@@ -107,16 +107,7 @@ func TestRPM(t *testing.T) {
 	if got := rpmQuery(t, root, "--whatprovides", "nvidia-container-toolkit"); got != "nctk-"+version.Version+"-1" {
 		t.Errorf("rpm -q --whatprovides nvidia-container-toolkit = %q, want nctk", got)
 	}
-	for _, tool := range tools {
-		if l, err := os.Readlink(filepath.Join(root, "/usr/bin", tool)); err != nil || l != "nctk" {
-			t.Errorf("/usr/bin/%s: link %q, %v; want -> nctk", tool, l, err)
-		}
-	}
-	for _, p := range []string{"/usr/bin/nctk-driverprobe", "/usr/bin/nvidia-cdi-hook", udevRule, unitDir + "/" + units[0], unitDir + "/" + units[1]} {
-		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
-			t.Errorf("not installed: %v", err)
-		}
-	}
+	checkInstalledFiles(t, root)
 	ctk := filepath.Join(root, "/usr/bin/nvidia-ctk")
 	cfg, err := os.ReadFile(filepath.Join(root, configFile))
 	if err != nil {

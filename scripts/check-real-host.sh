@@ -55,10 +55,11 @@ for tool in nvidia-smi "$cli"; do
 		exit 2
 	fi
 done
-# nctk is static and asks libcuda for the CUDA version through the cgo helper
-# installed beside it; without it every CUDA check would be a false mismatch.
+# nctk's binaries are static and ask libcuda for the CUDA version through the
+# cgo helper installed beside them; without it every CUDA check would be a
+# false mismatch.
 cli_exe=$(readlink -f "$(command -v "$cli")")
-if [ "$(basename "$cli_exe")" = nctk ] && [ ! -x "$(dirname "$cli_exe")/nctk-driverprobe" ]; then
+if [ -x "$(dirname "$cli_exe")/nctk" ] && [ ! -x "$(dirname "$cli_exe")/nctk-driverprobe" ]; then
 	echo "check-real-host: $(dirname "$cli_exe")/nctk-driverprobe is missing beside $cli_exe (run make build)" >&2
 	exit 2
 fi

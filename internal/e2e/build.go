@@ -10,9 +10,10 @@ import (
 )
 
 // BuildNctk builds nctk into dir as `make build` does into bin/, with
-// scripts/build.sh: the static multi-call binary (CGO_ENABLED=0), the
-// nvidia-cdi-hook binary, the cgo driver probe helper, and a link to the
-// multi-call binary for every other tool name.
+// scripts/build.sh: the static binaries (CGO_ENABLED=0: the multi-call
+// nctk, nvidia-container-runtime, nvidia-container-runtime-hook,
+// nvidia-cdi-hook), the cgo driver probe helper, and a link to one of them
+// for every other tool name.
 func BuildNctk(dir string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -41,4 +42,27 @@ func MustBuildNctk(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	return dir
+}
+
+// CheckLean fails t for every package the main package in the current
+// directory links (`go list -deps .`) that is, or lies below, one of
+// banned: the binaries an engine or runc starts on every create are kept
+// free of code whose initialisers and pages each process would pay for.
+func CheckLean(t *testing.T, banned ...string) {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Skipf("go list -deps: %v (the go command is needed to list the binary's packages)", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 {
+		t.Fatalf("go list -deps gave %q", out)
+	}
+	for _, d := range deps {
+		for _, b := range banned {
+			if d == b || strings.HasPrefix(d, b+"/") {
+				t.Errorf("the binary links %s", d)
+			}
+		}
+	}
 }

@@ -43,9 +43,9 @@ func TestRun(t *testing.T) {
 }
 
 // TestInstalledNames checks that the names the build installs
-// (scripts/build.sh's links, which the Makefile, the test harness and
-// packaging/stage.sh use, and the hook binary of its own) are exactly the
-// tools Run dispatches to.
+// (scripts/build.sh's binaries and links, which the Makefile, the test
+// harness and packaging/stage.sh use) are exactly the tools Run dispatches
+// to, and that each link names a binary of the list.
 func TestInstalledNames(t *testing.T) {
 	var names []string
 	for n := range All() {
@@ -56,15 +56,34 @@ func TestInstalledNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tools []string
-	for _, l := range strings.Split(string(sh), "\n") {
-		if rest, ok := strings.CutPrefix(l, `links="`); ok {
-			tools = append(tools, strings.Fields(strings.TrimSuffix(rest, `"`))...)
+	list := func(v string) []string {
+		for _, l := range strings.Split(string(sh), "\n") {
+			if rest, ok := strings.CutPrefix(l, v+`="`); ok {
+				return strings.Fields(strings.TrimSuffix(rest, `"`))
+			}
 		}
+		t.Fatalf("scripts/build.sh has no %s= line", v)
+		return nil
 	}
-	tools = append(tools, "nvidia-cdi-hook")
+	bins := list("bins")
+	// nctk is the multi-call binary, nctk-driverprobe a helper: neither
+	// is a tool's name.
+	tools := slices.DeleteFunc(slices.Clone(bins), func(b string) bool { return b == "nctk" || b == "nctk-driverprobe" })
+	for _, l := range list("links") {
+		name, bin, ok := strings.Cut(l, ":")
+		if !ok || !slices.Contains(bins, bin) {
+			t.Errorf("scripts/build.sh link %q: want NAME:BINARY with BINARY one of %q", l, bins)
+		}
+		tools = append(tools, name)
+	}
+	// The --gpus hook runs nvidia-container-cli in process only when the
+	// CLI it finds is its own binary (hook.runCLI): a CLI linked anywhere
+	// else would cost an exec on every such create.
+	if !slices.Contains(list("links"), "nvidia-container-cli:nvidia-container-runtime-hook") {
+		t.Errorf("scripts/build.sh: nvidia-container-cli must link to nvidia-container-runtime-hook")
+	}
 	slices.Sort(tools)
 	if !slices.Equal(tools, names) {
-		t.Errorf("scripts/build.sh links + nvidia-cdi-hook = %q, want %q", tools, names)
+		t.Errorf("scripts/build.sh binaries and links = %q, want %q", tools, names)
 	}
 }

@@ -3,6 +3,8 @@ package runtime
 import (
 	"strings"
 	"testing"
+
+	"github.com/nctk/nctk/internal/config"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -116,4 +118,21 @@ func FuzzParseArgs(f *testing.F) {
 			t.Fatalf("CommandIndex %d does not point at %q", inv.CommandIndex, inv.Command)
 		}
 	})
+}
+
+// TestNameMode: the runtime binary's installed names fix the mode as
+// NVIDIA's do; any other name (a wrapper's .real, a renamed copy) leaves it
+// to config.toml.
+func TestNameMode(t *testing.T) {
+	for name, want := range map[string]string{
+		"nvidia-container-runtime":        "",
+		"nvidia-container-runtime.cdi":    config.ModeCDI,
+		"nvidia-container-runtime.legacy": config.ModeLegacy,
+		"nvidia-container-runtime.real":   "",
+		"nctk":                            "",
+	} {
+		if got := nameMode(name); got != want {
+			t.Errorf("nameMode(%q) = %q, want %q", name, got, want)
+		}
+	}
 }

@@ -150,6 +150,30 @@ func MainMode(mode string) app.Tool {
 	}
 }
 
+// MainByName is the entry point of the runtime's own binary
+// (cmd/nvidia-container-runtime): the name it was invoked as fixes the mode
+// as MainMode does (nvidia-container-runtime.cdi, .legacy; links to that
+// binary), any other name leaves it to config.toml.
+func MainByName(e *app.Env) int {
+	r := New()
+	if len(e.Args) > 0 {
+		r.ModeOverride = nameMode(filepath.Base(e.Args[0]))
+	}
+	return r.Run(e)
+}
+
+// nameMode is the mode the runtime's installed name fixes: ".cdi" and
+// ".legacy" after nvidia-container-runtime; "" for none.
+func nameMode(name string) string {
+	switch name {
+	case "nvidia-container-runtime." + config.ModeCDI:
+		return config.ModeCDI
+	case "nvidia-container-runtime." + config.ModeLegacy:
+		return config.ModeLegacy
+	}
+	return ""
+}
+
 // Run runs the wrapper. It returns only when it fails (status 1), or after
 // a create whose container it set up afterwards (createThen: the low-level
 // runtime's status); otherwise the process has become the low-level

@@ -1,0 +1,26 @@
+// Command nvidia-container-runtime is the runc wrapper (the code of `nctk
+// nvidia-container-runtime`), built as a binary of its own: an engine
+// starts it on every container create, and without the other tools the
+// multi-call nctk links (the eBPF library, the engines' configuration
+// editors, doctor) it starts about a millisecond sooner
+// (docs/benchmarks.md). Installed also as nvidia-container-runtime.cdi and
+// .legacy (links to it), whose names fix the mode.
+package main
+
+import (
+	"os"
+
+	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cli/runtime"
+	"github.com/nctk/nctk/internal/driverprobe"
+	"github.com/nctk/nctk/internal/rootfs"
+)
+
+func main() {
+	// Hidden re-exec entries first: the driver probe child and the
+	// confined ldconfig (rootfs.RunLdconfig re-executes this binary).
+	if driverprobe.MaybeRunChild(os.Args) || rootfs.MaybeRunChild(os.Args) {
+		return
+	}
+	os.Exit(runtime.MainByName(app.FromOS()))
+}
