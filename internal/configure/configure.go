@@ -235,18 +235,20 @@ func Apply(ctx context.Context, p *plan.Plan, c Container, opts Options) error {
 		}
 		// A configure killed mid-way (the engine then tears the container
 		// down; a restart reuses the rootfs) leaves its temporary files:
-		// removed here, so that this run gives the rootfs of a run that
-		// was never interrupted (every step below is idempotent).
-		for _, dir := range staleDirs(p) {
-			removed, err := r.RemoveStaleTemps(dir)
-			if err != nil {
-				return err
-			}
-			if len(removed) > 0 {
-				log.Info("removed temporary files an interrupted configure left", "root", c.Rootfs, "files", removed)
-			}
+		// rootfs removes them where this run writes (every step below is
+		// idempotent), so that it gives the rootfs of a run that was
+		// never interrupted.
+		if err := prep.apply(r, p, log, host); err != nil {
+			return err
 		}
-		return prep.apply(r, p, log, host)
+		removed, err := r.RemovedStale()
+		if len(removed) > 0 {
+			log.Info("removed temporary files an interrupted configure left", "root", c.Rootfs, "files", removed)
+		}
+		if err != nil {
+			log.Warn("cannot remove temporary files an interrupted configure left", "root", c.Rootfs, "error", err)
+		}
+		return nil
 	})
 	rollback := func() {
 		if r == nil {
@@ -588,22 +590,6 @@ func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger, host f
 	log.Debug("container root changed", "proc_view", t1.Sub(t0), "mounts", len(p.Mounts), "mounts_time", t2.Sub(t1),
 		"symlinks", len(p.Symlinks), "symlinks_time", t3.Sub(t2), "devices", len(p.Devices)+len(p.DevSymlinks), "devices_time", time.Since(t3))
 	return nil
-}
-
-// staleDirs are the container directories where Apply writes through
-// temporary names: the parents of p's symlinks (a link replaced) and, with
-// ld.so.cache work, /etc and /etc/ld.so.conf.d.
-func staleDirs(p *plan.Plan) []string {
-	var dirs []string
-	if len(p.LdconfigDirs) > 0 {
-		dirs = append(dirs, "/etc", "/etc/ld.so.conf.d")
-	}
-	for _, s := range p.Symlinks {
-		if d := path.Dir(path.Clean("/" + s.Link)); !slices.Contains(dirs, d) {
-			dirs = append(dirs, d)
-		}
-	}
-	return dirs
 }
 
 // deviceRules are the cgroup rules for the plan's devices, deduplicated.

@@ -1,6 +1,7 @@
 package rootfs
 
 import (
+	"path"
 	"errors"
 	"fmt"
 	"os"
@@ -175,12 +176,35 @@ func (r *Root) Symlink(target, link string) error {
 	if err != nil {
 		return r.errorf(cp, err)
 	}
-	dfd, err := r.mkdirAll(parent, 0o755)
+	dfd, err := r.linkDir(parent)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dfd)
 	return r.symlinkAt(dfd, name, target, cp)
+}
+
+// linkDir returns a descriptor of the directory parent inside the root
+// (created if missing) that the journal owns: the links of one directory
+// (a driver's dozens in its library directory) resolve it once, and their
+// journal entries share it.
+func (r *Root) linkDir(parent string) (int, error) {
+	if d, ok := r.linkDirs[parent]; ok {
+		return d, nil
+	}
+	dfd, err := r.mkdirAll(parent, 0o755)
+	if err != nil {
+		return -1, err
+	}
+	d, err := r.keepDir(dfd)
+	unix.Close(dfd) // a fresh descriptor: keepDir kept a copy or had one
+	if err != nil {
+		return -1, r.errorf(parent, err)
+	}
+	if r.linkDirs == nil {
+		r.linkDirs = make(map[string]int)
+	}
+	r.linkDirs[parent] = d
+	return d, nil
 }
 
 // symlinkAt is Symlink for the link name in the directory dirfd (the
@@ -197,6 +221,9 @@ func (r *Root) symlinkAt(dfd int, name, target, cp string) error {
 		if err != unix.EEXIST {
 			return r.errorf(cp, fmt.Errorf("create symlink to %s: %w", target, err))
 		}
+		// Something is there already: an earlier run may have been
+		// killed replacing it (stale.go).
+		r.removeStaleIn(dfd, path.Dir(cp))
 		old, err := readlinkat(dfd, name)
 		switch {
 		case err == nil && old == target:

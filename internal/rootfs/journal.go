@@ -100,6 +100,7 @@ func (r *Root) closeDirs() {
 		unix.Close(d)
 	}
 	r.dirs = nil
+	r.linkDirs = nil
 }
 
 // undoRemove removes name from dirfd (a directory when dir is set).

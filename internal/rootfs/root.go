@@ -47,6 +47,12 @@ type Root struct {
 	// libFacts answer for library files UpdateLdCache would inspect (nil:
 	// none; UseLibFacts).
 	libFacts LibFacts
+	// linkDirs holds the directories Symlink made links in, by container
+	// path: journal-owned descriptors (keepDir), forgotten with them.
+	linkDirs map[string]int
+	// stale is what the removal of earlier runs' temporaries did
+	// (stale.go).
+	stale staleScan
 }
 
 // Open opens the container root at path (a host path, or a path in the
@@ -357,6 +363,7 @@ func (r *Root) WriteFile(p string, data []byte, mode fs.FileMode) error {
 		return err
 	}
 	defer unix.Close(dfd)
+	r.removeStaleIn(dfd, dir)
 	existed := false
 	var restore undo
 	var st unix.Stat_t

@@ -27,6 +27,60 @@ var staleTemp = sync.OnceValue(func() *regexp.Regexp {
 // directories it writes into).
 const tempMarker = ".nctk-"
 
+// staleScan is what a Root's removal of earlier runs' temporaries did: the
+// directories it read (container paths), what it removed and what it could
+// not.
+type staleScan struct {
+	read    map[string]bool
+	removed []string
+	errs    []error
+}
+
+// removeStaleIn removes the temporaries of gone processes (RemoveStaleTemps)
+// from the directory dirfd (the container path dir), once per Root. The
+// Root calls it where an interrupted run of the same work can have left
+// some: a directory it is about to write a file into (WriteFile makes a
+// temporary every time), and one where a link it is to make finds an entry
+// already there (Symlink and ForceSymlink make a temporary, or keep the old
+// object, only to replace one; the same name is there again after a run
+// killed mid-way). A directory where every link is new is not read: with
+// the driver's library directories that is what most creates save.
+// Failures are kept for RemovedStale, not returned: the files are inert.
+func (r *Root) removeStaleIn(dirfd int, dir string) {
+	if r.stale.read[dir] {
+		return
+	}
+	if r.stale.read == nil {
+		r.stale.read = make(map[string]bool)
+	}
+	r.stale.read[dir] = true
+	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		r.stale.errs = append(r.stale.errs, r.errorf(dir, fmt.Errorf("read directory: %w", err)))
+		return
+	}
+	removed, err := r.removeStaleAt(fd, dir)
+	r.stale.removed = append(r.stale.removed, removed...)
+	if err != nil {
+		r.stale.errs = append(r.stale.errs, err)
+	}
+}
+
+// ShareStaleReads makes read the set of directories (container paths)
+// whose temporaries count as removed already: the Root skips those and
+// adds those it reads. Roots opened one after the other on the same
+// container (the hooks of one chain) share one set, so that a large
+// directory (an image's library directory, merged by overlayfs) is read
+// once.
+func (r *Root) ShareStaleReads(read map[string]bool) { r.stale.read = read }
+
+// RemovedStale returns the container paths of the temporaries of gone
+// processes this Root removed on its own (see removeStaleIn), and the
+// errors of those it could not remove.
+func (r *Root) RemovedStale() ([]string, error) {
+	return r.stale.removed, errors.Join(r.stale.errs...)
+}
+
 // RemoveStaleTemps removes, from the directory dir inside the root, the
 // temporary files that a WriteFile or Symlink of a process that is gone
 // (killed between creating its temporary and renaming it into place) left
@@ -35,7 +89,8 @@ const tempMarker = ".nctk-"
 // with the pid in the name exists (a live process may be another create
 // working in the same root). The directory is reached
 // inside the root; a missing directory is nothing to do. It returns the
-// container paths it removed.
+// container paths it removed. The Root's own writes do this where needed
+// (removeStaleIn).
 func (r *Root) RemoveStaleTemps(dir string) ([]string, error) {
 	cp, err := clean(dir)
 	if err != nil {
@@ -48,6 +103,12 @@ func (r *Root) RemoveStaleTemps(dir string) ([]string, error) {
 	if err != nil {
 		return nil, r.errorf(cp, err)
 	}
+	return r.removeStaleAt(fd, cp)
+}
+
+// removeStaleAt is RemoveStaleTemps for the directory fd (opened for
+// reading; closed here), the container path cp.
+func (r *Root) removeStaleAt(fd int, cp string) ([]string, error) {
 	f := os.NewFile(uintptr(fd), cp)
 	defer f.Close()
 	names, err := f.Readdirnames(-1)

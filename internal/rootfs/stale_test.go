@@ -158,3 +158,112 @@ func TestWriteFileRollbackRestores(t *testing.T) {
 		t.Errorf("etc holds %v, want %v", got, want)
 	}
 }
+
+// TestRemoveStaleWhereWritten: a Root removes a gone process's temporaries
+// from a directory the first time it writes a file there or a link it makes
+// finds an entry already there (ForceSymlink too, and whatever the entry
+// points to), each directory once; a directory where it only makes new
+// links is not read. RemovedStale reports what went.
+func TestRemoveStaleWhereWritten(t *testing.T) {
+	dead := strconv.Itoa(deadPID(t))
+	tests := []struct {
+		name string
+		op   func(r *Root) error
+		read bool
+	}{
+		{"WriteFile", func(r *Root) error { return r.WriteFile("/lib/x.conf", []byte("x"), 0o644) }, true},
+		{"new link", func(r *Root) error { return r.Symlink("libcuda.so.1", "/lib/new.so") }, false},
+		{"link over another", func(r *Root) error { return r.Symlink("libcuda.so.1", "/lib/old.so") }, true},
+		{"link already there", func(r *Root) error { return r.Symlink("libcuda.so.0", "/lib/old.so") }, true},
+		{"ForceSymlink over a file", func(r *Root) error { return r.ForceSymlink("libcuda.so.1", "/lib/file") }, true},
+		{"ForceSymlink, new", func(r *Root) error { return r.ForceSymlink("libcuda.so.1", "/lib/new.so") }, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			lib := filepath.Join(dir, "lib")
+			if err := os.Mkdir(lib, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("libcuda.so.0", filepath.Join(lib, "old.so")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(lib, "file"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			stale := ".old.so.nctk-link-" + dead + "-0"
+			put := func() {
+				if err := os.WriteFile(filepath.Join(lib, stale), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			put()
+			r, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if err := tc.op(r); err != nil {
+				t.Fatal(err)
+			}
+			removed, err := r.RemovedStale()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, lerr := os.Lstat(filepath.Join(lib, stale))
+			if read := os.IsNotExist(lerr); read != tc.read || (len(removed) == 1) != tc.read {
+				t.Fatalf("removed %v (reported %q), want %v", read, removed, tc.read)
+			}
+			if tc.read && removed[0] != "/lib/"+stale {
+				t.Errorf("reported %q", removed)
+			}
+			// Once per directory and Root.
+			put()
+			if err := tc.op(r); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Lstat(filepath.Join(lib, stale)); err != nil && tc.read {
+				t.Errorf("read again: %v", err)
+			}
+		})
+	}
+}
+
+// TestSymlinkResolvesDirOnce: the links of one directory share one
+// journal-owned descriptor of it, resolved by the first (a directory
+// renamed away meanwhile keeps getting them: nothing in a container runs
+// during a create); Commit forgets it, and a later link resolves the path
+// again.
+func TestSymlinkResolvesDirOnce(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "usr/lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	link := func(name string) {
+		t.Helper()
+		if err := r.Symlink("t", "/usr/lib/"+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link("l0")
+	if err := os.Rename(filepath.Join(dir, "usr/lib"), filepath.Join(dir, "usr/old")); err != nil {
+		t.Fatal(err)
+	}
+	link("l1")
+	if _, err := os.Lstat(filepath.Join(dir, "usr/old/l1")); err != nil {
+		t.Errorf("the second link resolved the directory again: %v", err)
+	}
+	if n := r.KeptDirs(); n != 1 {
+		t.Errorf("%d directory descriptors kept for links in one directory, want 1", n)
+	}
+	r.Commit()
+	link("l2")
+	if _, err := os.Lstat(filepath.Join(dir, "usr/lib/l2")); err != nil {
+		t.Errorf("after Commit, the link went to the old directory: %v", err)
+	}
+}

@@ -16,7 +16,6 @@ import (
 // an appprofile.Mask). A container without GPU nodes gets no file.
 func updateApplicationProfile(h *hookEnv, u hookargs.UpdateApplicationProfile) error {
 	return h.withRoot(u.ContainerSpec, func(r *rootfs.Root) error {
-		h.removeStale(r, appprofile.Dir)
 		names, err := r.ReadDir("/dev")
 		if errors.Is(err, unix.ENOENT) {
 			return nil

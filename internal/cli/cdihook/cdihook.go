@@ -67,16 +67,17 @@ type chainMemo struct {
 	// state) gave: each hook would otherwise read it and config.json
 	// again.
 	roots map[string]rootFound
-	// cleaned holds the directories (root and container path) whose stale
-	// temporary files a hook of the chain removed already: create-symlinks
-	// and update-ldcache clean the same library directories, and reading a
-	// large one (an image's /usr/lib/x86_64-linux-gnu, merged by overlayfs)
-	// twice is a cost, not a gain.
-	cleaned map[string]bool
+	// cleaned holds, per container root, the directories whose stale
+	// temporary files a hook of the chain removed already
+	// (rootfs.Root.ShareStaleReads): create-symlinks and update-ldcache
+	// can clean the same library directory, and reading a large one (an
+	// image's /usr/lib/x86_64-linux-gnu, merged by overlayfs) twice is a
+	// cost, not a gain.
+	cleaned map[string]map[string]bool
 }
 
 func newChainMemo() *chainMemo {
-	return &chainMemo{roots: map[string]rootFound{}, cleaned: map[string]bool{}}
+	return &chainMemo{roots: map[string]rootFound{}, cleaned: map[string]map[string]bool{}}
 }
 
 type rootFound struct {
@@ -365,7 +366,25 @@ func (h *hookEnv) withRootAt(path string, f func(r *rootfs.Root) error) error {
 		return err
 	}
 	defer r.Close()
-	if err := f(r); err != nil {
+	if h.chain != nil {
+		if h.chain.cleaned[path] == nil {
+			h.chain.cleaned[path] = map[string]bool{}
+		}
+		r.ShareStaleReads(h.chain.cleaned[path])
+	}
+	err = f(r)
+	// The temporary files a hook killed mid-way left where this one
+	// writes are removed as it writes (rootfs), so that this run finishes
+	// the work cleanly; a failure is logged, not fatal (the files are
+	// inert).
+	removed, serr := r.RemovedStale()
+	if len(removed) > 0 {
+		h.log.Info("removed temporary files an interrupted hook left", "files", removed)
+	}
+	if serr != nil {
+		h.log.Warn("cannot remove stale temporary files", "error", serr)
+	}
+	if err != nil {
 		if rerr := r.Rollback(); rerr != nil {
 			h.log.Warn("rollback incomplete", "error", rerr)
 		}
@@ -373,29 +392,6 @@ func (h *hookEnv) withRootAt(path string, f func(r *rootfs.Root) error) error {
 	}
 	r.Commit()
 	return nil
-}
-
-// removeStale removes from dirs inside r the temporary files a hook killed
-// mid-way left (rootfs.Root.RemoveStaleTemps), so that this run finishes
-// the work cleanly; a failure is logged, not fatal (the files are inert).
-// In a chain, a directory an earlier hook cleaned is not read again.
-func (h *hookEnv) removeStale(r *rootfs.Root, dirs ...string) {
-	for _, d := range dirs {
-		if h.chain != nil {
-			key := r.Path() + "\x00" + filepath.Clean("/"+d)
-			if h.chain.cleaned[key] {
-				continue
-			}
-			h.chain.cleaned[key] = true
-		}
-		removed, err := r.RemoveStaleTemps(d)
-		if err != nil {
-			h.log.Warn("cannot remove stale temporary files", "error", err)
-		}
-		if len(removed) > 0 {
-			h.log.Info("removed temporary files an interrupted hook left", "files", removed)
-		}
-	}
 }
 
 // createSymlinks creates each link of c inside the container root. As
@@ -408,13 +404,6 @@ func createSymlinks(h *hookEnv, c hookargs.CreateSymlinks) error {
 		return nil
 	}
 	return h.withRoot(c.ContainerSpec, func(r *rootfs.Root) error {
-		var dirs []string
-		for _, l := range c.Links {
-			if d := filepath.Dir(filepath.Clean("/" + l.Path)); !slices.Contains(dirs, d) {
-				dirs = append(dirs, d)
-			}
-		}
-		h.removeStale(r, dirs...)
 		for _, l := range c.Links {
 			if err := r.ForceSymlink(l.Target, l.Path); err != nil {
 				return err
@@ -451,7 +440,7 @@ func updateLdcache(h *hookEnv, u hookargs.UpdateLdcache) error {
 		return err
 	}
 	if len(u.Libs) > 0 {
-		err := h.ldcacheInProcess(root, nil, func(r *rootfs.Root) error { return r.UpdateLdCache(u.Libs, u.Folders, h.log) })
+		err := h.ldcacheInProcess(root, func(r *rootfs.Root) error { return r.UpdateLdCache(u.Libs, u.Folders, h.log) })
 		if err == nil {
 			return nil
 		}
@@ -496,24 +485,22 @@ func rebuildLdcache(h *hookEnv, root, hostPath string, folders []string) error {
 	if err != nil {
 		return err
 	}
-	return h.ldcacheInProcess(root, folders, func(r *rootfs.Root) error {
+	return h.ldcacheInProcess(root, func(r *rootfs.Root) error {
 		return r.RebuildLdCache(folders, rootfs.RebuildOptions{SystemDirs: sys}, h.log)
 	})
 }
 
 // ldcacheInProcess runs update, an in-process ld.so.cache update, in the
-// container root at root, after removing the temporary files a killed run
-// left in /etc, /etc/ld.so.conf.d and linkDirs, and then puts the CUDA
+// container root at root, and then puts the CUDA
 // compat libraries first, as after ldconfig. The libraries' ELF headers
 // come from the library facts where known: the spec's bind mounts of host
 // files are the same files in every container (hostfacts.LibFacts, in the
 // host's /run: createContainer hooks run before the container's
 // pivot_root); what was learnt is kept. An error leaves the root as it
 // was.
-func (h *hookEnv) ldcacheInProcess(root string, linkDirs []string, update func(r *rootfs.Root) error) error {
+func (h *hookEnv) ldcacheInProcess(root string, update func(r *rootfs.Root) error) error {
 	facts := hostfacts.OpenLibFacts(hostfacts.DefaultDir(h.Getenv))
 	err := h.withRootAt(root, func(r *rootfs.Root) error {
-		h.removeStale(r, append([]string{"/etc", "/etc/ld.so.conf.d"}, linkDirs...)...)
 		r.UseLibFacts(facts)
 		if err := update(r); err != nil {
 			return err

@@ -26,7 +26,6 @@ func enableCudaCompat(h *hookEnv, c hookargs.EnableCudaCompat) error {
 		if err != nil || lib == "" {
 			return err
 		}
-		h.removeStale(r, "/etc", "/etc/ld.so.conf.d")
 		return cudacompat.Enable(r, dir, h.log)
 	})
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/cudacompat/compattest"
 	"github.com/nctk/nctk/internal/e2e"
@@ -122,37 +124,49 @@ func killThenRetry(t *testing.T, dir string, args []string, image func(root stri
 }
 
 // TestHooksRemoveStaleTemps: the temporary files a killed hook left (named
-// with the pid of a process that is gone) in the directories a hook writes
-// to are removed by the next run of each hook; a live process's are kept.
+// with the pid of a process that is gone) are removed by the next run of
+// each hook where it can have left them: a directory the hook writes a
+// file into, and one where a link it makes finds an entry already there (a
+// killed run replacing it); a live process's are kept. Where every link is
+// new, the directory is not read (a run killed there made no temporary).
 func TestHooksRemoveStaleTemps(t *testing.T) {
 	cmd := exec.Command("/bin/true")
 	must(t, cmd.Run())
 	dead, live := strconv.Itoa(cmd.Process.Pid), strconv.Itoa(os.Getpid())
 	const lib = "/usr/lib/x86_64-linux-gnu"
+	link := []string{"create-symlinks", "--link", "libcuda.so.1::" + lib + "/libcuda.so"}
 	tests := []struct {
 		name  string
 		dir   string
 		image func(root string)
 		args  []string
+		read  bool // the directory is read
 	}{
-		{"create-symlinks", lib, nil, []string{"create-symlinks", "--link", "libcuda.so.1::" + lib + "/libcuda.so"}},
+		{"create-symlinks over an entry", lib, func(root string) {
+			must(t, os.Symlink("libcuda.so.0", root+lib+"/libcuda.so"))
+		}, link, true},
+		{"create-symlinks, link there already", lib, func(root string) {
+			must(t, os.Symlink("libcuda.so.1", root+lib+"/libcuda.so"))
+		}, link, true},
+		{"create-symlinks, new link", lib, nil, link, false},
 		{"enable-cuda-compat", "/etc/ld.so.conf.d", func(root string) {
 			must(t, os.MkdirAll(root+"/usr/local/cuda/compat", 0o755))
 			must(t, os.WriteFile(root+"/usr/local/cuda/compat/libcuda.so.590.1.1", compattest.NoteELF("", "", "", 4), 0o644))
-		}, []string{"enable-cuda-compat", "--host-driver-version=580.65.06"}},
-		{"update-ldcache --folder", lib, nil, []string{"update-ldcache", "--folder", lib}},
+		}, []string{"enable-cuda-compat", "--host-driver-version=580.65.06"}, true},
+		{"update-ldcache --folder", "/etc", nil, []string{"update-ldcache", "--folder", lib}, true},
 		{"update-application-profile", appprofile.Dir, func(root string) {
 			must(t, os.MkdirAll(root+"/dev", 0o755))
-		}, []string{"update-application-profile"}},
+			must(t, unix.Mknod(root+"/dev/nvidia0", unix.S_IFCHR|0o666, int(unix.Mkdev(195, 0))))
+		}, []string{"update-application-profile"}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			b, root := bundle(t)
+			dir := filepath.Join(root, tc.dir)
+			must(t, os.MkdirAll(dir, 0o755))
 			if tc.image != nil {
 				tc.image(root)
 			}
-			dir := filepath.Join(root, tc.dir)
-			must(t, os.MkdirAll(dir, 0o755))
 			stale := []string{".x.conf.nctk-" + dead + "-0", ".libcuda.so.nctk-link-" + dead + "-1", ".libcuda.so.nctk-old-" + dead + "-0"}
 			kept := ".x.conf.nctk-" + live + "-0"
 			for _, n := range append(stale, kept) {
@@ -162,8 +176,8 @@ func TestHooksRemoveStaleTemps(t *testing.T) {
 				t.Fatalf("exit %d: %s", r.code, r.stderr)
 			}
 			for _, n := range stale {
-				if _, err := os.Lstat(filepath.Join(dir, n)); err == nil {
-					t.Errorf("%s left", n)
+				if _, err := os.Lstat(filepath.Join(dir, n)); (err == nil) == tc.read {
+					t.Errorf("%s: there %v, want removed %v", n, err == nil, tc.read)
 				}
 			}
 			if _, err := os.Lstat(filepath.Join(dir, kept)); err != nil {

@@ -568,9 +568,10 @@ func rootWork(p *plan.Plan, own cdispec.OwnHooks) work {
 // that cannot be applied leaves the root untouched. Each step is
 // idempotent (a link already pointing where w says is kept, the drop-in
 // and ld.so.cache are rewritten from the image's content plus w's), and the
-// temporary files a create killed mid-way left in the directories w writes
-// to are removed first: the next create after a kill finishes the work and
-// gives the same root as a create that was never interrupted.
+// temporary files a create killed mid-way left are removed where it can
+// have left them (rootfs removes them as it writes): the next create after
+// a kill finishes the work and gives the same root as a create that was
+// never interrupted.
 func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) {
 	if len(w.Symlinks) == 0 && len(w.LdconfigDirs) == 0 && len(w.Compat) == 0 && w.AppProfile == 0 {
 		return nil, nil
@@ -593,16 +594,6 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 			return err
 		}
 		t1 := time.Now()
-		for _, dir := range staleDirs(w) {
-			removed, err := root.RemoveStaleTemps(dir)
-			if err != nil {
-				return err
-			}
-			if len(removed) > 0 {
-				log.Info("removed temporary files an interrupted create left", "root", path, "files", removed)
-			}
-		}
-		t2 := time.Now()
 		for _, s := range w.Symlinks {
 			if err := root.Symlink(s.Target, s.Path); err != nil {
 				return fmt.Errorf("create symlink: %w", err)
@@ -639,8 +630,9 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 		if err := appprofile.Write(root, w.AppProfile); err != nil {
 			return fmt.Errorf("application profile: %w", err)
 		}
-		log.Debug("container root prepared", "libraries", len(names), "libraries-time", t1.Sub(t0), "stale-time", t2.Sub(t1),
-			"links", len(w.Symlinks), "links-time", t3.Sub(t2), "ldcache-time", t4.Sub(t3), "profile-time", time.Since(t4))
+		log.Debug("container root prepared", "libraries", len(names), "libraries-time", t1.Sub(t0),
+			"links", len(w.Symlinks), "links-time", t3.Sub(t1), "ldcache-time", t4.Sub(t3), "profile-time", time.Since(t4))
+		logStale(root, path, log)
 		return nil
 	}()
 	if err != nil {
@@ -668,31 +660,16 @@ func compatDirs(root *rootfs.Root, steps []hookargs.EnableCudaCompat, log *slog.
 	return dirs, nil
 }
 
-// staleDirs are the container directories prepareRootfs writes into: the
-// parents of w's symlinks and, with ld.so.cache or CUDA compat work, /etc
-// and /etc/ld.so.conf.d, and with a rebuild its folders.
-func staleDirs(w work) []string {
-	var dirs []string
-	if len(w.LdconfigDirs) > 0 || len(w.Compat) > 0 {
-		dirs = append(dirs, "/etc", "/etc/ld.so.conf.d")
+// logStale logs the temporaries of interrupted creates root removed, and
+// those it could not (inert files: not an error).
+func logStale(root *rootfs.Root, path string, log *slog.Logger) {
+	removed, err := root.RemovedStale()
+	if len(removed) > 0 {
+		log.Info("removed temporary files an interrupted create left", "root", path, "files", removed)
 	}
-	if w.Rebuild != nil {
-		// The rebuild's SONAME links go there.
-		for _, d := range w.LdconfigDirs {
-			if d = path.Clean("/" + d); !slices.Contains(dirs, d) {
-				dirs = append(dirs, d)
-			}
-		}
+	if err != nil {
+		log.Warn("cannot remove temporary files an interrupted create left", "root", path, "error", err)
 	}
-	for _, s := range w.Symlinks {
-		if d := path.Dir(path.Clean("/" + s.Path)); !slices.Contains(dirs, d) {
-			dirs = append(dirs, d)
-		}
-	}
-	if w.AppProfile != 0 {
-		dirs = append(dirs, appprofile.Dir)
-	}
-	return dirs
 }
 
 // gpuMask is the application profile's mask of the GPUs among devices
