@@ -1,10 +1,10 @@
 package rootfs
 
 import (
-	"path"
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 

@@ -44,8 +44,8 @@
 // rolled back with Rollback (a symlink it replaced, a file ForceSymlink
 // replaced and a file WriteFile replaced are restored). A process killed
 // before it could roll back leaves at most its temporary files behind
-// (".<name>.nctk-<pid>-<n>"); RemoveStaleTemps removes those of processes
-// that are gone, and a Root does so by itself, once per directory, where
+// (".<name>.nctk-<pid>-<n>"); a Root removes those of processes that are
+// gone by itself, once per directory, where
 // the same work can have left some: a directory it writes a file into, and
 // one where a link it makes meets an entry already there (a link makes a
 // temporary only to replace one). RemovedStale says what went.

@@ -36,7 +36,7 @@ type staleScan struct {
 	errs    []error
 }
 
-// removeStaleIn removes the temporaries of gone processes (RemoveStaleTemps)
+// removeStaleIn removes the temporaries of gone processes (removeStaleAt)
 // from the directory dirfd (the container path dir), once per Root. The
 // Root calls it where an interrupted run of the same work can have left
 // some: a directory it is about to write a file into (WriteFile makes a
@@ -81,33 +81,14 @@ func (r *Root) RemovedStale() ([]string, error) {
 	return r.stale.removed, errors.Join(r.stale.errs...)
 }
 
-// RemoveStaleTemps removes, from the directory dir inside the root, the
-// temporary files that a WriteFile or Symlink of a process that is gone
-// (killed between creating its temporary and renaming it into place) left
-// there, and the objects a ForceSymlink of such a process replaced: only
-// names of nctk's own pattern, never a directory, only where no process
-// with the pid in the name exists (a live process may be another create
-// working in the same root). The directory is reached
-// inside the root; a missing directory is nothing to do. It returns the
-// container paths it removed. The Root's own writes do this where needed
-// (removeStaleIn).
-func (r *Root) RemoveStaleTemps(dir string) ([]string, error) {
-	cp, err := clean(dir)
-	if err != nil {
-		return nil, r.errorf(dir, err)
-	}
-	fd, err := r.resolve(cp, unix.O_RDONLY|unix.O_DIRECTORY)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, r.errorf(cp, err)
-	}
-	return r.removeStaleAt(fd, cp)
-}
-
-// removeStaleAt is RemoveStaleTemps for the directory fd (opened for
-// reading; closed here), the container path cp.
+// removeStaleAt removes, from the directory fd (opened for reading; closed
+// here), the container path cp, the temporary files that a WriteFile or
+// Symlink of a process that is gone (killed between creating its temporary
+// and renaming it into place) left there, and the objects a ForceSymlink of
+// such a process replaced: only names of nctk's own pattern, never a
+// directory, only where no process with the pid in the name exists (a live
+// process may be another create working in the same root). It returns the
+// container paths it removed.
 func (r *Root) removeStaleAt(fd int, cp string) ([]string, error) {
 	f := os.NewFile(uintptr(fd), cp)
 	defer f.Close()
