@@ -4,8 +4,9 @@
 # Usage (as root, from anywhere):  scripts/demo.sh     (or: make demo)
 #
 # What it does:
-#   1. builds bin/nctk, its tool links and bin/nctk-driverprobe (the cgo
-#      helper nctk runs beside itself to ask libcuda for the CUDA version)
+#   1. builds bin/nctk, the runtime, hook and CDI hook binaries, the tool
+#      links and bin/nctk-driverprobe (the cgo helper they run beside
+#      themselves to ask libcuda for the CUDA version)
 #      unless they are there (make build);
 #   2. picks the driver: the host's own when /proc/driver/nvidia/version
 #      exists; otherwise a fixture driver root built from the cached Debian

@@ -1,8 +1,9 @@
-// Command nctk is the multi-call binary behind every nctk tool. It is
-// installed under NVIDIA's names (nvidia-container-runtime,
-// nvidia-container-runtime-hook, nvidia-container-cli, nvidia-ctk,
-// nvidia-cdi-hook, nvidia-docker) as links; the name it is invoked as picks
-// the tool. `nctk TOOL ARGS…` runs a tool by name too.
+// Command nctk is the multi-call binary with every nctk tool. It is
+// installed under the names of the tools no container create starts
+// (nvidia-ctk, nvidia-docker) as links; the name it is invoked as picks the
+// tool, and `nctk TOOL ARGS…` runs any tool by name. The tools a create
+// starts are binaries of their own as well (nvidia-container-runtime,
+// nvidia-container-runtime-hook, nvidia-cdi-hook: scripts/build.sh).
 package main
 
 import (
