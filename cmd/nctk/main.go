@@ -7,19 +7,8 @@
 package main
 
 import (
-	"os"
-
-	"github.com/nctk/nctk/internal/app"
-	"github.com/nctk/nctk/internal/driverprobe"
-	"github.com/nctk/nctk/internal/rootfs"
+	"github.com/nctk/nctk/internal/entry"
 	"github.com/nctk/nctk/internal/tools"
 )
 
-func main() {
-	// Hidden re-exec entries run before anything else: the driver probe
-	// child and the in-container helpers (confined ldconfig, …).
-	if driverprobe.MaybeRunChild(os.Args) || rootfs.MaybeRunChild(os.Args) {
-		return
-	}
-	os.Exit(tools.Run(app.FromOS()))
-}
+func main() { entry.Main(tools.Run) }

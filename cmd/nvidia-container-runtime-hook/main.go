@@ -9,25 +9,21 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cli/containercli"
 	"github.com/nctk/nctk/internal/cli/hook"
-	"github.com/nctk/nctk/internal/driverprobe"
-	"github.com/nctk/nctk/internal/rootfs"
+	"github.com/nctk/nctk/internal/entry"
 )
 
-func main() {
-	// Hidden re-exec entries first: the driver probe child and the
-	// in-container helpers configure re-executes this binary for.
-	if driverprobe.MaybeRunChild(os.Args) || rootfs.MaybeRunChild(os.Args) {
-		return
-	}
-	e := app.FromOS()
+func main() { entry.Main(byName) }
+
+// byName runs nvidia-container-cli under that name, the hook under any
+// other.
+func byName(e *app.Env) int {
 	if filepath.Base(e.Args[0]) == hook.CLIName {
-		os.Exit(containercli.Main(e))
+		return containercli.Main(e)
 	}
-	os.Exit(hook.Main(e))
+	return hook.Main(e)
 }

@@ -8,19 +8,8 @@
 package main
 
 import (
-	"os"
-
-	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cli/runtime"
-	"github.com/nctk/nctk/internal/driverprobe"
-	"github.com/nctk/nctk/internal/rootfs"
+	"github.com/nctk/nctk/internal/entry"
 )
 
-func main() {
-	// Hidden re-exec entries first: the driver probe child and the
-	// confined ldconfig (rootfs.RunLdconfig re-executes this binary).
-	if driverprobe.MaybeRunChild(os.Args) || rootfs.MaybeRunChild(os.Args) {
-		return
-	}
-	os.Exit(runtime.MainByName(app.FromOS()))
-}
+func main() { entry.Main(runtime.MainByName) }
