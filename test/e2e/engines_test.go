@@ -404,6 +404,38 @@ func TestRuntimeCDIMode(t *testing.T) {
 		}
 		checkGPU(t, c.rt.Output(c.id), want{host: f.host, GPUs: []int{1}, LibDir: libDir, Display: true})
 	})
+	// A spec whose hooks run `nvidia-ctk hook …` (NVIDIA's tools before
+	// nvidia-cdi-hook wrote that form; nvidia-ctk is nctk's multi-call
+	// binary, installed beside the runtime's own): the runtime knows it for
+	// its own too and does the steps itself.
+	t.Run("nvidia-ctk-hook/lifted", func(t *testing.T) {
+		t.Parallel()
+		e2e.MustRun(t, e2e.RunOpts{}, tool(t, "nvidia-ctk"), "cdi", "generate", "--separate-hooks", "--class", "ctkgpu",
+			"--driver-root", f.host.Root.Path, "--output", filepath.Join(specDir, "nvidia-ctk.yaml"),
+			"--nvidia-ctk-path", tool(t, "nvidia-ctk"))
+		c := newRuncCase(t, f.host, f.image, e2e.LayoutDebian, "NVIDIA_VISIBLE_DEVICES=nvidia.com/ctkgpu=1")
+		if res := c.rt.Create(c.bundle, c.id); !res.OK() {
+			t.Fatalf("create: %s\n%s", res, c.rt.Output(c.id))
+		}
+		var spec specs.Spec
+		if err := json.Unmarshal(c.spec(), &spec); err != nil {
+			t.Fatal(err)
+		}
+		if spec.Hooks != nil {
+			for _, h := range spec.Hooks.CreateContainer {
+				if slices.Contains(h.Args, "update-ldcache") || slices.Contains(h.Args, "create-symlinks") {
+					t.Errorf("createContainer hook %q left in config.json, want its work done by the runtime", h.Args)
+				}
+			}
+		}
+		if res := c.rt.Start(c.id); !res.OK() {
+			t.Fatalf("start: %s", res)
+		}
+		if err := c.rt.WaitStopped(c.id, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		checkGPU(t, c.rt.Output(c.id), want{host: f.host, GPUs: []int{1}, LibDir: libDir, Display: true})
+	})
 	// An image the in-process rebuild does not reproduce (a legacy hwcap
 	// subdirectory in a library directory): update-ldcache stays a hook,
 	// runs the host's ldconfig, and the container still sees its GPU.

@@ -306,10 +306,10 @@ func ownHookLink(t *testing.T) (self, link string) {
 }
 
 // TestOwnHookBuildID: a hook binary is the runtime's own when it is its
-// executable (by identity) or a regular executable whose Go build ID is
-// the runtime's HookBuildID (the nvidia-cdi-hook built with it); a copy of
-// another build, a file that is not executable, a script or a relative
-// path is not.
+// executable or the nctk beside it (by identity: a spec's `nvidia-ctk
+// hook …`), or a regular executable whose Go build ID is the runtime's
+// HookBuildID (the nvidia-cdi-hook built with it); a copy of another build,
+// a file that is not executable, a script or a relative path is not.
 func TestOwnHookBuildID(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
@@ -334,24 +334,31 @@ func TestOwnHookBuildID(t *testing.T) {
 	if err := os.Symlink(hook, link); err != nil {
 		t.Fatal(err)
 	}
+	ctk := filepath.Join(dir, "nvidia-ctk")
+	if err := os.Symlink(self, ctk); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
-		name        string
-		self, build string
-		path        string
-		want        bool
+		name              string
+		self, nctk, build string
+		path              string
+		want              bool
 	}{
-		{"the build's hook binary", "", selfID, hook, true},
-		{"a link to it", "", selfID, link, true},
-		{"another build", "", "other/build/id", hook, false},
-		{"no build ID known", "", "", hook, false},
-		{"not executable", "", selfID, noExec, false},
-		{"a script", "", selfID, script, false},
-		{"relative", "", selfID, hookargs.Binary, false},
-		{"the runtime itself", self, "", self, true},
-		{"a copy of the runtime, by identity only", self, "", hook, false},
+		{"the build's hook binary", "", "", selfID, hook, true},
+		{"a link to it", "", "", selfID, link, true},
+		{"another build", "", "", "other/build/id", hook, false},
+		{"no build ID known", "", "", "", hook, false},
+		{"not executable", "", "", selfID, noExec, false},
+		{"a script", "", "", selfID, script, false},
+		{"relative", "", "", selfID, hookargs.Binary, false},
+		{"the runtime itself", self, "", "", self, true},
+		{"a copy of the runtime, by identity only", self, "", "", hook, false},
+		{"nctk beside the runtime, as nvidia-ctk", "", self, "", ctk, true},
+		{"a copy of nctk, by identity only", "", self, "", hook, false},
+		{"no nctk beside the runtime", "", filepath.Join(dir, "nctk"), "", ctk, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Runtime{Self: tc.self, HookBuildID: tc.build}
+			r := &Runtime{Self: tc.self, Nctk: tc.nctk, HookBuildID: tc.build}
 			own := r.ownHook()
 			for range 2 { // the second answer is the memoized one
 				if got := own(tc.path); got != tc.want {

@@ -88,6 +88,11 @@ type Runtime struct {
 	// Self is this program's executable, never chosen as the low-level
 	// runtime ("" for none).
 	Self string
+	// Nctk is the multi-call nctk installed beside this program ("" for
+	// none): the file a spec's `nvidia-ctk hook …` runs where nvidia-ctk is
+	// nctk's link, built with this program, so a hook running it is this
+	// installation's own (ownHook).
+	Nctk string
 	// HookBuildID is the Go build ID of the nvidia-cdi-hook binary built
 	// with this program (version.HookBuildID; "" for none): a hook binary
 	// with this ID is nctk's own too (ownHook).
@@ -121,12 +126,17 @@ const defaultProcDriverDir = "/proc/driver/nvidia"
 // New returns the wrapper as installed.
 func New() *Runtime {
 	self, _ := os.Executable()
+	var nctk string
+	if self != "" {
+		nctk = filepath.Join(filepath.Dir(self), "nctk")
+	}
 	return &Runtime{
 		planner:     defaultPlanner(),
 		LoadConfig:  loadConfig,
 		Exec:        syscall.Exec,
 		Spawn:       spawn,
 		Self:        self,
+		Nctk:        nctk,
 		HookBuildID: version.HookBuildID(),
 		Version:     version.String(),
 		CDICacheDir: hostfacts.DefaultDir(os.Getenv),
@@ -717,29 +727,35 @@ func pending(p *plan.Plan) rootfs.Pending {
 // ownHook returns the test LiftOwnHooks uses to recognise this
 // installation's nvidia-cdi-hook: a hook path is nctk's own when it is a
 // regular executable file that is either the very file this program runs
-// from (r.Self, the resolved executable: same device and inode, a link to
-// it included) or the nvidia-cdi-hook binary built with it (its Go build
-// ID is r.HookBuildID). Such a hook would run this same code on the same
+// from or the nctk installed beside it (r.Self, r.Nctk, resolved: same
+// device and inode, a link to it included; a spec's `nvidia-ctk hook …`),
+// or the nvidia-cdi-hook binary built with it (its Go build ID is
+// r.HookBuildID). Such a hook would run this same code on the same
 // container root, so doing its work here changes what runs, not what it
 // does; a hook binary of another version or another toolkit is run as a
 // hook. (Not running a binary never gives it more than running it would.)
-// With neither Self nor HookBuildID, nothing is recognised. Each path is
-// looked at once (a spec in NVIDIA's layout names the same hook path in
+// With neither Self, Nctk nor HookBuildID, nothing is recognised. Each path
+// is looked at once (a spec in NVIDIA's layout names the same hook path in
 // every entry).
 func (r *Runtime) ownHook() func(string) bool {
-	var self fileID
-	if r.Self != "" {
-		self, _ = idOf(r.Self)
+	var ours []fileID
+	for _, p := range []string{r.Self, r.Nctk} {
+		if p == "" {
+			continue
+		}
+		if id, _ := idOf(p); id.ino != 0 {
+			ours = append(ours, id)
+		}
 	}
 	seen := map[string]bool{}
 	return func(p string) bool {
-		if (self.ino == 0 && r.HookBuildID == "") || !filepath.IsAbs(p) {
+		if (len(ours) == 0 && r.HookBuildID == "") || !filepath.IsAbs(p) {
 			return false
 		}
 		own, ok := seen[p]
 		if !ok {
 			id, exe := executableID(p)
-			own = exe && ((self.ino != 0 && id == self) || r.isHookBuild(p))
+			own = exe && (slices.Contains(ours, id) || r.isHookBuild(p))
 			seen[p] = own
 		}
 		return own
