@@ -324,6 +324,18 @@ func TestEngineDocker(t *testing.T) {
 	})
 }
 
+// checkLifted fails t for each of hooks (a config.json's createContainer
+// hooks) that does a step the runtime does itself: create-symlinks,
+// update-ldcache.
+func checkLifted(t *testing.T, hooks []specs.Hook) {
+	t.Helper()
+	for _, h := range hooks {
+		if slices.Contains(h.Args, "update-ldcache") || slices.Contains(h.Args, "create-symlinks") {
+			t.Errorf("createContainer hook %q left in config.json, want its work done by the runtime", h.Args)
+		}
+	}
+}
+
 // engImage is the test image's name in the engines of this file.
 const engImage = "nctk-e2e:engines"
 
@@ -374,17 +386,7 @@ func TestRuntimeCDIMode(t *testing.T) {
 		if res := c.rt.Create(c.bundle, c.id); !res.OK() {
 			t.Fatalf("create: %s\n%s", res, c.rt.Output(c.id))
 		}
-		var spec specs.Spec
-		if err := json.Unmarshal(c.spec(), &spec); err != nil {
-			t.Fatal(err)
-		}
-		if spec.Hooks != nil {
-			for _, h := range spec.Hooks.CreateContainer {
-				if slices.Contains(h.Args, "update-ldcache") || slices.Contains(h.Args, "create-symlinks") {
-					t.Errorf("createContainer hook %q left in config.json, want its work done by the runtime", h.Args)
-				}
-			}
-		}
+		checkLifted(t, c.createContainerHooks())
 		runc := e2e.NewRuntime(t, e2e.RequireTool(t, "runc"))
 		hid := "nctk-hooks-" + filepath.Base(hooksBundle)
 		if res := runc.Create(hooksBundle, hid); !res.OK() {
@@ -417,17 +419,7 @@ func TestRuntimeCDIMode(t *testing.T) {
 		if res := c.rt.Create(c.bundle, c.id); !res.OK() {
 			t.Fatalf("create: %s\n%s", res, c.rt.Output(c.id))
 		}
-		var spec specs.Spec
-		if err := json.Unmarshal(c.spec(), &spec); err != nil {
-			t.Fatal(err)
-		}
-		if spec.Hooks != nil {
-			for _, h := range spec.Hooks.CreateContainer {
-				if slices.Contains(h.Args, "update-ldcache") || slices.Contains(h.Args, "create-symlinks") {
-					t.Errorf("createContainer hook %q left in config.json, want its work done by the runtime", h.Args)
-				}
-			}
-		}
+		checkLifted(t, c.createContainerHooks())
 		if res := c.rt.Start(c.id); !res.OK() {
 			t.Fatalf("start: %s", res)
 		}
@@ -448,14 +440,7 @@ func TestRuntimeCDIMode(t *testing.T) {
 		if res := c.rt.Create(c.bundle, c.id); !res.OK() {
 			t.Fatalf("create: %s\n%s", res, c.rt.Output(c.id))
 		}
-		var spec specs.Spec
-		if err := json.Unmarshal(c.spec(), &spec); err != nil {
-			t.Fatal(err)
-		}
-		var hooks []specs.Hook
-		if spec.Hooks != nil {
-			hooks = spec.Hooks.CreateContainer
-		}
+		hooks := c.createContainerHooks()
 		if len(hooks) != 1 || !slices.Contains(hooks[0].Args, "update-ldcache") {
 			t.Errorf("createContainer hooks: %+v, want one call starting at update-ldcache", hooks)
 		}

@@ -48,6 +48,20 @@ func newRuncCase(t *testing.T, host *gpuHost, image string, layout e2e.Layout, e
 
 func (c *runcCase) spec() []byte { return readFile(c.t, filepath.Join(c.bundle, "config.json")) }
 
+// createContainerHooks are the createContainer hooks of the case's
+// config.json.
+func (c *runcCase) createContainerHooks() []specs.Hook {
+	c.t.Helper()
+	var spec specs.Spec
+	if err := json.Unmarshal(c.spec(), &spec); err != nil {
+		c.t.Fatal(err)
+	}
+	if spec.Hooks == nil {
+		return nil
+	}
+	return spec.Hooks.CreateContainer
+}
+
 // run runs the container with `nvidia-container-runtime run`.
 func (c *runcCase) run() string {
 	c.t.Helper()
