@@ -240,7 +240,7 @@ func TestDevLinksUnderHostBind(t *testing.T) {
 			}
 		})
 	}
-	kept, n := devLinksOutsideBinds([]specs.Mount{{Destination: "/dev", Type: "bind", Source: "/dev"}}, []plan.Symlink{link})
+	kept, n := devLinksOutsideBinds(hostBinds([]specs.Mount{{Destination: "/dev", Type: "bind", Source: "/dev"}}), []plan.Symlink{link})
 	if len(kept) != 0 || n != 1 {
 		t.Errorf("devLinksOutsideBinds: %v, %d", kept, n)
 	}

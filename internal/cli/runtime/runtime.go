@@ -282,10 +282,6 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	// afterwards (aftercreate) instead of by a hook process; a run starts
 	// the container at once, so that work stays a hook there.
 	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != ""}
-	if mode.AfterCreate && plan.Overlaps(maskedPaths(spec), afterCreatePaths(p)) {
-		mode.AfterCreate = false
-		log.Debug("a masked or read-only path covers the created container's work; it stays a hook")
-	}
 	after, err := r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, mode)
 	if errors.Is(err, rootfs.ErrRebuildUnsupported) {
 		// Nothing was written: the spec's update-ldcache stays a hook, to
@@ -327,6 +323,14 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	// container's own /dev can hold.
 	inContainer := r.needsProcView(spec)
 	procView := p.Proc != nil && inContainer
+	// runc masks (and makes read-only) after its hooks, before the work
+	// after the create: work a mask covers stays a hook (the CDI parts are
+	// checked one by one as they are lifted).
+	masked := maskedPaths(spec)
+	if mode.AfterCreate && plan.Overlaps(masked, afterCreatePaths(p)) {
+		mode.AfterCreate = false
+		log.Debug("a masked or read-only path covers the created container's work; it stays a hook")
+	}
 	// The same for the hooks of CDI specs that run this installation's
 	// nvidia-cdi-hook: their links and ld.so.cache entries are made here,
 	// and the hook entries leave config.json.
@@ -335,14 +339,15 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	if p.CDI != nil {
 		q := *p
 		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), cdispec.LiftOptions{
-			KeepInContainer: inContainer, AfterCreate: mode.AfterCreate, Masked: maskedPaths(spec), Mounts: mounts, DevicesKnown: !bindsInDev(spec),
+			KeepInContainer: inContainer, AfterCreate: mode.AfterCreate, Masked: masked, Mounts: mounts, DevicesKnown: !bindsInDev(spec),
 			NoRebuild: mode.NoRebuild})
 		p = &q
 	}
-	if err := checkUserMounts(spec.Mounts, p, own); err != nil {
+	binds := hostBinds(spec.Mounts)
+	if err := checkUserMounts(binds, p, own); err != nil {
 		return nil, err
 	}
-	if kept, n := devLinksOutsideBinds(spec.Mounts, p.DevSymlinks); n > 0 {
+	if kept, n := devLinksOutsideBinds(binds, p.DevSymlinks); n > 0 {
 		q := *p
 		q.DevSymlinks = kept
 		p = &q

@@ -13,10 +13,9 @@ import (
 
 // checkUserMounts returns a *plan.UserMountError when one of the paths p and
 // own create in the container (p's mounts, p's CDI mounts, p's and own's
-// symlinks) is strictly below the destination of one of mounts that binds
-// a host path. mounts are the spec's own mounts, before p is applied.
-func checkUserMounts(mounts []specs.Mount, p *plan.Plan, own cdispec.OwnHooks) error {
-	binds := hostBinds(mounts)
+// symlinks) is strictly below the destination of one of binds (hostBinds
+// of the spec's own mounts, before p is applied).
+func checkUserMounts(binds []specs.Mount, p *plan.Plan, own cdispec.OwnHooks) error {
 	if len(binds) == 0 {
 		return nil
 	}
@@ -90,12 +89,11 @@ func bindsInDev(spec *specs.Spec) bool {
 	})
 }
 
-// devLinksOutsideBinds returns the links of links that no host bind mount of
-// mounts covers, and how many it left out: below a bind of the host's /dev
+// devLinksOutsideBinds returns the links of links that none of binds
+// (hostBinds) covers, and how many it left out: below a bind of the host's /dev
 // (or a directory of it) a link would be made in the host's directory, where
 // the host's own links already are for the container to see.
-func devLinksOutsideBinds(mounts []specs.Mount, links []plan.Symlink) ([]plan.Symlink, int) {
-	binds := hostBinds(mounts)
+func devLinksOutsideBinds(binds []specs.Mount, links []plan.Symlink) ([]plan.Symlink, int) {
 	if len(binds) == 0 {
 		return links, 0
 	}

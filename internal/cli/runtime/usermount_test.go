@@ -118,7 +118,7 @@ func TestCheckUserMounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := checkUserMounts([]specs.Mount{tt.mount}, p, own)
+			err := checkUserMounts(hostBinds([]specs.Mount{tt.mount}), p, own)
 			var ue *plan.UserMountError
 			switch {
 			case tt.want == "" && err != nil:
