@@ -55,7 +55,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -67,6 +66,7 @@ import (
 	"github.com/nctk/nctk/internal/cudacompat"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/mountns"
+	"github.com/nctk/nctk/internal/mountsrc"
 	"github.com/nctk/nctk/internal/phase"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
@@ -349,44 +349,14 @@ func validate(p *plan.Plan, c Container, opts Options) error {
 	return nil
 }
 
-// A process's descriptor table starts with room for 64 descriptors. The
-// threads of a Go process share it, and each time it grows past 64, 128,
-// ... the kernel waits for an RCU grace period (11–12 ms on a 16-vCPU VM,
-// docs/benchmarks.md). So mount sources (a clone of a host file or device
-// node each) are opened in batches, each attached before the next is
-// opened, sized to what is open at the time (fdTable less what is open
-// less fdRoom, the room an attachment's temporaries take); a batch is cut
-// short (its unattached sources closed, to be opened again) when the
-// directories the journal keeps for new mount points have eaten that room.
-// Never fewer than minBatch.
-const (
-	fdTable  = 64
-	fdRoom   = 12
-	minBatch = 4
-)
-
-// openDescriptors counts this process's open descriptors (fdTable when
-// /proc/self/fd cannot be read: then batches are minBatch).
-func openDescriptors() int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return fdTable
-	}
-	return len(ents)
-}
-
 // prepared holds what was opened and checked on the host.
 type prepared struct {
 	// sources are the plan's mounts and then its devices (none with
-	// NoDevBind), in the order apply attaches them; nil where not opened
-	// yet (openSources).
-	sources []*rootfs.Source
-	specs   []sourceSpec
-	// batchOpen is how many descriptors were open once the current batch
-	// was, batchKept how many directories the journal kept then.
-	batchOpen, batchKept int
-	proc                 *rootfs.ProcDriver
-	ldconfig             *rootfs.Ldconfig
+	// NoDevBind), in the order apply attaches them.
+	sources  *mountsrc.Batches
+	specs    []sourceSpec
+	proc     *rootfs.ProcDriver
+	ldconfig *rootfs.Ldconfig
 	// systemDirs are the host ldconfig's built-in directories (nil:
 	// unknown, the ldconfig runs).
 	systemDirs []string
@@ -411,62 +381,6 @@ func (sp sourceSpec) open() (*rootfs.Source, error) {
 	return rootfs.OpenSource(sp.mount.Source, sourceKind(sp.mount.Kind), sp.mount.Options)
 }
 
-// openSources opens the next batch of sources, from index i on; kept is
-// how many directories the journal holds then. It runs on the host's side
-// (in its mount namespace).
-func (pr *prepared) openSources(i, kept int) error {
-	open := openDescriptors()
-	end := min(i+max(fdTable-fdRoom-open, minBatch), len(pr.specs))
-	// Each source holds one descriptor (its clone, or its path where there
-	// is no clone).
-	pr.batchOpen, pr.batchKept = open+end-i, kept
-	for ; i < end; i++ {
-		s, err := pr.specs[i].open()
-		if err != nil {
-			return err
-		}
-		pr.sources[i] = s
-	}
-	return nil
-}
-
-// cutBatch closes the current batch's sources from i on when the
-// directories r's journal has kept since it was opened have eaten the room
-// the batch was sized with; not a batch of minBatch opened without room
-// (and so never at a batch's first source, before the journal has kept
-// anything since).
-func (pr *prepared) cutBatch(i int, r *rootfs.Root) {
-	limit := fdTable - fdRoom
-	if pr.batchOpen > limit || pr.batchOpen+r.KeptDirs()-pr.batchKept <= limit {
-		return
-	}
-	for j := i; j < len(pr.sources) && pr.sources[j] != nil; j++ {
-		pr.sources[j].Close()
-		pr.sources[j] = nil
-	}
-}
-
-// source is the i-th source, opened with a batch after it (on the host,
-// through host) when it was not yet; the earlier ones, attached by then,
-// are closed. When the directories r's journal has kept since the batch
-// was opened leave less than fdRoom, the batch's unattached sources are
-// closed and opened again in a batch sized to what is open now.
-func (pr *prepared) source(i int, r *rootfs.Root, host func(func() error) error) (*rootfs.Source, error) {
-	if pr.sources[i] != nil {
-		pr.cutBatch(i, r)
-	}
-	if pr.sources[i] == nil {
-		for _, s := range pr.sources[:i] {
-			s.Close()
-		}
-		kept := r.KeptDirs()
-		if err := host(func() error { return pr.openSources(i, kept) }); err != nil {
-			return nil, err
-		}
-	}
-	return pr.sources[i], nil
-}
-
 func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 	pr := &prepared{}
 	fail := func(ph phase.Phase, err error) (*prepared, error) {
@@ -481,7 +395,6 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 			pr.specs = append(pr.specs, sourceSpec{device: &p.Devices[i]})
 		}
 	}
-	pr.sources = make([]*rootfs.Source, len(pr.specs))
 	if p.Proc != nil {
 		v := p.Proc
 		pd, err := rootfs.PrepareProcDriver(&rootfs.ProcView{HostDir: v.HostDir, Files: v.Files, GPUDirs: v.GPUDirs, Expose: v.Expose})
@@ -509,7 +422,12 @@ func prepare(p *plan.Plan, opts Options) (*prepared, error) {
 		}
 	}
 	// Last: the first batch is sized to what the rest holds open.
-	if err := pr.openSources(0, 0); err != nil {
+	open := make([]mountsrc.Opener, len(pr.specs))
+	for i, sp := range pr.specs {
+		open[i] = sp.open
+	}
+	var err error
+	if pr.sources, err = mountsrc.Open(open); err != nil {
 		return fail(phase.Mount, err)
 	}
 	return pr, nil
@@ -537,9 +455,7 @@ func sourceKind(k plan.MountKind) rootfs.Kind {
 }
 
 func (pr *prepared) Close() {
-	for _, s := range pr.sources {
-		s.Close()
-	}
+	pr.sources.Close()
 	pr.proc.Close()
 	pr.ldconfig.Close()
 }
@@ -556,7 +472,7 @@ func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger, host f
 	}
 	t1 := time.Now()
 	for i, m := range p.Mounts {
-		src, err := pr.source(i, r, host)
+		src, err := pr.sources.Source(i, r, host)
 		if err != nil {
 			return err
 		}
@@ -571,8 +487,8 @@ func (pr *prepared) apply(r *rootfs.Root, p *plan.Plan, log *slog.Logger, host f
 		}
 	}
 	t3 := time.Now()
-	for i := len(p.Mounts); i < len(pr.sources); i++ {
-		src, err := pr.source(i, r, host)
+	for i := len(p.Mounts); i < pr.sources.Len(); i++ {
+		src, err := pr.sources.Source(i, r, host)
 		if err != nil {
 			return err
 		}

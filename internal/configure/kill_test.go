@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nctk/nctk/internal/e2e"
+	"github.com/nctk/nctk/internal/mountsrc"
 	"github.com/nctk/nctk/internal/plan"
 )
 
@@ -347,7 +348,7 @@ func TestApplyDescriptorTable(t *testing.T) {
 }
 
 // TestApplyBatchFailureRollsBack: a source that cannot be opened in a later
-// batch (a batch is at most fdTable-fdRoom sources) fails the configure
+// batch (a batch is at most mountsrc.MaxBatch sources) fails the configure
 // after the earlier batches were attached, and the rollback leaves the
 // image as it was: no mount, no placeholder, no link.
 func TestApplyBatchFailureRollsBack(t *testing.T) {
@@ -357,7 +358,7 @@ func TestApplyBatchFailureRollsBack(t *testing.T) {
 	d := newDriver(t)
 	p := d.plan()
 	ro := p.Mounts[0].Options
-	missing := fdTable - fdRoom + 20
+	missing := mountsrc.MaxBatch + 20
 	for i := range missing + 8 {
 		lib := filepath.Join(d.dir, fmt.Sprintf("libnvidia-x%d.so.580.1", i))
 		if i != missing { // this one is missing on the host
