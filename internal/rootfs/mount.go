@@ -19,6 +19,10 @@ const (
 	KindFile   Kind = iota + 1 // a regular file
 	KindDir                    // a directory
 	KindSocket                 // a UNIX socket
+	// KindAny is whatever the host path resolves to, its symlinks
+	// followed as a bind mount's source is: a CDI spec's mount, whose
+	// host path the spec names without saying what it is.
+	KindAny
 )
 
 // MountFlags are the per-mount attributes nctk sets.
@@ -100,6 +104,8 @@ type Source struct {
 	tree  int // detached mount (open_tree), -1 if unavailable
 	st    unix.Stat_t
 	used  bool
+	// follow: path's symlinks are followed (KindAny).
+	follow bool
 }
 
 // Close releases the source's descriptors (an unattached clone vanishes).
@@ -125,18 +131,19 @@ func (s *Source) Close() error {
 // KindSocket.
 func OpenSource(hostPath string, kind Kind, opts []string) (*Source, error) {
 	want := map[Kind]uint32{KindFile: unix.S_IFREG, KindDir: unix.S_IFDIR, KindSocket: unix.S_IFSOCK}[kind]
-	if want == 0 {
+	if want == 0 && kind != KindAny {
 		return nil, fmt.Errorf("mount source %s: unknown mount kind %d", hostPath, kind)
 	}
-	s, err := openSource(hostPath, opts)
+	s, err := openSource(hostPath, opts, kind == KindAny)
 	if err != nil {
 		return nil, err
 	}
-	if t := s.st.Mode & unix.S_IFMT; t != want {
+	t := s.st.Mode & unix.S_IFMT
+	if want != 0 && t != want {
 		s.Close()
 		return nil, fmt.Errorf("mount source %s: unexpected file type: %s, want %s", hostPath, typeName(t), typeName(want))
 	}
-	s.dir = kind == KindDir
+	s.dir = t == unix.S_IFDIR
 	if err := s.clone(); err != nil {
 		s.Close()
 		return nil, err
@@ -149,7 +156,7 @@ func OpenSource(hostPath string, kind Kind, opts []string) (*Source, error) {
 // must be a character device with the given major:minor numbers (the
 // checked node, not one an image or a race put at the path).
 func OpenDevice(hostPath string, major, minor uint32, opts []string) (*Source, error) {
-	s, err := openSource(hostPath, opts)
+	s, err := openSource(hostPath, opts, false)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +195,11 @@ func (s *Source) dropFD() {
 // reopen opens the source's host path again, refusing anything but the
 // object opened and checked first.
 func (s *Source) reopen() (int, error) {
-	fd, err := unix.Open(s.path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	how := unix.O_PATH | unix.O_CLOEXEC
+	if !s.follow {
+		how |= unix.O_NOFOLLOW
+	}
+	fd, err := unix.Open(s.path, how, 0)
 	if err != nil {
 		return -1, err
 	}
@@ -199,7 +210,9 @@ func (s *Source) reopen() (int, error) {
 	return fd, nil
 }
 
-func openSource(hostPath string, opts []string) (*Source, error) {
+// openSource opens hostPath; with follow its symlinks are followed,
+// without a symlink there is an error.
+func openSource(hostPath string, opts []string, follow bool) (*Source, error) {
 	flags, err := ParseMountOptions(opts)
 	if err != nil {
 		return nil, fmt.Errorf("mount source %s: %w", hostPath, err)
@@ -207,11 +220,15 @@ func openSource(hostPath string, opts []string) (*Source, error) {
 	if !strings.HasPrefix(hostPath, "/") {
 		return nil, fmt.Errorf("mount source %s: not an absolute path", hostPath)
 	}
-	fd, err := unix.Open(hostPath, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	how := unix.O_PATH | unix.O_CLOEXEC
+	if !follow {
+		how |= unix.O_NOFOLLOW
+	}
+	fd, err := unix.Open(hostPath, how, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open mount source %s: %w", hostPath, err)
 	}
-	s := &Source{path: hostPath, flags: flags, fd: fd, tree: -1}
+	s := &Source{path: hostPath, flags: flags, fd: fd, tree: -1, follow: follow}
 	if err := unix.Fstat(fd, &s.st); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("stat mount source %s: %w", hostPath, err)

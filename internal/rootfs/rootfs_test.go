@@ -357,6 +357,37 @@ func TestOpenSourceChecks(t *testing.T) {
 	}
 }
 
+// TestOpenSourceAny: KindAny follows the host path's symlinks and mounts
+// what they lead to, a directory as a directory, a file as a file.
+func TestOpenSourceAny(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t)
+	h := t.TempDir()
+	must(t, os.MkdirAll(h+"/dir", 0o755))
+	must(t, os.WriteFile(h+"/dir/f", []byte("in dir"), 0o644))
+	must(t, os.WriteFile(h+"/file", []byte("file"), 0o644))
+	must(t, os.Symlink("file", h+"/link"))
+	must(t, os.Symlink("dir", h+"/dirlink"))
+	r := e.open(t)
+	defer r.Rollback()
+	ro := []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
+	for _, m := range [][2]string{{h + "/link", "/a/file"}, {h + "/dirlink", "/a/dir"}} {
+		must(t, r.BindMount(m[0], m[1], KindAny, ro))
+	}
+	if b, err := os.ReadFile(e.root + "/a/file"); err != nil || string(b) != "file" {
+		t.Errorf("/a/file: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(e.root + "/a/dir/f"); err != nil || string(b) != "in dir" {
+		t.Errorf("/a/dir/f: %q, %v", b, err)
+	}
+	if opt := mountOptions(t, e.root+"/a/file"); !strings.HasPrefix(opt, "ro,") || !strings.Contains(opt, "nosuid") {
+		t.Errorf("/a/file options %q", opt)
+	}
+	if _, err := OpenSource(h+"/missing", KindAny, ro); err == nil {
+		t.Error("a missing source opened")
+	}
+}
+
 func TestOpenDevice(t *testing.T) {
 	requireRoot(t)
 	s, err := OpenDevice("/dev/null", 1, 3, []string{"ro", "nosuid", "noexec"})
