@@ -6,9 +6,12 @@
 //
 // It is the work of nctk's createContainer hooks mount-proc-driver,
 // disable-device-node-modification and create-symlinks below /dev, without
-// the hook process: the runtime prepares it on the host before the create
+// the hook process, and the driver's bind mounts where the runtime takes them
+// from the low-level runtime (which costs several times more a mount than a
+// mount made here): the runtime prepares it on the host before the create
 // (Prepare: the host's proc files read, the selected GPUs' directories opened
-// and cloned), lets the low-level runtime create the container, then Apply
+// and cloned, the first batch of mount sources opened and cloned), lets the
+// low-level runtime create the container, then Apply
 // joins the mount namespace of the container's init (which, after create,
 // waits for start behind pivot_root: that namespace's root is the container's
 // root, its /proc the container's procfs, its /dev the runtime's) on one
@@ -27,12 +30,16 @@ import (
 
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/mountns"
+	"github.com/nctk/nctk/internal/mountsrc"
 	"github.com/nctk/nctk/internal/rootfs"
 )
 
-// Work is what is done in a created container, in this order: the links,
-// the /proc/driver/nvidia view, the params mask.
+// Work is what is done in a created container, in this order: the mounts,
+// the links, the /proc/driver/nvidia view, the params mask.
 type Work struct {
+	// Mounts are bind mounts of host objects, made in this order (as the
+	// low-level runtime would have made them, before everything else).
+	Mounts []Mount
 	// DevLinks are links in the container's /dev (create-symlinks: what is
 	// at a link path is replaced).
 	DevLinks []hookargs.Link
@@ -45,20 +52,31 @@ type Work struct {
 	ParamsHostDir string
 }
 
+// Mount is a bind mount of the host object at Source (Kind says what it
+// must be) over Destination in the container, with OCI mount Options.
+type Mount struct {
+	Source, Destination string
+	Kind                rootfs.Kind
+	Options             []string
+}
+
 // Empty reports whether w has nothing to do.
 func (w Work) Empty() bool {
-	return len(w.DevLinks) == 0 && w.Proc == nil && w.ParamsHostDir == ""
+	return len(w.Mounts) == 0 && len(w.DevLinks) == 0 && w.Proc == nil && w.ParamsHostDir == ""
 }
 
 // Prepared is Work with its host side done.
 type Prepared struct {
+	dsts   []string // the mounts' destinations; their sources:
+	mounts *mountsrc.Batches
 	links  []hookargs.Link
 	proc   *rootfs.ProcDriver
 	params *rootfs.ParamsMask
 }
 
-// Prepare does w's host side: reads the host's proc files and opens the
-// selected GPUs' proc directories. Close the result.
+// Prepare does w's host side: reads the host's proc files, opens the
+// selected GPUs' proc directories and the first batch of mount sources
+// (each checked to be what its mount's Kind says). Close the result.
 func Prepare(w Work, log *slog.Logger) (*Prepared, error) {
 	p := &Prepared{links: w.DevLinks}
 	var err error
@@ -73,12 +91,23 @@ func Prepare(w Work, log *slog.Logger) (*Prepared, error) {
 			return nil, fmt.Errorf("driver params: %w", err)
 		}
 	}
+	// Last: the first batch of sources is sized to what the rest holds.
+	open := make([]mountsrc.Opener, len(w.Mounts))
+	for i, m := range w.Mounts {
+		p.dsts = append(p.dsts, m.Destination)
+		open[i] = func() (*rootfs.Source, error) { return rootfs.OpenSource(m.Source, m.Kind, m.Options) }
+	}
+	if p.mounts, err = mountsrc.Open(open); err != nil {
+		p.Close()
+		return nil, err
+	}
 	return p, nil
 }
 
 // Close releases what Prepare opened.
 func (p *Prepared) Close() {
 	if p != nil {
+		p.mounts.Close()
 		p.proc.Close()
 	}
 }
@@ -112,19 +141,30 @@ func (p *Prepared) Apply(pid int, log *slog.Logger) error {
 		return fmt.Errorf("%s: %w", nsPath, err)
 	}
 	defer t.Close()
-	return t.Do(func() error {
+	return t.DoHost(func(host func(func() error) error) error {
 		r, err := rootfs.Open("/")
 		if err != nil {
 			return err
 		}
-		if err := p.apply(r, log); err != nil {
+		if err := p.apply(r, log, host); err != nil {
 			return errors.Join(err, r.Rollback(), r.Close())
 		}
 		return r.Close()
 	})
 }
 
-func (p *Prepared) apply(r *rootfs.Root, log *slog.Logger) error {
+// apply does the work in the root r of the container's namespace; host
+// runs a function in the runtime's (to open a batch of mount sources).
+func (p *Prepared) apply(r *rootfs.Root, log *slog.Logger, host func(func() error) error) error {
+	for i, dst := range p.dsts {
+		src, err := p.mounts.Source(i, r, host)
+		if err != nil {
+			return err
+		}
+		if err := r.Attach(src, dst); err != nil {
+			return err
+		}
+	}
 	for _, l := range p.links {
 		if err := r.ForceSymlink(l.Target, l.Path); err != nil {
 			return err

@@ -2,8 +2,10 @@ package aftercreate
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/mountsrc"
 	"github.com/nctk/nctk/internal/rootfs"
 )
 
@@ -162,5 +165,82 @@ func TestApplyRefuses(t *testing.T) {
 		if err := p.Apply(tt.pid, nil); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Apply(%d): %v, want %q", tt.pid, err, tt.want)
 		}
+	}
+}
+
+// TestApplyMounts: the mounts are made in the created container, read-only
+// and in more batches than the first (the later ones opened in the
+// runtime's namespace), none in the runtime's; a source that cannot be
+// opened in a later batch undoes every mount and placeholder made before it.
+func TestApplyMounts(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(map[bool]string{false: "all", true: "a later source is missing"}[fail], func(t *testing.T) {
+			pid := createdContainer(t)
+			host := t.TempDir()
+			n := 2*mountsrc.MaxBatch + 3
+			var w Work
+			ro := []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
+			for i := range n {
+				src := fmt.Sprintf("%s/libnvidia-x%d.so.580.1", host, i)
+				if !fail || i != n-2 {
+					if err := os.WriteFile(src, []byte(strconv.Itoa(i)), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				w.Mounts = append(w.Mounts, Mount{Source: src, Destination: "/usr/lib/x86_64-linux-gnu/" + filepath.Base(src), Kind: rootfs.KindFile, Options: ro})
+			}
+			if err := os.MkdirAll(host+"/fw", 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("fw", host+"/fwlink"); err != nil {
+				t.Fatal(err)
+			}
+			w.Mounts = append(w.Mounts, Mount{Source: host + "/fwlink", Destination: "/lib/firmware/nvidia", Kind: rootfs.KindAny, Options: ro})
+			p, err := Prepare(w, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			err = p.Apply(pid, nil)
+			in := "/proc/" + strconv.Itoa(pid) + "/root"
+			mounts, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+			got := strings.Count(string(mounts), " /usr/lib/x86_64-linux-gnu/libnvidia-x")
+			if fail {
+				if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("libnvidia-x%d.so.580.1", n-2)) {
+					t.Fatalf("Apply: %v, want the missing source named", err)
+				}
+				t.Log(err)
+				if got != 0 {
+					t.Errorf("%d mounts left after a failed Apply", got)
+				}
+				if _, err := os.Lstat(in + "/usr/lib/x86_64-linux-gnu/libnvidia-x0.so.580.1"); err == nil {
+					t.Error("a placeholder left after a failed Apply")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != n {
+				t.Errorf("container mount table has %d of the %d library mounts", got, n)
+			}
+			for _, i := range []int{0, n - 1} {
+				f := fmt.Sprintf("%s/usr/lib/x86_64-linux-gnu/libnvidia-x%d.so.580.1", in, i)
+				if data, err := os.ReadFile(f); err != nil || string(data) != strconv.Itoa(i) {
+					t.Errorf("%s: %q, %v", f, data, err)
+				}
+				if err := os.WriteFile(f, nil, 0o644); err == nil {
+					t.Errorf("%s is writable", f)
+				}
+			}
+			if st, err := os.Stat(in + "/lib/firmware/nvidia"); err != nil || !st.IsDir() {
+				t.Errorf("the firmware directory (a symlink on the host): %v, %v", st, err)
+			}
+			self, _ := os.ReadFile("/proc/self/mountinfo")
+			if strings.Contains(string(self), "libnvidia-x") {
+				for _, l := range strings.Split(string(self), "\n") { if strings.Contains(l, "libnvidia-x0.") { t.Log(l) } }
+				t.Error("a library mount shows in the runtime's namespace")
+			}
+		})
 	}
 }

@@ -172,7 +172,14 @@ func detach(fd int) error {
 // replaced, is not ours and is left. Without a mount ID (kernels before
 // 5.8) or a kept directory the journal holds the clone as undoMountOwned
 // does.
-func undoAttached(tree int, at entryAt, desc string) undo {
+//
+// The unmount names the mount through /proc/self/fd, unless callersRoot:
+// the root is the calling thread's own root (a container's, in its mount
+// namespace after pivot_root), whose /proc, if any, is the container's
+// procfs, where this process has no /proc/self. There the mount is
+// unmounted by its container path desc, which the kernel resolves inside
+// that root and which, checked just before, leads to the mount attached.
+func undoAttached(tree int, at entryAt, desc string, callersRoot bool) undo {
 	id, kind, err := fdMountID(tree, unix.STATX_MNT_ID_UNIQUE)
 	if err != nil || at.dir < 0 {
 		return undoMountOwned(tree, desc)
@@ -191,6 +198,9 @@ func undoAttached(tree int, at entryAt, desc string) undo {
 			defer unix.Close(fd)
 			if got, gotKind, err := fdMountID(fd, kind); err != nil || gotKind != kind || got != id {
 				return nil // not ours (any more)
+			}
+			if callersRoot {
+				return unix.Unmount(desc, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 			}
 			return detach(fd)
 		},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -311,7 +312,7 @@ func (r *Root) Attach(s *Source, dst string) error {
 		// The journal names the mount by its place and ID and the clone's
 		// descriptor is closed (see keepDir for what each descriptor more
 		// can cost).
-		r.record(undoAttached(tree, at, cp))
+		r.record(undoAttached(tree, at, cp, filepath.Clean(r.path) == "/"))
 		return nil
 	}
 	if err := r.legacyBind(s, cp, ph); err != nil {
