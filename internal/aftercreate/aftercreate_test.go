@@ -238,7 +238,11 @@ func TestApplyMounts(t *testing.T) {
 			}
 			self, _ := os.ReadFile("/proc/self/mountinfo")
 			if strings.Contains(string(self), "libnvidia-x") {
-				for _, l := range strings.Split(string(self), "\n") { if strings.Contains(l, "libnvidia-x0.") { t.Log(l) } }
+				for _, l := range strings.Split(string(self), "\n") {
+					if strings.Contains(l, "libnvidia-x0.") {
+						t.Log(l)
+					}
+				}
 				t.Error("a library mount shows in the runtime's namespace")
 			}
 		})
