@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/plan"
@@ -56,6 +57,12 @@ type HookConfig struct {
 	// created the container (internal/aftercreate): no hook is emitted
 	// for them.
 	AfterCreate bool
+	// MountsAfterCreate are destinations (clean container paths) of p's
+	// mounts and CDI mounts that the caller makes itself once the
+	// low-level runtime has created the container: config.json does not
+	// get them. No mount of the spec may be at, above or below one of
+	// them (what config.json held there would be gone with it).
+	MountsAfterCreate []string
 }
 
 // Hook is one createContainer hook: Args is a hookargs command line
@@ -166,7 +173,7 @@ func Apply(doc *Doc, p *plan.Plan, hc HookConfig) error {
 	if !ok {
 		return fmt.Errorf("apply injection plan to %s: document is not an object", doc.name)
 	}
-	if err := edit(tree, p, hooks, doc.cdi); err != nil {
+	if err := edit(tree, p, hooks, doc.cdi, hc.MountsAfterCreate); err != nil {
 		return fmt.Errorf("apply injection plan to %s: %w", doc.name, err)
 	}
 	data, err := encode(tree)
@@ -192,6 +199,11 @@ func validate(p *plan.Plan, hooks []Hook, hc HookConfig) error {
 		}
 		if err := checkAbs("mount destination", m.Destination); err != nil {
 			return err
+		}
+	}
+	for _, d := range hc.MountsAfterCreate {
+		if !path.IsAbs(d) || path.Clean(d) != d {
+			return fmt.Errorf("mount made after the create %q: want a clean absolute path", d)
 		}
 	}
 	for _, s := range p.Symlinks {
@@ -243,7 +255,7 @@ func checkAbs(what, p string) error {
 // edit applies the plan to the generic tree. view is the CDI editor's
 // typed view of tree (Doc.cdi; nil: unknown), good for the CDI edits as long
 // as the plan's other entries change nothing.
-func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec) error {
+func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec, after []string) error {
 	changed := len(p.Devices) > 0 || len(p.Mounts) > 0 || len(p.Env) > 0 || len(p.AdditionalGIDs) > 0
 	if len(p.Devices) > 0 {
 		linux, err := objectAt(tree, "linux", "linux")
@@ -330,9 +342,62 @@ func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec) error {
 		if changed || hooksChanged {
 			view = nil
 		}
-		return applyCDI(tree, p.CDI, view)
+		if err := applyCDI(tree, p.CDI, view); err != nil {
+			return err
+		}
 	}
+	return dropMounts(tree, after)
+}
+
+// dropMounts removes the mounts at the destinations in after from tree.
+func dropMounts(tree object, after []string) error {
+	if len(after) == 0 {
+		return nil
+	}
+	mounts, err := arrayAt(tree, "mounts", "mounts")
+	if err != nil {
+		return err
+	}
+	tree["mounts"] = slices.DeleteFunc(mounts, func(v any) bool {
+		o, _ := v.(object)
+		d, _ := o["destination"].(string)
+		return o != nil && slices.Contains(after, path.Clean(d))
+	})
 	return nil
+}
+
+// CreateHooks are the hooks that config.json runs during the create
+// (prestart, createRuntime, createContainer) once Apply has edited spec
+// with p and hc: spec's own, less those Apply removes (NVIDIA's legacy
+// prestart hook, the hooks an earlier Apply emitted), then Apply's and
+// those of p's CDI edits.
+func CreateHooks(spec *specs.Spec, p *plan.Plan, hc HookConfig) []specs.Hook {
+	var out []specs.Hook
+	if h := spec.Hooks; h != nil {
+		//lint:ignore SA1019 engines still write prestart hooks.
+		for _, x := range h.Prestart {
+			if !slices.Contains(legacyHookNames(), path.Base(x.Path)) {
+				out = append(out, x)
+			}
+		}
+		out = append(out, h.CreateRuntime...)
+		for _, x := range h.CreateContainer {
+			if !ownHook(x.Args, x.Env) {
+				out = append(out, x)
+			}
+		}
+	}
+	for _, x := range Hooks(p, hc) {
+		out = append(out, specs.Hook{Path: x.Path, Args: x.Args, Env: x.Env})
+	}
+	if p.CDI != nil {
+		for _, x := range p.CDI.Hooks {
+			if x != nil && slices.Contains([]string{cdi.PrestartHook, cdi.CreateRuntimeHook, cdi.CreateContainerHook}, x.HookName) {
+				out = append(out, specs.Hook{Path: x.Path, Args: x.Args, Env: x.Env})
+			}
+		}
+	}
+	return out
 }
 
 // addGIDs appends to process.user.additionalGids each of gids it does not
@@ -433,12 +498,36 @@ func isOwnHook(v any) bool {
 	if !ok {
 		return false
 	}
-	args, _ := o["args"].([]any)
-	if len(args) < 2 || args[0] != hookargs.Binary {
+	args, ok := anyStrings(o["args"])
+	if !ok {
 		return false
 	}
-	sub, _ := args[1].(string)
-	return slices.Contains(ownHookNames(), sub) && equalJSON(o["env"], strings2any(hookargs.Env()))
+	env, ok := anyStrings(o["env"])
+	return ok && ownHook(args, env)
+}
+
+// anyStrings is v as a list of strings; false when it is not one (nil is
+// the empty list).
+func anyStrings(v any) ([]string, bool) {
+	if v == nil {
+		return nil, true
+	}
+	l, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
+	out := make([]string, len(l))
+	for i, x := range l {
+		if out[i], ok = x.(string); !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// ownHook is isOwnHook for an entry's args and env.
+func ownHook(args, env []string) bool {
+	return len(args) >= 2 && args[0] == hookargs.Binary && slices.Contains(ownHookNames(), args[1]) && slices.Equal(env, hookargs.Env())
 }
 
 func deviceEntry(d plan.Device) object {
