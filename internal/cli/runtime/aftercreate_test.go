@@ -22,12 +22,17 @@ import (
 
 // afterCreateHarness is a harness whose plan has work for after the create:
 // a /proc/driver/nvidia view (of a fake host proc directory with two GPUs,
-// one selected) and a GPU's /dev/dri/by-path link.
+// one selected), a GPU's /dev/dri/by-path link and the library's mount (of
+// a host file that exists).
 func afterCreateHarness(t *testing.T) *harness {
 	t.Helper()
 	h := newHarness(t)
 	p := testPlan()
 	p.Proc.HostDir = e2e.FakeProcDriver(t, "0000:01:00.0", "0000:02:00.0")
+	p.Mounts[0].Source = filepath.Join(t.TempDir(), "libcuda.so.535.104.05")
+	if err := os.WriteFile(p.Mounts[0].Source, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	p.DevSymlinks = []plan.Symlink{{Link: "/dev/dri/by-path/pci-0000:01:00.0-card", Target: "../card1"}}
 	h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) { return p, nil })
 	return h
@@ -105,15 +110,16 @@ func TestCreateAfterCreateWork(t *testing.T) {
 					t.Errorf("delete argv %q, want %q", calls[1].argv, want)
 				}
 			}
-			// config.json: the devices and mounts, no hook for the view or
-			// the /dev links (the runtime does them).
+			// config.json: the devices, no mount (the runtime makes it),
+			// no hook for the view or the /dev links (the runtime does
+			// them).
 			doc, err := ocispec.Load(filepath.Join(bundle, "config.json"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			s := doc.Spec()
-			if len(s.Linux.Devices) != 1 {
-				t.Errorf("devices not injected: %+v", s.Linux.Devices)
+			if len(s.Linux.Devices) != 1 || len(s.Mounts) != 0 {
+				t.Errorf("devices %+v, mounts %+v; want the device, no mount", s.Linux.Devices, s.Mounts)
 			}
 			if s.Hooks != nil && len(s.Hooks.CreateContainer) != 0 {
 				t.Errorf("createContainer hooks %+v, want none", s.Hooks.CreateContainer)

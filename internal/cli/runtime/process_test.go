@@ -210,7 +210,10 @@ func nulSplit(s string) []string {
 func TestProcessCreateExecsRuntime(t *testing.T) {
 	for _, cmd := range []string{"create", "run"} {
 		t.Run(cmd, func(t *testing.T) {
-			c := newChild(t, gpuSpec)
+			// A read-only root leaves the mount to the low-level runtime
+			// (mountsAfterCreate): nothing to do after the create, which
+			// is exec'ed.
+			c := newChild(t, strings.Replace(gpuSpec, `"root": {"path": "rootfs"}`, `"root": {"path": "rootfs", "readonly": true}`, 1))
 			logFile := filepath.Join(c.bundle, "log.json")
 			args := []string{"--root", "/run/nctk-test", "--log", logFile, "--log-format", "json", cmd,
 				"--bundle", c.bundle, "--pid-file", filepath.Join(c.bundle, "init.pid"), "ctr-1"}

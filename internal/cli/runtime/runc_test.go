@@ -285,13 +285,16 @@ func TestRealRuncAfterCreate(t *testing.T) {
 	script := strings.Join([]string{
 		"echo \"link $(readlink /dev/dri/by-path/pci-0000:01:00.0-card)\"",
 		"echo \"lib $(readlink /usr/lib/nctk/libfake.so.1)\"",
+		"cat /usr/lib/nctk/libfake.so.1.2",
+		"if (echo x > /usr/lib/nctk/libfake.so.1.2) 2>/dev/null; then echo WRITABLE; else echo ro-ok; fi",
+		"grep ' /usr/lib/nctk/libfake.so.1.2 ' /proc/self/mountinfo | cut -d' ' -f6 | sed 's/^/mount /'",
 	}, "\n")
 	for _, tt := range []struct {
 		name    string
 		link    string
 		wantErr string
 	}{
-		{name: "links", link: "/dev/dri/by-path/pci-0000:01:00.0-card"},
+		{name: "links and mounts", link: "/dev/dri/by-path/pci-0000:01:00.0-card"},
 		{name: "work fails", link: "/dev/null/card", wantErr: "the container was deleted"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -325,6 +328,12 @@ func TestRealRuncAfterCreate(t *testing.T) {
 			if spec.Hooks != nil && len(spec.Hooks.CreateContainer) != 0 {
 				t.Errorf("createContainer hooks %+v, want none", spec.Hooks.CreateContainer)
 			}
+			// The library's mount is the runtime's to make, not runc's.
+			for _, m := range spec.Mounts {
+				if m.Destination == "/usr/lib/nctk/libfake.so.1.2" {
+					t.Errorf("config.json mounts %+v: the runtime makes it after the create", m)
+				}
+			}
 			if res := s.rt.Start(id); !res.OK() {
 				t.Fatalf("start: %s", res)
 			}
@@ -332,7 +341,7 @@ func TestRealRuncAfterCreate(t *testing.T) {
 				t.Fatal(err)
 			}
 			out := s.rt.Output(id)
-			for _, want := range []string{"link ../card1\n", "lib libfake.so.1.2\n"} {
+			for _, want := range []string{"link ../card1\n", "lib libfake.so.1.2\n", "host driver file\n", "ro-ok\n", "mount ro,nosuid,nodev"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("container output lacks %q:\n%s", want, out)
 				}

@@ -367,11 +367,14 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 		}
 	}
 	// The after-create work's host side (the driver's proc files read,
-	// the selected GPUs' directories opened) before anything is written.
+	// the selected GPUs' directories and the first mount sources opened)
+	// before anything is written.
+	w := afterCreateWork(p, procView, own, mode)
+	w.Mounts, hc.MountsAfterCreate = mountsAfterCreate(spec, p, masked, ocispec.CreateHooks(spec, p, hc), mode)
 	var after *aftercreate.Prepared
-	if w := afterCreateWork(p, procView, own, mode); !w.Empty() {
+	if !w.Empty() {
 		if after, err = aftercreate.Prepare(w, log.Logger); err != nil {
-			return nil, fmt.Errorf("container /proc/driver/nvidia: %w", err)
+			return nil, fmt.Errorf("container setup after create: %w", err)
 		}
 	}
 	fail := func(err error) (*aftercreate.Prepared, error) {
@@ -381,8 +384,8 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	if err := ocispec.Apply(doc, p, hc); err != nil {
 		return fail(err)
 	}
-	w := rootWork(p, own)
-	w.Compat = append(legacyCompat(p, cfg, mounts), own.Compat...)
+	rw := rootWork(p, own)
+	rw.Compat = append(legacyCompat(p, cfg, mounts), own.Compat...)
 	if own.Rebuild {
 		// Every mount the container will have: the spec's, the plan's and
 		// the edits' (those that are pending files count as such).
@@ -395,7 +398,7 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 				all = append(all, m.ContainerPath)
 			}
 		}
-		if w.Rebuild, err = r.rebuildOptions(own.LdconfigPath, w.Pending, all); err != nil {
+		if rw.Rebuild, err = r.rebuildOptions(own.LdconfigPath, rw.Pending, all); err != nil {
 			return fail(err)
 		}
 	}
@@ -403,10 +406,10 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 		// The device nodes runc will make are all the container's /dev
 		// will hold (LiftOptions.DevicesKnown): config.json's, now that
 		// the edits are in.
-		w.AppProfile = gpuMask(doc.Devices(), log.Logger)
+		rw.AppProfile = gpuMask(doc.Devices(), log.Logger)
 	}
 	rootStart := time.Now()
-	root, err := prepareRootfs(rootPath, w, log.Logger)
+	root, err := prepareRootfs(rootPath, rw, log.Logger)
 	rootTime := time.Since(rootStart)
 	if err != nil {
 		return fail(err)
@@ -419,7 +422,7 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	}
 	log.Info("injected GPU access into the OCI spec", "spec", specPath, "rootfs-time", rootTime, "total-time", time.Since(start),
 		"devices", len(p.Devices), "mounts", len(p.Mounts), "symlinks", len(p.Symlinks), "proc-view-hook", procView && !mode.AfterCreate,
-		"cdi-hooks-done", own.Hooks, "after-create", after != nil)
+		"cdi-hooks-done", own.Hooks, "after-create", after != nil, "mounts-after-create", len(w.Mounts))
 	return after, nil
 }
 

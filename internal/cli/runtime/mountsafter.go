@@ -1,0 +1,115 @@
+package runtime
+
+import (
+	"path"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nctk/nctk/internal/aftercreate"
+	"github.com/nctk/nctk/internal/plan"
+	"github.com/nctk/nctk/internal/rootfs"
+)
+
+// mountsAfterCreate picks the bind mounts of p (its mounts, then its CDI
+// edits' mounts) that the runtime makes itself in the created container
+// (aftercreate) instead of leaving them to the low-level runtime, which
+// spends several times more on a mount (runc resolves each destination's
+// components again and again: about 0.2 ms a mount against 0.03 here,
+// docs/benchmarks.md). It returns them in the order the low-level runtime
+// would have made them (the plan's in its order, then the CDI edits' as
+// the CDI library sorts them), and their destinations (for
+// ocispec.HookConfig.MountsAfterCreate); none unless every condition below
+// holds, so that the container sees what the low-level runtime would have
+// given it:
+//
+//   - the create is one whose container is set up afterwards (the engine
+//     asked for its pid), the root is not read-only (a mount point may need
+//     making) and the container has no user namespace (mounts are made in
+//     the namespace the low-level runtime makes them in);
+//   - no hook runs during the create (createHooks, less Docker's network
+//     setup hook, which reads no file of the image): a hook, the host's
+//     ldconfig among them, may read the mounted files;
+//   - per mount: a bind mount of an absolute host path with options
+//     rootfs knows, outside /dev, /proc and /sys, at no path that one of
+//     the spec's mounts, masked or read-only paths, or a mount left to the
+//     low-level runtime is at, above or below.
+func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHooks []specs.Hook, mode injectMode) ([]aftercreate.Mount, []string) {
+	if !mode.AfterCreate || spec.Root != nil && spec.Root.Readonly || hasUserNS(spec) ||
+		slices.ContainsFunc(createHooks, func(h specs.Hook) bool { return !networkHook(h) }) {
+		return nil, nil
+	}
+	var cands []aftercreate.Mount
+	var staying []string
+	for _, m := range p.Mounts {
+		k := map[plan.MountKind]rootfs.Kind{plan.KindFile: rootfs.KindFile, plan.KindDir: rootfs.KindDir, plan.KindSocket: rootfs.KindSocket}[m.Kind]
+		cands = append(cands, aftercreate.Mount{Source: m.Source, Destination: path.Clean("/" + m.Destination), Kind: k, Options: m.Options})
+	}
+	if p.CDI != nil {
+		var edits []aftercreate.Mount
+		for _, m := range p.CDI.Mounts {
+			if m == nil {
+				continue
+			}
+			bind := m.Type == "bind" || m.Type == "" && slices.ContainsFunc(m.Options, func(o string) bool { return o == "bind" || o == "rbind" })
+			if !bind {
+				staying = append(staying, m.ContainerPath)
+				continue
+			}
+			edits = append(edits, aftercreate.Mount{Source: m.HostPath, Destination: path.Clean("/" + m.ContainerPath), Kind: rootfs.KindAny, Options: m.Options})
+		}
+		// The CDI library sorts the mounts it adds by depth, parents first.
+		slices.SortStableFunc(edits, func(a, b aftercreate.Mount) int {
+			return strings.Count(a.Destination, "/") - strings.Count(b.Destination, "/")
+		})
+		cands = append(cands, edits...)
+	}
+	for _, m := range spec.Mounts {
+		staying = append(staying, m.Destination)
+	}
+	staying = append(staying, masked...)
+	ok := make([]bool, len(cands))
+	for i, m := range cands {
+		_, err := rootfs.ParseMountOptions(m.Options)
+		ok[i] = err == nil && m.Kind != 0 && path.IsAbs(m.Source) && m.Destination != "/" &&
+			!plan.Overlaps([]string{m.Destination}, []string{"/dev", "/proc", "/sys"})
+		if !ok[i] {
+			staying = append(staying, m.Destination)
+		}
+	}
+	// A mount that stays pins every candidate it overlaps, which then stays
+	// too: until nothing changes.
+	for changed := true; changed; {
+		changed = false
+		for i, m := range cands {
+			if ok[i] && plan.Overlaps([]string{m.Destination}, staying) {
+				ok[i], changed = false, true
+				staying = append(staying, m.Destination)
+			}
+		}
+	}
+	var after []aftercreate.Mount
+	var dsts []string
+	for i, m := range cands {
+		if ok[i] {
+			after = append(after, m)
+			dsts = append(dsts, m.Destination)
+		}
+	}
+	return after, dsts
+}
+
+// hasUserNS reports whether the container gets a user namespace.
+func hasUserNS(spec *specs.Spec) bool {
+	return spec.Linux != nil && slices.ContainsFunc(spec.Linux.Namespaces, func(n specs.LinuxNamespace) bool { return n.Type == specs.UserNamespace })
+}
+
+// networkHook reports whether h is Docker's network setup hook (dockerd
+// run as libnetwork-setkey, with -exec-root, the container's ID and the
+// network controller's), which Docker before 28 adds to every container it
+// creates; it configures the container's network namespace and reads no
+// file of the image.
+func networkHook(h specs.Hook) bool {
+	return len(h.Args) > 0 && h.Args[0] == "libnetwork-setkey"
+}
