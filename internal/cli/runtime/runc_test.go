@@ -292,9 +292,11 @@ func TestRealRuncAfterCreate(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		link    string
+		noPivot bool // runc moves the root over / instead of pivot_root
 		wantErr string
 	}{
 		{name: "links and mounts", link: "/dev/dri/by-path/pci-0000:01:00.0-card"},
+		{name: "no pivot_root", link: "/dev/dri/by-path/pci-0000:01:00.0-card", noPivot: true},
 		{name: "work fails", link: "/dev/null/card", wantErr: "the container was deleted"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -308,7 +310,11 @@ func TestRealRuncAfterCreate(t *testing.T) {
 			}
 			id := "nctk-ac-" + filepath.Base(s.bundle)
 			pidFile := filepath.Join(s.rt.Dir, id+".pid")
-			res := s.rt.RuncOpts(e2e.RunOpts{OutputFile: s.rt.OutputPath(id)}, "create", "--bundle", s.bundle, "--pid-file", pidFile, id)
+			args := []string{"create", "--bundle", s.bundle, "--pid-file", pidFile, id}
+			if tt.noPivot {
+				args = slices.Insert(args, 1, "--no-pivot")
+			}
+			res := s.rt.RuncOpts(e2e.RunOpts{OutputFile: s.rt.OutputPath(id)}, args...)
 			if tt.wantErr != "" {
 				if res.OK() || !strings.Contains(s.rt.Output(id), tt.wantErr) {
 					t.Fatalf("create: %s\n%s\nwant a failure saying %q", res, s.rt.Output(id), tt.wantErr)
@@ -348,6 +354,13 @@ func TestRealRuncAfterCreate(t *testing.T) {
 			}
 			if _, err := os.Stat(s.hookOut); err == nil {
 				t.Error("a hook process ran")
+			}
+			// Made in the container's root, not the host's (which, without
+			// pivot_root, is still the root of its mount namespace).
+			for _, p := range []string{"/usr/lib/nctk", tt.link} {
+				if _, err := os.Lstat(p); err == nil {
+					t.Errorf("%s exists on the host", p)
+				}
 			}
 		})
 	}
