@@ -322,6 +322,28 @@ func (r *Root) Attach(s *Source, dst string) error {
 	return nil
 }
 
+// MountPoint makes the mount point a later Attach of a directory (dir) or
+// of anything else at dst will cover, as Attach would make it (missing
+// parents and the placeholder created, journaled; an existing object of
+// the right type left as it is; a symlink is an error wrapping
+// ErrSymlink), without mounting: the runtime makes them in the image
+// before the create for the mounts it attaches after it.
+func (r *Root) MountPoint(dst string, dir bool) error {
+	cp, err := clean(dst)
+	if err != nil {
+		return r.errorf(dst, err)
+	}
+	mode := uint32(0o644)
+	if dir {
+		mode = 0o755
+	}
+	fd, err := r.placeholder(cp, dir, mode)
+	if err != nil {
+		return err
+	}
+	return unix.Close(fd)
+}
+
 // placeholderMode is the mode of a placeholder created for s.
 func placeholderMode(s *Source) uint32 {
 	if s.dir {

@@ -388,6 +388,49 @@ func TestOpenSourceAny(t *testing.T) {
 	}
 }
 
+// TestMountPoint: the mount points made before a later Attach: parents and
+// placeholder created (and undone by a rollback), an existing one of the
+// right type kept, a symlink refused; a source attached there afterwards
+// covers the placeholder.
+func TestMountPoint(t *testing.T) {
+	e := newEnv(t)
+	must(t, os.MkdirAll(e.root+"/usr/lib", 0o755))
+	must(t, os.Symlink("/etc/passwd", e.root+"/usr/lib/libcuda.so.580"))
+	must(t, os.WriteFile(e.root+"/usr/lib/libkept.so.580", []byte("image"), 0o644))
+	r := e.open(t)
+	must(t, r.MountPoint("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580", false))
+	must(t, r.MountPoint("/lib/firmware/nvidia/580", true))
+	must(t, r.MountPoint("/usr/lib/libkept.so.580", false))
+	if err := r.MountPoint("/usr/lib/libcuda.so.580", false); !errors.Is(err, ErrSymlink) {
+		t.Errorf("a symlink at the mount point: %v, want ErrSymlink", err)
+	}
+	if err := r.MountPoint("/usr/lib/libkept.so.580", true); err == nil {
+		t.Error("a file taken for a directory mount point")
+	}
+	if st, err := os.Lstat(e.root + "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580"); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("file mount point: %v, %v", st, err)
+	}
+	if st, err := os.Lstat(e.root + "/lib/firmware/nvidia/580"); err != nil || !st.IsDir() {
+		t.Errorf("directory mount point: %v, %v", st, err)
+	}
+	if os.Geteuid() == 0 {
+		must(t, r.BindMount(e.host+"/lib/libhost.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580", KindFile, []string{"ro"}))
+		if b, err := os.ReadFile(e.root + "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580"); err != nil || string(b) != "host lib" {
+			t.Errorf("mounted over the mount point: %q, %v", b, err)
+		}
+	}
+	must(t, r.Rollback())
+	for _, p := range []string{"/usr/lib/x86_64-linux-gnu", "/lib"} {
+		if _, err := os.Lstat(e.root + p); err == nil {
+			t.Errorf("%s left after the rollback", p)
+		}
+	}
+	if b, err := os.ReadFile(e.root + "/usr/lib/libkept.so.580"); err != nil || string(b) != "image" {
+		t.Errorf("the image's file: %q, %v", b, err)
+	}
+	e.checkHost(t)
+}
+
 func TestOpenDevice(t *testing.T) {
 	requireRoot(t)
 	s, err := OpenDevice("/dev/null", 1, 3, []string{"ro", "nosuid", "noexec"})

@@ -7,6 +7,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nctk/nctk/internal/aftercreate"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
@@ -20,23 +22,23 @@ import (
 // docs/benchmarks.md). It returns them in the order the low-level runtime
 // would have made them (the plan's in its order, then the CDI edits' as
 // the CDI library sorts them), and their destinations (for
-// ocispec.HookConfig.MountsAfterCreate); none unless every condition below
-// holds, so that the container sees what the low-level runtime would have
-// given it:
+// ocispec.HookConfig.MountsAfterCreate) with what each mount point must be;
+// none unless every condition below holds, so that the container sees what
+// the low-level runtime would have given it:
 //
 //   - the create is one whose container is set up afterwards (the engine
-//     asked for its pid), the root is not read-only (a mount point may need
-//     making) and the container has no user namespace (mounts are made in
-//     the namespace the low-level runtime makes them in);
+//     asked for its pid) and the container has no user namespace (mounts
+//     are made in the namespace the low-level runtime makes them in), and
+//     no mount point turned out to be a symlink in the image (MountsStay);
 //   - no hook runs during the create (createHooks, less Docker's network
 //     setup hook, which reads no file of the image): a hook, the host's
 //     ldconfig among them, may read the mounted files;
-//   - per mount: a bind mount of an absolute host path with options
-//     rootfs knows, outside /dev, /proc and /sys, at no path that one of
+//   - per mount: a bind mount of an absolute host path (that exists) with
+//     options rootfs knows, outside /dev, /proc and /sys, at no path that one of
 //     the spec's mounts, masked or read-only paths, or a mount left to the
 //     low-level runtime is at, above or below.
-func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHooks []specs.Hook, mode injectMode) ([]aftercreate.Mount, []string) {
-	if !mode.AfterCreate || spec.Root != nil && spec.Root.Readonly || hasUserNS(spec) ||
+func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHooks []specs.Hook, mode injectMode) ([]aftercreate.Mount, []mountPoint) {
+	if !mode.AfterCreate || mode.MountsStay || hasUserNS(spec) ||
 		slices.ContainsFunc(createHooks, func(h specs.Hook) bool { return !networkHook(h) }) {
 		return nil, nil
 	}
@@ -70,10 +72,20 @@ func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHo
 	}
 	staying = append(staying, masked...)
 	ok := make([]bool, len(cands))
+	dir := make([]bool, len(cands))
 	for i, m := range cands {
 		_, err := rootfs.ParseMountOptions(m.Options)
 		ok[i] = err == nil && m.Kind != 0 && path.IsAbs(m.Source) && m.Destination != "/" &&
 			!plan.Overlaps([]string{m.Destination}, []string{"/dev", "/proc", "/sys"})
+		dir[i] = m.Kind == rootfs.KindDir
+		if ok[i] && m.Kind == rootfs.KindAny {
+			// What the mount point must be: a CDI spec does not say.
+			// A source that cannot be stat'ed is the low-level
+			// runtime's to report.
+			var st unix.Stat_t
+			ok[i] = unix.Stat(m.Source, &st) == nil
+			dir[i] = st.Mode&unix.S_IFMT == unix.S_IFDIR
+		}
 		if !ok[i] {
 			staying = append(staying, m.Destination)
 		}
@@ -90,14 +102,32 @@ func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHo
 		}
 	}
 	var after []aftercreate.Mount
-	var dsts []string
+	var points []mountPoint
 	for i, m := range cands {
 		if ok[i] {
 			after = append(after, m)
-			dsts = append(dsts, m.Destination)
+			points = append(points, mountPoint{Path: m.Destination, Dir: dir[i]})
 		}
 	}
-	return after, dsts
+	return after, points
+}
+
+// mountPoint is where a mount made after the create goes: made in the
+// image before the create (rootfs.Root.MountPoint), so that the root may be
+// read-only by then and a symlink there, which the low-level runtime would
+// follow, is found before anything is decided.
+type mountPoint struct {
+	Path string
+	Dir  bool
+}
+
+// mountPaths are the points' paths.
+func mountPaths(points []mountPoint) []string {
+	out := make([]string, len(points))
+	for i, m := range points {
+		out[i] = m.Path
+	}
+	return out
 }
 
 // hasUserNS reports whether the container gets a user namespace.

@@ -1,7 +1,10 @@
 package runtime
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -15,20 +18,32 @@ import (
 // the create, and in what order.
 func TestMountsAfterCreate(t *testing.T) {
 	ro := []string{"ro", "nosuid", "nodev", "rbind", "rprivate"}
-	lib := plan.Mount{Source: "/host/libcuda.so.580.1", Destination: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", Kind: plan.KindFile, Options: ro}
-	smi := plan.Mount{Source: "/host/nvidia-smi", Destination: "/usr/bin/nvidia-smi", Kind: plan.KindFile, Options: ro}
+	// The CDI mounts' sources exist (what is not stays with runc).
+	h := t.TempDir()
+	for _, d := range []string{"fw", "a"} {
+		if err := os.MkdirAll(filepath.Join(h, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"libcuda.so.580.1", "nvidia-smi", "noopt", "z", "dev", "under-tmpfs", "d"} {
+		if err := os.WriteFile(filepath.Join(h, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lib := plan.Mount{Source: h+"/libcuda.so.580.1", Destination: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", Kind: plan.KindFile, Options: ro}
+	smi := plan.Mount{Source: h+"/nvidia-smi", Destination: "/usr/bin/nvidia-smi", Kind: plan.KindFile, Options: ro}
 	sock := plan.Mount{Source: "/run/nvidia-persistenced/socket", Destination: "/run/nvidia-persistenced/socket", Kind: plan.KindSocket, Options: []string{"nosuid", "nodev", "noexec", "rbind", "rprivate"}}
 	legacy := &plan.Plan{Mounts: []plan.Mount{lib, smi, sock}}
 	cdiPlan := &plan.Plan{CDI: &cdispecs.ContainerEdits{Mounts: []*cdispecs.Mount{
-		{HostPath: "/host/libcuda.so.580.1", ContainerPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", Options: ro},
-		{HostPath: "/host/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi", Options: ro},
-		{HostPath: "/host/fw", ContainerPath: "/lib/firmware/nvidia/580.1", Type: "bind", Options: []string{"ro"}},
+		{HostPath: h+"/libcuda.so.580.1", ContainerPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", Options: ro},
+		{HostPath: h+"/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi", Options: ro},
+		{HostPath: h+"/fw", ContainerPath: "/lib/firmware/nvidia/580.1", Type: "bind", Options: []string{"ro"}},
 		{HostPath: "tmpfs", ContainerPath: "/var/x", Type: "tmpfs"},
-		{HostPath: "/host/noopt", ContainerPath: "/opt/noopt"},
-		{HostPath: "/host/z", ContainerPath: "/opt/z", Options: []string{"ro", "bind", "z"}},
+		{HostPath: h+"/noopt", ContainerPath: "/opt/noopt"},
+		{HostPath: h+"/z", ContainerPath: "/opt/z", Options: []string{"ro", "bind", "z"}},
 		{HostPath: "relative", ContainerPath: "/opt/rel", Options: []string{"bind"}},
-		{HostPath: "/host/dev", ContainerPath: "/dev/nvidia-caps/x", Options: []string{"bind"}},
-		{HostPath: "/host/under-tmpfs", ContainerPath: "/var/x/y", Options: []string{"bind"}},
+		{HostPath: h+"/dev", ContainerPath: "/dev/nvidia-caps/x", Options: []string{"bind"}},
+		{HostPath: h+"/under-tmpfs", ContainerPath: "/var/x/y", Options: []string{"bind"}},
 	}}}
 	engine := []specs.Mount{{Destination: "/proc", Type: "proc"}, {Destination: "/dev", Type: "tmpfs"}, {Destination: "/etc/hosts", Type: "bind", Source: "/h"}}
 	on := injectMode{AfterCreate: true}
@@ -45,7 +60,9 @@ func TestMountsAfterCreate(t *testing.T) {
 		{name: "legacy, in the plan's order", spec: specs.Spec{Mounts: engine}, p: legacy, mode: on,
 			want: []string{lib.Destination, smi.Destination, sock.Destination}},
 		{name: "not a create set up afterwards", p: legacy},
-		{name: "read-only root", spec: specs.Spec{Root: &specs.Root{Readonly: true}}, p: legacy, mode: on},
+		{name: "read-only root (the mount points are made before)", spec: specs.Spec{Root: &specs.Root{Readonly: true}}, p: legacy, mode: on,
+			want: []string{lib.Destination, smi.Destination, sock.Destination}},
+		{name: "a mount point is a symlink in the image", p: legacy, mode: injectMode{AfterCreate: true, MountsStay: true}},
 		{name: "user namespace", spec: specs.Spec{Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.UserNamespace}}}}, p: legacy, mode: on},
 		{name: "a hook runs during the create", p: legacy, hooks: []specs.Hook{{Path: "/usr/bin/nvidia-cdi-hook"}}, mode: on},
 		{name: "docker's network hook", p: legacy, hooks: []specs.Hook{docker}, mode: on,
@@ -60,17 +77,22 @@ func TestMountsAfterCreate(t *testing.T) {
 		{name: "cdi", spec: specs.Spec{Mounts: engine}, p: cdiPlan, mode: on,
 			want: []string{"/usr/bin/nvidia-smi", "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", "/lib/firmware/nvidia/580.1"}},
 		{name: "cdi, a deeper one first", p: &plan.Plan{CDI: &cdispecs.ContainerEdits{Mounts: []*cdispecs.Mount{
-			{HostPath: "/h/a", ContainerPath: "/a/b/c", Options: []string{"bind"}}, {HostPath: "/h/d", ContainerPath: "/d", Options: []string{"rbind"}}}}}, mode: on,
+			{HostPath: h + "/a", ContainerPath: "/a/b/c", Options: []string{"bind"}}, {HostPath: h + "/d", ContainerPath: "/d", Options: []string{"rbind"}},
+			{HostPath: h + "/missing", ContainerPath: "/m", Options: []string{"rbind"}}}}}, mode: on,
 			want: []string{"/d", "/a/b/c"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			after, dsts := mountsAfterCreate(&tt.spec, tt.p, tt.masked, tt.hooks, tt.mode)
+			after, points := mountsAfterCreate(&tt.spec, tt.p, tt.masked, tt.hooks, tt.mode)
+			dsts := mountPaths(points)
 			if !slices.Equal(dsts, tt.want) {
 				t.Fatalf("after the create %q, want %q", dsts, tt.want)
 			}
 			for i, m := range after {
 				if m.Destination != dsts[i] {
 					t.Errorf("mount %d at %s, destination %s", i, m.Destination, dsts[i])
+				}
+				if wantDir := strings.HasSuffix(m.Source, "/fw") || strings.HasSuffix(m.Source, "/a"); points[i].Dir != wantDir {
+					t.Errorf("%s: a directory mount point %v, want %v", m.Destination, points[i].Dir, wantDir)
 				}
 				if tt.p.CDI != nil && m.Kind != rootfs.KindAny || tt.p.CDI == nil && m.Kind == rootfs.KindAny {
 					t.Errorf("%s: kind %v", m.Destination, m.Kind)

@@ -210,13 +210,14 @@ func nulSplit(s string) []string {
 func TestProcessCreateExecsRuntime(t *testing.T) {
 	for _, cmd := range []string{"create", "run"} {
 		t.Run(cmd, func(t *testing.T) {
-			// A read-only root leaves the mount to the low-level runtime
-			// (mountsAfterCreate): nothing to do after the create, which
-			// is exec'ed.
-			c := newChild(t, strings.Replace(gpuSpec, `"root": {"path": "rootfs"}`, `"root": {"path": "rootfs", "readonly": true}`, 1))
+			// Without --pid-file nothing is done after the create (a
+			// create with one and mounts runs the low-level runtime as a
+			// child: TestCreateAfterCreateWork); the low-level runtime is
+			// exec'ed.
+			c := newChild(t, gpuSpec)
 			logFile := filepath.Join(c.bundle, "log.json")
 			args := []string{"--root", "/run/nctk-test", "--log", logFile, "--log-format", "json", cmd,
-				"--bundle", c.bundle, "--pid-file", filepath.Join(c.bundle, "init.pid"), "ctr-1"}
+				"--bundle", c.bundle, "ctr-1"}
 			res := c.run("", nil, args...)
 			if res.code != 0 {
 				t.Fatalf("exit %d\nstdout %s\nstderr %s", res.code, res.stdout, res.stderr)

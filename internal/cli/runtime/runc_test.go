@@ -287,20 +287,45 @@ func TestRealRuncAfterCreate(t *testing.T) {
 		"echo \"lib $(readlink /usr/lib/nctk/libfake.so.1)\"",
 		"cat /usr/lib/nctk/libfake.so.1.2",
 		"if (echo x > /usr/lib/nctk/libfake.so.1.2) 2>/dev/null; then echo WRITABLE; else echo ro-ok; fi",
-		"grep ' /usr/lib/nctk/libfake.so.1.2 ' /proc/self/mountinfo | cut -d' ' -f6 | sed 's/^/mount /'",
+		"grep -E ' /usr/lib/nctk/lib(fake.so.1.2|image) ' /proc/self/mountinfo | cut -d' ' -f6 | sed 's/^/mount /'",
 	}, "\n")
+	const link = "/dev/dri/by-path/pci-0000:01:00.0-card"
 	for _, tt := range []struct {
-		name    string
-		link    string
-		noPivot bool // runc moves the root over / instead of pivot_root
-		wantErr string
+		name     string
+		link     string
+		noPivot  bool // runc moves the root over / instead of pivot_root
+		readOnly bool // root.readonly
+		symlink  bool // the image has a symlink where the library is mounted
+		wantErr  string
 	}{
-		{name: "links and mounts", link: "/dev/dri/by-path/pci-0000:01:00.0-card"},
-		{name: "no pivot_root", link: "/dev/dri/by-path/pci-0000:01:00.0-card", noPivot: true},
+		{name: "links and mounts", link: link},
+		{name: "no pivot_root", link: link, noPivot: true},
+		{name: "read-only root", link: link, readOnly: true},
+		// runc follows it (inside the root) and mounts over its target:
+		// the mount stays runc's.
+		{name: "a symlink at the mount point", link: link, symlink: true},
 		{name: "work fails", link: "/dev/null/card", wantErr: "the container was deleted"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newRealRunc(t, "/bin/sh", "-c", script)
+			e2e.EditSpec(t, s.bundle, func(sp *specs.Spec) { sp.Root.Readonly = tt.readOnly })
+			if tt.symlink {
+				sp, err := e2e.ReadSpec(s.bundle)
+				if err != nil {
+					t.Fatal(err)
+				}
+				root := sp.Root.Path
+				if !filepath.IsAbs(root) {
+					root = filepath.Join(s.bundle, root)
+				}
+				dir := filepath.Join(root, "usr/lib/nctk")
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink("libimage", filepath.Join(dir, "libfake.so.1.2")); err != nil {
+					t.Fatal(err)
+				}
+			}
 			p := runcPlan(s.hostFile)
 			p.Proc = &plan.ProcView{HostDir: e2e.FakeProcDriver(t, "0000:01:00.0", "0000:02:00.0"), Files: []string{"params", "version"}, GPUDirs: []string{"0000:01:00.0"}}
 			p.DevSymlinks = []plan.Symlink{{Link: tt.link, Target: "../card1"}}
@@ -334,11 +359,11 @@ func TestRealRuncAfterCreate(t *testing.T) {
 			if spec.Hooks != nil && len(spec.Hooks.CreateContainer) != 0 {
 				t.Errorf("createContainer hooks %+v, want none", spec.Hooks.CreateContainer)
 			}
-			// The library's mount is the runtime's to make, not runc's.
-			for _, m := range spec.Mounts {
-				if m.Destination == "/usr/lib/nctk/libfake.so.1.2" {
-					t.Errorf("config.json mounts %+v: the runtime makes it after the create", m)
-				}
+			// The library's mount is the runtime's to make, not runc's
+			// (unless runc must follow a symlink there).
+			inSpec := slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool { return m.Destination == "/usr/lib/nctk/libfake.so.1.2" })
+			if inSpec != tt.symlink {
+				t.Errorf("the library's mount in config.json: %v, want %v", inSpec, tt.symlink)
 			}
 			if res := s.rt.Start(id); !res.OK() {
 				t.Fatalf("start: %s", res)

@@ -282,19 +282,31 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	// afterwards (aftercreate) instead of by a hook process; a run starts
 	// the container at once, so that work stays a hook there.
 	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != ""}
-	after, err := r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, mode)
-	if errors.Is(err, rootfs.ErrRebuildUnsupported) {
-		// Nothing was written: the spec's update-ldcache stays a hook, to
-		// run the host's ldconfig in the container.
-		log.Debug("the image needs ldconfig itself; update-ldcache stays a hook", "reason", err)
+	for {
+		after, err := r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, mode)
+		// Nothing was written on these errors: once more without what
+		// the image does not allow.
+		switch {
+		case errors.Is(err, rootfs.ErrRebuildUnsupported) && !mode.NoRebuild:
+			// The spec's update-ldcache stays a hook, to run the host's
+			// ldconfig in the container.
+			log.Debug("the image needs ldconfig itself; update-ldcache stays a hook", "reason", err)
+			mode.NoRebuild = true
+		case errors.Is(err, errMountOnSymlink) && !mode.MountsStay:
+			log.Debug("a mount point is a symlink in the image; the mounts stay the low-level runtime's", "reason", err)
+			mode.MountsStay = true
+		default:
+			return after, err
+		}
 		if doc, err = ocispec.Load(specPath); err != nil {
 			return nil, err
 		}
-		mode.NoRebuild = true
-		after, err = r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, mode)
 	}
-	return after, err
 }
+
+// errMountOnSymlink: a mount point of a mount made after the create is a
+// symlink in the image.
+var errMountOnSymlink = errors.New("mount point")
 
 // injectMode says how injectPlan leaves work to the container.
 type injectMode struct {
@@ -304,8 +316,12 @@ type injectMode struct {
 	// AfterCreate: the work that needs the created container (links below
 	// /dev, the /proc/driver/nvidia view, the params mask) is returned for
 	// the caller to do once the low-level runtime has created it, instead
-	// of being left to hooks.
+	// of being left to hooks; so are the bind mounts mountsAfterCreate
+	// picks.
 	AfterCreate bool
+	// MountsStay: every mount is the low-level runtime's (a mount point is
+	// a symlink in the image, which it follows).
+	MountsStay bool
 }
 
 // injectPlan applies the plan p to doc and to the container root at
@@ -370,7 +386,9 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	// the selected GPUs' directories and the first mount sources opened)
 	// before anything is written.
 	w := afterCreateWork(p, procView, own, mode)
-	w.Mounts, hc.MountsAfterCreate = mountsAfterCreate(spec, p, masked, ocispec.CreateHooks(spec, p, hc), mode)
+	var points []mountPoint
+	w.Mounts, points = mountsAfterCreate(spec, p, masked, ocispec.CreateHooks(spec, p, hc), mode)
+	hc.MountsAfterCreate = mountPaths(points)
 	var after *aftercreate.Prepared
 	if !w.Empty() {
 		if after, err = aftercreate.Prepare(w, log.Logger); err != nil {
@@ -386,6 +404,7 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	}
 	rw := rootWork(p, own)
 	rw.Compat = append(legacyCompat(p, cfg, mounts), own.Compat...)
+	rw.MountPoints = points
 	if own.Rebuild {
 		// Every mount the container will have: the spec's, the plan's and
 		// the edits' (those that are pending files count as such).
@@ -483,6 +502,9 @@ type work struct {
 	// host's ldconfig would once the mounts exist (a CDI spec's
 	// update-ldcache without --lib), instead of adding Libs to it.
 	Rebuild *rootfs.RebuildOptions
+	// MountPoints are made for the mounts made after the create; one that
+	// is a symlink fails with an error wrapping errMountOnSymlink.
+	MountPoints []mountPoint
 }
 
 // rebuildOptions are the options of the ld.so.cache rebuild that replaces
@@ -591,7 +613,7 @@ func rootWork(p *plan.Plan, own cdispec.OwnHooks) work {
 // a kill finishes the work and gives the same root as a create that was
 // never interrupted.
 func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) {
-	if len(w.Symlinks) == 0 && len(w.LdconfigDirs) == 0 && len(w.Compat) == 0 && w.AppProfile == 0 {
+	if len(w.Symlinks) == 0 && len(w.LdconfigDirs) == 0 && len(w.Compat) == 0 && w.AppProfile == 0 && len(w.MountPoints) == 0 {
 		return nil, nil
 	}
 	root, err := rootfs.Open(path)
@@ -615,6 +637,14 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 		for _, s := range w.Symlinks {
 			if err := root.Symlink(s.Target, s.Path); err != nil {
 				return fmt.Errorf("create symlink: %w", err)
+			}
+		}
+		for _, m := range w.MountPoints {
+			if err := root.MountPoint(m.Path, m.Dir); err != nil {
+				if errors.Is(err, rootfs.ErrSymlink) {
+					return fmt.Errorf("%w: %w", errMountOnSymlink, err)
+				}
+				return fmt.Errorf("mount point: %w", err)
 			}
 		}
 		t3 := time.Now()
@@ -649,7 +679,7 @@ func prepareRootfs(path string, w work, log *slog.Logger) (*rootfs.Root, error) 
 			return fmt.Errorf("application profile: %w", err)
 		}
 		log.Debug("container root prepared", "libraries", len(names), "libraries-time", t1.Sub(t0),
-			"links", len(w.Symlinks), "links-time", t3.Sub(t1), "ldcache-time", t4.Sub(t3), "profile-time", time.Since(t4))
+			"links", len(w.Symlinks), "mount-points", len(w.MountPoints), "links-time", t3.Sub(t1), "ldcache-time", t4.Sub(t3), "profile-time", time.Since(t4))
 		logStale(root, path, log)
 		return nil
 	}()
