@@ -30,20 +30,20 @@ func TestMountsAfterCreate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lib := plan.Mount{Source: h+"/libcuda.so.580.1", Destination: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", Kind: plan.KindFile, Options: ro}
-	smi := plan.Mount{Source: h+"/nvidia-smi", Destination: "/usr/bin/nvidia-smi", Kind: plan.KindFile, Options: ro}
+	lib := plan.Mount{Source: h + "/libcuda.so.580.1", Destination: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", Kind: plan.KindFile, Options: ro}
+	smi := plan.Mount{Source: h + "/nvidia-smi", Destination: "/usr/bin/nvidia-smi", Kind: plan.KindFile, Options: ro}
 	sock := plan.Mount{Source: "/run/nvidia-persistenced/socket", Destination: "/run/nvidia-persistenced/socket", Kind: plan.KindSocket, Options: []string{"nosuid", "nodev", "noexec", "rbind", "rprivate"}}
 	legacy := &plan.Plan{Mounts: []plan.Mount{lib, smi, sock}}
 	cdiPlan := &plan.Plan{CDI: &cdispecs.ContainerEdits{Mounts: []*cdispecs.Mount{
-		{HostPath: h+"/libcuda.so.580.1", ContainerPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", Options: ro},
-		{HostPath: h+"/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi", Options: ro},
-		{HostPath: h+"/fw", ContainerPath: "/lib/firmware/nvidia/580.1", Type: "bind", Options: []string{"ro"}},
+		{HostPath: h + "/libcuda.so.580.1", ContainerPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", Options: ro},
+		{HostPath: h + "/nvidia-smi", ContainerPath: "/usr/bin/nvidia-smi", Options: ro},
+		{HostPath: h + "/fw", ContainerPath: "/lib/firmware/nvidia/580.1", Type: "bind", Options: []string{"ro"}},
 		{HostPath: "tmpfs", ContainerPath: "/var/x", Type: "tmpfs"},
-		{HostPath: h+"/noopt", ContainerPath: "/opt/noopt"},
-		{HostPath: h+"/z", ContainerPath: "/opt/z", Options: []string{"ro", "bind", "z"}},
+		{HostPath: h + "/noopt", ContainerPath: "/opt/noopt"},
+		{HostPath: h + "/z", ContainerPath: "/opt/z", Options: []string{"ro", "bind", "z"}},
 		{HostPath: "relative", ContainerPath: "/opt/rel", Options: []string{"bind"}},
-		{HostPath: h+"/dev", ContainerPath: "/dev/nvidia-caps/x", Options: []string{"bind"}},
-		{HostPath: h+"/under-tmpfs", ContainerPath: "/var/x/y", Options: []string{"bind"}},
+		{HostPath: h + "/dev", ContainerPath: "/dev/nvidia-caps/x", Options: []string{"bind"}},
+		{HostPath: h + "/under-tmpfs", ContainerPath: "/var/x/y", Options: []string{"bind"}},
 	}}}
 	engine := []specs.Mount{{Destination: "/proc", Type: "proc"}, {Destination: "/dev", Type: "tmpfs"}, {Destination: "/etc/hosts", Type: "bind", Source: "/h"}}
 	on := injectMode{AfterCreate: true}
