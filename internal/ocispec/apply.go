@@ -11,6 +11,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/plan"
@@ -57,6 +58,11 @@ type HookConfig struct {
 	// created the container (internal/aftercreate): no hook is emitted
 	// for them.
 	AfterCreate bool
+	// Applied says p.CDI was applied to the document already (by the
+	// engine, which then ran the runtime): of the edits, only their
+	// createContainer hooks are written, replacing config.json's (the
+	// caller has taken out those it does itself).
+	Applied bool
 	// MountsAfterCreate are destinations (clean container paths) of p's
 	// mounts and CDI mounts that the caller makes itself once the
 	// low-level runtime has created the container: config.json does not
@@ -173,7 +179,7 @@ func Apply(doc *Doc, p *plan.Plan, hc HookConfig) error {
 	if !ok {
 		return fmt.Errorf("apply injection plan to %s: document is not an object", doc.name)
 	}
-	if err := edit(tree, p, hooks, doc.cdi, hc.MountsAfterCreate); err != nil {
+	if err := edit(tree, p, hooks, doc.cdi, hc.MountsAfterCreate, hc.Applied); err != nil {
 		return fmt.Errorf("apply injection plan to %s: %w", doc.name, err)
 	}
 	data, err := encode(tree)
@@ -255,7 +261,7 @@ func checkAbs(what, p string) error {
 // edit applies the plan to the generic tree. view is the CDI editor's
 // typed view of tree (Doc.cdi; nil: unknown), good for the CDI edits as long
 // as the plan's other entries change nothing.
-func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec, after []string) error {
+func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec, after []string, applied bool) error {
 	changed := len(p.Devices) > 0 || len(p.Mounts) > 0 || len(p.Env) > 0 || len(p.AdditionalGIDs) > 0
 	if len(p.Devices) > 0 {
 		linux, err := objectAt(tree, "linux", "linux")
@@ -334,11 +340,18 @@ func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec, after []str
 		}
 	}
 
+	if p.CDI != nil && applied {
+		// The edits are in: their createContainer hooks replace the
+		// document's, before Apply's own are added.
+		if err := replaceCreateContainer(tree, p.CDI.Hooks); err != nil {
+			return err
+		}
+	}
 	hooksChanged, err := editHooks(tree, hooks)
 	if err != nil {
 		return err
 	}
-	if p.CDI != nil {
+	if p.CDI != nil && !applied {
 		if changed || hooksChanged {
 			view = nil
 		}
@@ -347,6 +360,48 @@ func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec, after []str
 		}
 	}
 	return dropMounts(tree, after)
+}
+
+// replaceCreateContainer sets tree's createContainer hooks to hooks' of
+// that stage.
+func replaceCreateContainer(tree object, hooks []*cdispecs.Hook) error {
+	var cc []any
+	for _, h := range hooks {
+		if h == nil || h.HookName != cdi.CreateContainerHook {
+			continue
+		}
+		o := object{"path": h.Path}
+		if h.Args != nil {
+			o["args"] = strings2any(h.Args)
+		}
+		if h.Env != nil {
+			o["env"] = strings2any(h.Env)
+		}
+		if h.Timeout != nil {
+			o["timeout"] = num(int64(*h.Timeout))
+		}
+		cc = append(cc, o)
+	}
+	ho, ok := tree["hooks"].(object)
+	if !ok {
+		if len(cc) == 0 {
+			return nil
+		}
+		if tree["hooks"] != nil {
+			return fmt.Errorf("hooks is %s, want an object", jsonKind(tree["hooks"]))
+		}
+		ho = object{}
+		tree["hooks"] = ho
+	}
+	if len(cc) == 0 {
+		delete(ho, "createContainer")
+		if len(ho) == 0 {
+			delete(tree, "hooks")
+		}
+		return nil
+	}
+	ho["createContainer"] = cc
+	return nil
 }
 
 // dropMounts removes the mounts at the destinations in after from tree.

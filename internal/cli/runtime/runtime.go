@@ -54,6 +54,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nctk/nctk/internal/aftercreate"
 	"github.com/nctk/nctk/internal/app"
@@ -273,15 +274,19 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	if err != nil {
 		return nil, err
 	}
-	if p == nil {
-		log.Debug("not a GPU container; spec left as it is", "spec", specPath)
-		return nil, nil
-	}
 	// A create whose container's pid the engine asks for (every engine
 	// does) can have the work that needs the created container done here
 	// afterwards (aftercreate) instead of by a hook process; a run starts
 	// the container at once, so that work stays a hook there.
 	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != ""}
+	if p == nil {
+		if p, mode.HooksBefore = r.appliedEdits(spec); p == nil {
+			log.Debug("not a GPU container; spec left as it is", "spec", specPath)
+			return nil, nil
+		}
+		log.Debug("the engine applied a CDI spec whose hooks are this installation's: doing their work here")
+		mode.Applied = true
+	}
 	for {
 		after, err := r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, mode)
 		// Nothing was written on these errors: once more without what
@@ -322,6 +327,11 @@ type injectMode struct {
 	// MountsStay: every mount is the low-level runtime's (a mount point is
 	// a symlink in the image, which it follows).
 	MountsStay bool
+	// Applied: the plan is appliedEdits', edits the engine has applied to
+	// config.json already; only the work of their own hooks is done, and
+	// HooksBefore, the createContainer hooks before them, are kept first.
+	Applied     bool
+	HooksBefore []*cdispecs.Hook
 }
 
 // injectPlan applies the plan p to doc and to the container root at
@@ -357,11 +367,18 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), cdispec.LiftOptions{
 			KeepInContainer: inContainer, AfterCreate: mode.AfterCreate, Masked: masked, Mounts: mounts, DevicesKnown: !bindsInDev(spec),
 			NoRebuild: mode.NoRebuild})
+		if mode.Applied {
+			c := *q.CDI
+			c.Hooks = slices.Concat(mode.HooksBefore, c.Hooks)
+			q.CDI = &c
+		}
 		p = &q
 	}
 	binds := hostBinds(spec.Mounts)
-	if err := checkUserMounts(binds, p, own); err != nil {
-		return nil, err
+	if !mode.Applied { // the engine's config: its mounts are the edits'
+		if err := checkUserMounts(binds, p, own); err != nil {
+			return nil, err
+		}
 	}
 	if kept, n := devLinksOutsideBinds(binds, p.DevSymlinks); n > 0 {
 		q := *p
@@ -376,7 +393,7 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 		return nil, err
 	}
 	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: ldconfig.Path,
-		RootfsDone: true, NoProcView: !procView, AfterCreate: mode.AfterCreate}
+		RootfsDone: true, NoProcView: !procView, AfterCreate: mode.AfterCreate, Applied: mode.Applied}
 	if hc.Path == "" && !mode.AfterCreate && (procView || len(p.DevSymlinks) > 0) {
 		if hc.Path, err = findHelper(hookargs.Binary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
 			return nil, fmt.Errorf("container hooks: %w", err)
