@@ -134,6 +134,53 @@ func (idx *specIndex) resolve(names, dirs []string) (*cdispecs.ContainerEdits, e
 	return edits.ContainerEdits, nil
 }
 
+// cachedIndex is the index of the specs in specDirs: the cache file's when
+// it is there and current, else built (and stored, with cache set, for
+// the identity key).
+func cachedIndex(specDirs []string, cacheDir string) (idx *specIndex, key string, cache bool, err error) {
+	if cacheDir != "" {
+		key, err = specDirsKey(specDirs)
+		cache = err == nil
+	}
+	if cache {
+		idx = loadIndex(cacheDir, specDirs, key)
+	}
+	if idx == nil {
+		if idx, err = buildIndex(specDirs); err != nil {
+			return nil, "", false, err
+		}
+		if cache {
+			idx.Libs = indexLibs(idx)
+			if after, err := specDirsKey(specDirs); err == nil && after == key {
+				idx.Key = key
+				_ = storeIndex(cacheDir, specDirs, idx) // a cache that cannot be written is no cache
+			}
+		}
+	}
+	return idx, key, cache, nil
+}
+
+// MountsCached returns every mount of the specs in specDirs (their own
+// edits' and their devices'), read as ResolveCached reads them: what an
+// engine that applied one of these specs put in a config.json.
+func MountsCached(specDirs []string, cacheDir string) ([]*cdispecs.Mount, error) {
+	if len(specDirs) == 0 {
+		specDirs = DefaultSpecDirs()
+	}
+	idx, _, _, err := cachedIndex(specDirs, cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*cdispecs.Mount
+	for i := range idx.Specs {
+		out = append(out, idx.Specs[i].Mounts...)
+	}
+	for _, d := range idx.Devices {
+		out = append(out, d.Edits.Mounts...)
+	}
+	return out, nil
+}
+
 // specDirsKey returns the identity of the spec files in dirs (see the
 // cache's description above), hashed.
 func specDirsKey(dirs []string) (string, error) {
@@ -243,28 +290,9 @@ func ResolveCached(names, specDirs []string, cacheDir string) (*cdispecs.Contain
 	if err := checkNames(names); err != nil {
 		return nil, nil, err
 	}
-	key, cache := "", false
-	if cacheDir != "" {
-		var err error
-		key, err = specDirsKey(specDirs)
-		cache = err == nil
-	}
-	var idx *specIndex
-	if cache {
-		idx = loadIndex(cacheDir, specDirs, key)
-	}
-	if idx == nil {
-		var err error
-		if idx, err = buildIndex(specDirs); err != nil {
-			return nil, nil, fmt.Errorf("inject CDI devices: %w", err)
-		}
-		if cache {
-			idx.Libs = indexLibs(idx)
-			if after, err := specDirsKey(specDirs); err == nil && after == key {
-				idx.Key = key
-				_ = storeIndex(cacheDir, specDirs, idx) // a cache that cannot be written is no cache
-			}
-		}
+	idx, key, cache, err := cachedIndex(specDirs, cacheDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("inject CDI devices: %w", err)
 	}
 	e, err := idx.resolve(names, specDirs)
 	if err != nil {

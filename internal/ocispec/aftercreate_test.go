@@ -101,6 +101,11 @@ func TestCreateHooks(t *testing.T) {
 			t.Errorf("AfterCreate %v: %q, want %q", tt.hc.AfterCreate, got, tt.want)
 		}
 	}
+	// Applied: the edits' createContainer hooks are config.json's.
+	if got, want := paths(CreateHooks(spec, p, HookConfig{Path: hookPath, RootfsDone: true, NoProcView: true, AfterCreate: true, Applied: true})),
+		[]string{"/usr/bin/dockerd", "/bin/cr", "/cdi/cc"}; !slices.Equal(got, want) {
+		t.Errorf("Applied: %q, want %q", got, want)
+	}
 	if got := CreateHooks(&specs.Spec{}, &plan.Plan{}, HookConfig{}); len(got) != 0 {
 		t.Errorf("no hooks: %v", got)
 	}

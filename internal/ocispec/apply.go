@@ -424,8 +424,9 @@ func dropMounts(tree object, after []string) error {
 // CreateHooks are the hooks that config.json runs during the create
 // (prestart, createRuntime, createContainer) once Apply has edited spec
 // with p and hc: spec's own, less those Apply removes (NVIDIA's legacy
-// prestart hook, the hooks an earlier Apply emitted), then Apply's and
-// those of p's CDI edits.
+// prestart hook, the hooks an earlier Apply emitted, and with hc.Applied
+// its createContainer hooks, which p's replace), then Apply's and those of
+// p's CDI edits.
 func CreateHooks(spec *specs.Spec, p *plan.Plan, hc HookConfig) []specs.Hook {
 	var out []specs.Hook
 	if h := spec.Hooks; h != nil {
@@ -437,7 +438,7 @@ func CreateHooks(spec *specs.Spec, p *plan.Plan, hc HookConfig) []specs.Hook {
 		}
 		out = append(out, h.CreateRuntime...)
 		for _, x := range h.CreateContainer {
-			if !ownHook(x.Args, x.Env) {
+			if !ownHook(x.Args, x.Env) && (!hc.Applied || p.CDI == nil) { // Applied: p.CDI's replace them
 				out = append(out, x)
 			}
 		}

@@ -52,6 +52,10 @@ import (
 //	native      `runc create` of the config.json the CDI library makes from
 //	            nctk's spec (InjectDevices, what podman, containerd's CRI
 //	            and Docker 25+ do natively): its one chained hook process;
+//	native-rt,  nctk's runtime (CDI mode) on the config.json of native and of
+//	sep-native-rt  sep-native: an engine applies the spec, then runs the
+//	            runtime (a Kubernetes runtime class naming it), which does
+//	            the spec's own hooks itself;
 //	legacy      `nvidia-container-runtime create` in legacy mode
 //	            (NVIDIA_VISIBLE_DEVICES=all);
 //	hook        `runc create` with the prestart hook `docker run --gpus`
@@ -244,6 +248,8 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	sep := vs["sep"]
 	vs["sep-native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(sepEnv))}
 	vs["native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(ownEnv))}
+	vs["native-rt"] = wrapper(nctkBin, ownEnv, vs["native"].spec)
+	vs["sep-native-rt"] = wrapper(nctkBin, sepEnv, vs["sep-native"].spec)
 	vs["legacy"] = wrapper(nctkBin, specDir("legacy", nctkBin, "legacy"), legacySpec)
 	vs["hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
 		spec: withPrestartHook(b, legacySpec, tool(b, "nvidia-container-runtime-hook"), specDirOf(vs["legacy"].env)+"/config.toml")}

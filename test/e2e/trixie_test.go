@@ -117,6 +117,10 @@ func TestTrixieDocker(t *testing.T) {
 		// does their work itself before runc.
 		{"cdi/sepgpu=3", []string{"--device", "nvidia.com/sepgpu=3"}, []int{3}, true},
 		{"runtime=nvidia/sepgpu=1", []string{"--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=nvidia.com/sepgpu=1"}, []int{1}, true},
+		// dockerd applies the spec, then runs nctk's runtime, which does
+		// the spec's own hooks itself (appliedEdits).
+		{"runtime=nvidia/cdi/gpu=2", []string{"--runtime=nvidia", "--device", "nvidia.com/gpu=2"}, []int{2}, true},
+		{"runtime=nvidia/cdi/sepgpu=0", []string{"--runtime=nvidia", "--device", "nvidia.com/sepgpu=0"}, []int{0}, true},
 		{"gpus=all", []string{"--runtime=runc", "--gpus", "all"}, []int{0, 1, 2, 3}, false},
 		{"gpus=device=1,3", []string{"--runtime=runc", "--gpus", `"device=1,3"`}, []int{1, 3}, false},
 		{"runtime=nvidia/devices=2", []string{"--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=2"}, []int{2}, false},

@@ -35,8 +35,9 @@ import (
 //     ldconfig among them, may read the mounted files;
 //   - per mount: a bind mount of an absolute host path (that exists) with
 //     options rootfs knows, outside /dev, /proc and /sys, at no path that one of
-//     the spec's mounts, masked or read-only paths, or a mount left to the
-//     low-level runtime is at, above or below.
+//     the spec's mounts (not the applied edits' own, mode.EditsMounts), masked
+//     or read-only paths, or a mount left to the low-level runtime is at,
+//     above or below.
 func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHooks []specs.Hook, mode injectMode) ([]aftercreate.Mount, []mountPoint) {
 	if !mode.AfterCreate || mode.MountsStay || hasUserNS(spec) ||
 		slices.ContainsFunc(createHooks, func(h specs.Hook) bool { return !networkHook(h) }) {
@@ -68,7 +69,9 @@ func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHo
 		cands = append(cands, edits...)
 	}
 	for _, m := range spec.Mounts {
-		staying = append(staying, m.Destination)
+		if !slices.Contains(mode.EditsMounts, path.Clean(m.Destination)) {
+			staying = append(staying, m.Destination)
+		}
 	}
 	staying = append(staying, masked...)
 	ok := make([]bool, len(cands))

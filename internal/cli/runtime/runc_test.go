@@ -17,6 +17,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/hookargs"
@@ -386,6 +387,93 @@ func TestRealRuncAfterCreate(t *testing.T) {
 				if _, err := os.Lstat(p); err == nil {
 					t.Errorf("%s exists on the host", p)
 				}
+			}
+		})
+	}
+}
+
+// TestRealRuncAppliedSpec: a config.json to which the engine applied a CDI
+// spec (the CDI library's InjectDevices) whose hook is this installation's
+// nvidia-cdi-hook, created through the runtime with a pid file as an
+// engine does: the hook's link is made by the runtime (no hook process),
+// and the spec's mount is made after the create when the runtime finds it
+// in its spec directories, left to runc when it does not; the started
+// container sees the library and the link either way.
+func TestRealRuncAppliedSpec(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs containers with runc")
+	}
+	script := strings.Join([]string{
+		"echo \"lib $(readlink /usr/lib/nctk/libfake.so.1)\"",
+		"cat /usr/lib/nctk/libfake.so.1.2",
+		"grep ' /usr/lib/nctk/libfake.so.1.2 ' /proc/self/mountinfo | cut -d' ' -f6 | sed 's/^/mount /'",
+	}, "\n")
+	for _, known := range []bool{true, false} {
+		t.Run(map[bool]string{true: "spec in the runtime's spec dirs", false: "spec elsewhere"}[known], func(t *testing.T) {
+			s := newRealRunc(t, "/bin/sh", "-c", script)
+			dir := filepath.Dir(s.hostFile)
+			hook := filepath.Join(dir, hookargs.Binary)
+			specDir := filepath.Join(dir, "cdi")
+			args, _ := json.Marshal(hookargs.Command(hookargs.CreateSymlinks{Links: []hookargs.Link{{Target: "libfake.so.1.2", Path: "/usr/lib/nctk/libfake.so.1"}}}))
+			mustWrite(t, filepath.Join(specDir, "nvidia.yaml"), fmt.Sprintf(`cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+containerEdits:
+  env: [NVIDIA_VISIBLE_DEVICES=void]
+  mounts:
+  - {hostPath: %s, containerPath: /usr/lib/nctk/libfake.so.1.2, options: [ro, nosuid, nodev, rbind, rprivate]}
+  hooks:
+  - {hookName: createContainer, path: %s, args: %s, env: [NVIDIA_CTK_DEBUG=false]}
+devices:
+- name: "0"
+  containerEdits:
+    deviceNodes:
+    - {path: /dev/nctk-test0, hostPath: /dev/kmsg, type: c, major: 1, minor: 11}
+`, s.hostFile, hook, args))
+			cfg := fmt.Sprintf("[nvidia-container-runtime]\nruntimes = [%q]\n", e2e.RequireTool(t, "runc"))
+			if known {
+				cfg += fmt.Sprintf("\n[nvidia-container-runtime.modes.cdi]\nspec-dirs = [%q]\n", specDir)
+			}
+			mustWrite(t, filepath.Join(dir, "config.toml"), cfg)
+			e2e.EditSpec(t, s.bundle, func(sp *specs.Spec) {
+				sp.Process.Env = slices.DeleteFunc(sp.Process.Env, func(kv string) bool { return strings.HasPrefix(kv, "NVIDIA_VISIBLE_DEVICES=") })
+				cache, err := cdi.NewCache(cdi.WithSpecDirs(specDir), cdi.WithAutoRefresh(false))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := cache.InjectDevices(sp, "nvidia.com/gpu=0"); err != nil {
+					t.Fatal(err)
+				}
+			})
+			id := "nctk-applied-" + filepath.Base(s.bundle)
+			pidFile := filepath.Join(s.rt.Dir, id+".pid")
+			if res := s.rt.RuncOpts(e2e.RunOpts{OutputFile: s.rt.OutputPath(id)}, "create", "--bundle", s.bundle, "--pid-file", pidFile, id); !res.OK() {
+				t.Fatalf("create: %s\n%s", res, s.rt.Output(id))
+			}
+			spec, err := e2e.ReadSpec(s.bundle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if spec.Hooks != nil && len(spec.Hooks.CreateContainer) != 0 {
+				t.Errorf("createContainer hooks %+v, want none", spec.Hooks.CreateContainer)
+			}
+			inSpec := slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool { return m.Destination == "/usr/lib/nctk/libfake.so.1.2" })
+			if inSpec == known {
+				t.Errorf("the library's mount in config.json: %v, want %v", inSpec, !known)
+			}
+			if res := s.rt.Start(id); !res.OK() {
+				t.Fatalf("start: %s", res)
+			}
+			if err := s.rt.WaitStopped(id, 20*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			out := s.rt.Output(id)
+			for _, want := range []string{"lib libfake.so.1.2\n", "host driver file\n", "mount ro,nosuid,nodev"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("container output lacks %q:\n%s", want, out)
+				}
+			}
+			if _, err := os.Stat(s.hookOut); err == nil {
+				t.Error("a hook process ran")
 			}
 		})
 	}

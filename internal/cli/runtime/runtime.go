@@ -280,7 +280,7 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	// the container at once, so that work stays a hook there.
 	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != ""}
 	if p == nil {
-		if p, mode.HooksBefore = r.appliedEdits(spec); p == nil {
+		if p, mode.HooksBefore, mode.EditsMounts = r.appliedEdits(spec, cfg.Runtime.Modes.CDI.SpecDirs, r.CDICacheDir); p == nil {
 			log.Debug("not a GPU container; spec left as it is", "spec", specPath)
 			return nil, nil
 		}
@@ -332,6 +332,9 @@ type injectMode struct {
 	// HooksBefore, the createContainer hooks before them, are kept first.
 	Applied     bool
 	HooksBefore []*cdispecs.Hook
+	// EditsMounts are the destinations of config.json's mounts that are
+	// the applied edits' (Applied): they may be made after the create.
+	EditsMounts []string
 }
 
 // injectPlan applies the plan p to doc and to the container root at
