@@ -62,8 +62,8 @@ import (
 //	            adds (nvidia-container-runtime-hook → configure, in process);
 //	base        only when $NCTK_BENCH_BASELINE_BIN names a directory with
 //	            another nctk build: that build's spec and runtime (CDI mode),
-//	            and base-native, base-sep, base-sep-native, base-legacy,
-//	            base-hook as above;
+//	            and base-native, base-sep, base-sep-native, base-native-rt,
+//	            base-sep-native-rt, base-legacy, base-hook as above;
 //	nv-cdi      only when $NCTK_BENCH_NVIDIA_BIN names a directory with
 //	            NVIDIA's nvidia-container-runtime and nvidia-cdi-hook
 //	            (1.20, built locally): NVIDIA's runtime in CDI mode with the
@@ -262,6 +262,8 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		baseSep := specDir("base-sep", base, "cdi", "--separate-hooks")
 		vs["base-sep"] = wrapper(base, baseSep, orig)
 		vs["base-sep-native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(baseSep))}
+		vs["base-native-rt"] = wrapper(base, baseEnv, vs["base-native"].spec)
+		vs["base-sep-native-rt"] = wrapper(base, baseSep, vs["base-sep-native"].spec)
 		baseLegacy := specDir("base-legacy", base, "legacy")
 		vs["base-legacy"] = wrapper(base, baseLegacy, legacySpec)
 		vs["base-hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
