@@ -29,8 +29,8 @@ import (
 // edits, for the hooks' libraries, and none is returned: they stay the
 // low-level runtime's. nil when there is nothing of its own to lift.
 func (r *Runtime) appliedEdits(spec *specs.Spec, specDirs []string, cacheDir string) (*plan.Plan, []*cdispecs.Hook, []string) {
-	if spec.Hooks == nil {
-		return nil, nil, nil
+	if spec.Hooks == nil || len(spec.Hooks.CreateContainer) == 0 {
+		return nil, nil, nil // every container but a GPU one: nothing looked at
 	}
 	own := r.ownHook()
 	first := slices.IndexFunc(spec.Hooks.CreateContainer, func(h specs.Hook) bool { return own(h.Path) })
