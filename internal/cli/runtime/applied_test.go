@@ -3,11 +3,9 @@ package runtime
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -25,12 +23,7 @@ import (
 // wrote it); a hook binary that is not its own leaves config.json byte for
 // byte as it was.
 func TestAppliedSpecOwnHooks(t *testing.T) {
-	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
-	if len(matches) == 0 {
-		t.Skip("no host libz.so.1.* to stand in for a driver library")
-	}
-	lib := matches[0]
-	name := filepath.Base(lib)
+	lib, name := hostLibz(t)
 	self, link := ownHookLink(t)
 	hookCmd := hookargs.Command(
 		hookargs.CreateSymlinks{Links: []hookargs.Link{{Target: name, Path: "/usr/local/nvidia/lib64/libz.so.1"}}},
@@ -38,10 +31,6 @@ func TestAppliedSpecOwnHooks(t *testing.T) {
 			Libs: []string{"/usr/local/nvidia/lib64/" + name, "/usr/local/nvidia/lib64/libz.so.1"}},
 		hookargs.DisableDeviceNodeModification{},
 	)
-	quoted := make([]string, len(hookCmd))
-	for i, a := range hookCmd {
-		quoted[i] = fmt.Sprintf("%q", a)
-	}
 	for _, tc := range []struct {
 		name string
 		hook string
@@ -56,8 +45,7 @@ func TestAppliedSpecOwnHooks(t *testing.T) {
 				hook = writeExecutable(t, filepath.Join(t.TempDir(), hookargs.Binary), "#!/bin/sh\nexit 0\n")
 			}
 			specDir := t.TempDir()
-			mustWrite(t, filepath.Join(specDir, "nvidia.yaml"),
-				strings.NewReplacer("HOSTLIB", lib, "LIBNAME", name, "HOOK", hook, "ARGS", strings.Join(quoted, ", ")).Replace(ownSpec))
+			mustWrite(t, filepath.Join(specDir, "nvidia.yaml"), ownSpecFor(lib, hook, hookCmd))
 			// What the engine hands the runtime: the spec applied.
 			var spec specs.Spec
 			if err := json.Unmarshal([]byte(cdiBaseSpec), &spec); err != nil {

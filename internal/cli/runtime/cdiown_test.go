@@ -39,6 +39,26 @@ devices:
     - {path: /dev/null}
 `
 
+// hostLibz is the host's libz.so.1.* and its name, standing in for a
+// driver library (the test is skipped without one).
+func hostLibz(t *testing.T) (lib, name string) {
+	t.Helper()
+	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
+	if len(matches) == 0 {
+		t.Skip("no host libz.so.1.* to stand in for a driver library")
+	}
+	return matches[0], filepath.Base(matches[0])
+}
+
+// ownSpecFor is ownSpec for the library lib, its hook at hook running cmd.
+func ownSpecFor(lib, hook string, cmd []string) string {
+	quoted := make([]string, len(cmd))
+	for i, a := range cmd {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	return strings.NewReplacer("HOSTLIB", lib, "LIBNAME", filepath.Base(lib), "HOOK", hook, "ARGS", strings.Join(quoted, ", ")).Replace(ownSpec)
+}
+
 // TestCDIModeOwnHooks: with a spec whose hook is this installation's
 // nvidia-cdi-hook (the runtime's own executable, through a link), the
 // runtime makes the hook's links and ld.so.cache entries in the rootfs
@@ -48,12 +68,7 @@ devices:
 // shows /proc/driver/nvidia. A hook binary that is a copy (another file)
 // is left to run as a hook.
 func TestCDIModeOwnHooks(t *testing.T) {
-	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
-	if len(matches) == 0 {
-		t.Skip("no host libz.so.1.* to stand in for a driver library")
-	}
-	lib := matches[0]
-	name := filepath.Base(lib)
+	lib, name := hostLibz(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -69,13 +84,7 @@ func TestCDIModeOwnHooks(t *testing.T) {
 			Libs: []string{"/usr/local/nvidia/lib64/" + name, "/usr/local/nvidia/lib64/libz.so.1", "/usr/local/nvidia/lib64/libz.so"}},
 		hookargs.DisableDeviceNodeModification{},
 	)
-	quoted := make([]string, len(hookCmd))
-	for i, a := range hookCmd {
-		quoted[i] = fmt.Sprintf("%q", a)
-	}
-	specFor := func(hook string) string {
-		return strings.NewReplacer("HOSTLIB", lib, "LIBNAME", name, "HOOK", hook, "ARGS", strings.Join(quoted, ", ")).Replace(ownSpec)
-	}
+	specFor := func(hook string) string { return ownSpecFor(lib, hook, hookCmd) }
 
 	for _, tc := range []struct {
 		name      string

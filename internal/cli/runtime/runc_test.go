@@ -353,26 +353,9 @@ func TestRealRuncAfterCreate(t *testing.T) {
 			if !res.OK() {
 				t.Fatalf("create: %s\n%s", res, s.rt.Output(id))
 			}
-			spec, err := e2e.ReadSpec(s.bundle)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if spec.Hooks != nil && len(spec.Hooks.CreateContainer) != 0 {
-				t.Errorf("createContainer hooks %+v, want none", spec.Hooks.CreateContainer)
-			}
 			// The library's mount is the runtime's to make, not runc's
 			// (unless runc must follow a symlink there).
-			inSpec := slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool { return m.Destination == "/usr/lib/nctk/libfake.so.1.2" })
-			if inSpec != tt.symlink {
-				t.Errorf("the library's mount in config.json: %v, want %v", inSpec, tt.symlink)
-			}
-			if res := s.rt.Start(id); !res.OK() {
-				t.Fatalf("start: %s", res)
-			}
-			if err := s.rt.WaitStopped(id, 20*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			out := s.rt.Output(id)
+			out := s.checkCreatedAndRun(t, id, tt.symlink)
 			for _, want := range []string{"link ../card1\n", "lib libfake.so.1.2\n", "host driver file\n", "ro-ok\n", "mount ro,nosuid,nodev"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("container output lacks %q:\n%s", want, out)
@@ -449,24 +432,7 @@ devices:
 			if res := s.rt.RuncOpts(e2e.RunOpts{OutputFile: s.rt.OutputPath(id)}, "create", "--bundle", s.bundle, "--pid-file", pidFile, id); !res.OK() {
 				t.Fatalf("create: %s\n%s", res, s.rt.Output(id))
 			}
-			spec, err := e2e.ReadSpec(s.bundle)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if spec.Hooks != nil && len(spec.Hooks.CreateContainer) != 0 {
-				t.Errorf("createContainer hooks %+v, want none", spec.Hooks.CreateContainer)
-			}
-			inSpec := slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool { return m.Destination == "/usr/lib/nctk/libfake.so.1.2" })
-			if inSpec == known {
-				t.Errorf("the library's mount in config.json: %v, want %v", inSpec, !known)
-			}
-			if res := s.rt.Start(id); !res.OK() {
-				t.Fatalf("start: %s", res)
-			}
-			if err := s.rt.WaitStopped(id, 20*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			out := s.rt.Output(id)
+			out := s.checkCreatedAndRun(t, id, !known)
 			for _, want := range []string{"lib libfake.so.1.2\n", "host driver file\n", "mount ro,nosuid,nodev"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("container output lacks %q:\n%s", want, out)
@@ -477,4 +443,30 @@ devices:
 			}
 		})
 	}
+}
+
+// checkCreatedAndRun checks the config.json of the created container id
+// (no createContainer hook left; the library's mount in it only with
+// mountInSpec, else the runtime makes it after the create), starts the
+// container and returns its output once it stopped.
+func (s *realRuncSetup) checkCreatedAndRun(t *testing.T, id string, mountInSpec bool) string {
+	t.Helper()
+	spec, err := e2e.ReadSpec(s.bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Hooks != nil && len(spec.Hooks.CreateContainer) != 0 {
+		t.Errorf("createContainer hooks %+v, want none", spec.Hooks.CreateContainer)
+	}
+	inSpec := slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool { return m.Destination == "/usr/lib/nctk/libfake.so.1.2" })
+	if inSpec != mountInSpec {
+		t.Errorf("the library's mount in config.json: %v, want %v", inSpec, mountInSpec)
+	}
+	if res := s.rt.Start(id); !res.OK() {
+		t.Fatalf("start: %s", res)
+	}
+	if err := s.rt.WaitStopped(id, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return s.rt.Output(id)
 }
