@@ -27,6 +27,8 @@
 #                          spec ("sep-native"), nctk's spec with the hooks'
 #                          GOMAXPROCS=1 left out ("native-gmp"), and with
 #                          --nvidia-cdi-hook NVIDIA's spec and hooks ("nv-native");
+#                          and nctk's and its --separate-hooks spec applied, then
+#                          nctk's runtime run on them ("native-rt", "sep-native-rt");
 #                          checked as containers and timed (floor: runc on the
 #                          same config.json without the spec's hooks)
 #   --cli-debug FILE       nvidia-container-cli's debug log ([nvidia-container-cli]
@@ -237,11 +239,15 @@ write_config cdi-nvh cdi "$work/cdi-nvh"
 # --separate-hooks spec, and nctk's spec with GOMAXPROCS=1 left out of its
 # hooks' environment (what that line saves, measured).
 native_paths=""
+rt_paths=""
 if [ -n "$inject" ]; then
 	mkdir -p "$work/cdi-gmp"
 	grep -v '^ *- GOMAXPROCS=1$' "$work/cdi-nctk/nvidia.yaml" >"$work/cdi-gmp/nvidia.yaml"
 	native_paths="native:cdi-nctk sep-native:cdi-sep native-gmp:cdi-gmp"
 	[ -n "$nv_ctk" ] && [ -n "$nv_hook" ] && native_paths="$native_paths nv-native:cdi-nvh"
+	# The engine applies the spec, then runs nctk's runtime (a Kubernetes
+	# runtime class naming it): NAME:SPECDIR:CONFIG.
+	rt_paths="native-rt:cdi-nctk:cdi sep-native-rt:cdi-sep:cdi-sep"
 fi
 # inject_spec DIR [-drop-hooks]: the bundle's config.json as an engine with
 # native CDI support makes it from the specs in DIR (all GPUs).
@@ -253,10 +259,13 @@ inject_spec() {
 # run_path NAME CONFIG ENV...: run the probe through the runtime (create with
 # --pid-file, then start, as engines do); prints the
 # container's report, or "error=<first line>" when the runtime refuses.
+# With NAME:SPECDIR, the bundle's config.json is first what an engine makes
+# of it with the specs in SPECDIR (inject_spec).
 run_path() {
-	local name=$1 cfg=$2 outp rc
+	local name=${1%%:*} cfg=$2 outp rc
+	write_bundle "[\"/bin/sh\", \"-c\", \"$probe_json\"]" "${@:3}"
+	case $1 in *:*) inject_spec "${1#*:}" || { echo "error=cdiinject failed"; return; } ;; esac
 	shift 2
-	write_bundle "[\"/bin/sh\", \"-c\", \"$probe_json\"]" "$@"
 	# create (with --pid-file, as every engine's) and start, as engines
 	# do: the container's output comes through create's stdout.
 	outp=$({ NVIDIA_CTK_CONFIG_FILE_PATH="$work/$cfg.toml" timeout 120 "$bin/nvidia-container-runtime" --root "$state" create \
@@ -341,6 +350,11 @@ say '```'
 		*) expect "engine applies ${np%%:*}" "$rep" $(gpu_ok "$ngpus") ;;
 		esac
 	done
+	# An engine applying the spec, then nctk's runtime.
+	for rp in $rt_paths; do
+		IFS=: read -r p dir cfg <<<"$rp"
+		expect "engine applies ${dir#cdi-}'s spec, then the runtime ($p)" "$(run_path "$p:$dir" "$cfg")" $(gpu_ok "$ngpus")
+	done
 }
 say '```'
 
@@ -398,6 +412,13 @@ if [ "$rounds" -gt 0 ]; then
 		inject_spec "${np#*:}" -drop-hooks && cp "$bundle/config.json" "$work/config.floor-$p.json" || continue
 		paths="$paths $p"
 	done
+	for rp in $rt_paths; do
+		IFS=: read -r p dir cfg <<<"$rp"
+		cp "$work/config.pristine.json" "$bundle/config.json"
+		inject_spec "$dir" && cp "$bundle/config.json" "$work/config.$p.json" || continue
+		echo "$cfg" >"$work/config.$p.cfg"
+		paths="$paths $p"
+	done
 	for i in $(seq 1 "$rounds"); do
 		fresh
 		cp "$work/config.pristine.json" "$bundle/config.json"
@@ -419,6 +440,9 @@ if [ "$rounds" -gt 0 ]; then
 			nvidia-cdi)
 				ask_cdi_all
 				NVIDIA_CTK_CONFIG_FILE_PATH="$work/cdi-nvh.toml" timed "$p" "$nv_runtime" --root "$state" create --bundle "$bundle" --pid-file "$work/pid" "t$i-$p" ;;
+			*native-rt)
+				cp "$work/config.$p.json" "$bundle/config.json"
+				NVIDIA_CTK_CONFIG_FILE_PATH="$work/$(cat "$work/config.$p.cfg").toml" timed "$p" "$bin/nvidia-container-runtime" --root "$state" create --bundle "$bundle" --pid-file "$work/pid" "t$i-$p" ;;
 			*native*)
 				cp "$work/config.$p.json" "$bundle/config.json"
 				timed "$p" "$runc_bin" --root "$state" create --bundle "$bundle" --pid-file "$work/pid" "t$i-$p" ;;
@@ -429,6 +453,7 @@ if [ "$rounds" -gt 0 ]; then
 			# an engine-applied path's is its config.json without the hooks).
 			if [ $p != hook ]; then
 				case $p in
+				*native-rt) cp "$bundle/config.json" "$work/config.floor-$p.json" ;;
 				*native*) ;;
 				*) cp "$bundle/config.json" "$work/config.floor-$p.json" ;;
 				esac

@@ -97,6 +97,8 @@ func TestRealHostContainersScript(t *testing.T) {
 		"ok        doctor on a bundle needing CUDA 99: finding: yes", "| plain runc |", "| legacy |",
 		"ok        engine applies native nodes: 2", "ok        engine applies sep-native libcuda: 1",
 		"ok        engine applies native-gmp writable: 0", "| native |", "| sep-native |", "| legacy-hook |", "| cdi-hook |",
+		"ok        engine applies nctk's spec, then the runtime (native-rt) nodes: 2",
+		"ok        engine applies sep's spec, then the runtime (sep-native-rt) libcuda: 1", "| native-rt |", "| sep-native-rt |",
 		"RESULT: every container got what it asked for",
 	} {
 		if !strings.Contains(text, w) {
