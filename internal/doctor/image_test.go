@@ -335,8 +335,15 @@ case "$1 $2" in
 *) echo "unexpected: $*" >&2; exit 2 ;;
 esac
 `
-	if err := os.WriteFile(filepath.Join(dir, "docker"), []byte(script), 0o755); err != nil {
+	// Written by another process: a file this process held open for
+	// writing could still be open in a child another test forked meanwhile
+	// (until that child's exec), and running it would fail with ETXTBSY.
+	tmp := filepath.Join(dir, "docker.in")
+	if err := os.WriteFile(tmp, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", tmp, filepath.Join(dir, "docker")).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
 	}
 	return dir
 }
