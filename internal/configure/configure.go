@@ -378,7 +378,7 @@ func (sp sourceSpec) open() (*rootfs.Source, error) {
 		d := sp.device
 		return rootfs.OpenDevice(d.HostPath, d.Major, d.Minor, deviceOptions())
 	}
-	return rootfs.OpenSource(sp.mount.Source, sourceKind(sp.mount.Kind), sp.mount.Options)
+	return rootfs.OpenSource(sp.mount.Source, mountsrc.KindOf(sp.mount.Kind), sp.mount.Options)
 }
 
 func prepare(p *plan.Plan, opts Options) (*prepared, error) {
@@ -446,12 +446,6 @@ func (pr *prepared) rebuildLdCache(ctx context.Context, r *rootfs.Root, rootPath
 		log.Debug("running ldconfig: the in-process rebuild does not reproduce this image", "reason", err)
 	}
 	return pr.ldconfig.Run(ctx, rootPath, dirs, rootfs.LdconfigOptions{NoPivot: opts.NoPivot, Exe: opts.LdconfigExe, Log: log})
-}
-
-// sourceKind is the rootfs kind of a plan mount; an unknown kind is 0,
-// which rootfs.OpenSource refuses.
-func sourceKind(k plan.MountKind) rootfs.Kind {
-	return map[plan.MountKind]rootfs.Kind{plan.KindFile: rootfs.KindFile, plan.KindDir: rootfs.KindDir, plan.KindSocket: rootfs.KindSocket}[k]
 }
 
 func (pr *prepared) Close() {

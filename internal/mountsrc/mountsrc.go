@@ -18,8 +18,23 @@ package mountsrc
 import (
 	"os"
 
+	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
 )
+
+// KindOf is the rootfs kind of a plan mount's source; an unknown kind is
+// 0, which rootfs.OpenSource refuses.
+func KindOf(k plan.MountKind) rootfs.Kind {
+	switch k {
+	case plan.KindFile:
+		return rootfs.KindFile
+	case plan.KindDir:
+		return rootfs.KindDir
+	case plan.KindSocket:
+		return rootfs.KindSocket
+	}
+	return 0
+}
 
 const (
 	fdTable = 64

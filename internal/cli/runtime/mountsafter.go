@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/aftercreate"
+	"github.com/nctk/nctk/internal/mountsrc"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
 )
@@ -46,8 +47,7 @@ func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHo
 	var cands []aftercreate.Mount
 	var staying []string
 	for _, m := range p.Mounts {
-		k := map[plan.MountKind]rootfs.Kind{plan.KindFile: rootfs.KindFile, plan.KindDir: rootfs.KindDir, plan.KindSocket: rootfs.KindSocket}[m.Kind]
-		cands = append(cands, aftercreate.Mount{Source: m.Source, Destination: path.Clean("/" + m.Destination), Kind: k, Options: m.Options})
+		cands = append(cands, aftercreate.Mount{Source: m.Source, Destination: path.Clean("/" + m.Destination), Kind: mountsrc.KindOf(m.Kind), Options: m.Options})
 	}
 	if p.CDI != nil {
 		var edits []aftercreate.Mount
