@@ -57,7 +57,7 @@ func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHo
 			}
 			bind := m.Type == "bind" || m.Type == "" && slices.ContainsFunc(m.Options, func(o string) bool { return o == "bind" || o == "rbind" })
 			if !bind {
-				staying = append(staying, m.ContainerPath)
+				staying = append(staying, path.Clean("/"+m.ContainerPath))
 				continue
 			}
 			edits = append(edits, aftercreate.Mount{Source: m.HostPath, Destination: path.Clean("/" + m.ContainerPath), Kind: rootfs.KindAny, Options: m.Options})
@@ -69,17 +69,19 @@ func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHo
 		cands = append(cands, edits...)
 	}
 	for _, m := range spec.Mounts {
-		if !slices.Contains(mode.EditsMounts, path.Clean(m.Destination)) {
-			staying = append(staying, m.Destination)
+		if d := path.Clean("/" + m.Destination); !slices.Contains(mode.EditsMounts, d) {
+			staying = append(staying, d)
 		}
 	}
-	staying = append(staying, masked...)
+	for _, m := range masked {
+		staying = append(staying, path.Clean("/"+m))
+	}
 	ok := make([]bool, len(cands))
 	dir := make([]bool, len(cands))
 	for i, m := range cands {
 		_, err := rootfs.ParseMountOptions(m.Options)
 		ok[i] = err == nil && m.Kind != 0 && path.IsAbs(m.Source) && m.Destination != "/" &&
-			!plan.Overlaps([]string{m.Destination}, []string{"/dev", "/proc", "/sys"})
+			!overlapsAny(m.Destination, []string{"/dev", "/proc", "/sys"})
 		dir[i] = m.Kind == rootfs.KindDir
 		if ok[i] && m.Kind == rootfs.KindAny {
 			// What the mount point must be: a CDI spec does not say.
@@ -98,7 +100,7 @@ func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHo
 	for changed := true; changed; {
 		changed = false
 		for i, m := range cands {
-			if ok[i] && plan.Overlaps([]string{m.Destination}, staying) {
+			if ok[i] && overlapsAny(m.Destination, staying) {
 				ok[i], changed = false, true
 				staying = append(staying, m.Destination)
 			}
@@ -113,6 +115,19 @@ func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHo
 		}
 	}
 	return after, points
+}
+
+// overlapsAny reports whether the clean container path d is at, above or
+// below one of the clean paths in others ("/" is above everything):
+// plan.Overlaps without cleaning both sides again for every pair, on the
+// create path.
+func overlapsAny(d string, others []string) bool {
+	for _, o := range others {
+		if o == d || o == "/" || d == "/" || strings.HasPrefix(d, o) && d[len(o)] == '/' || strings.HasPrefix(o, d) && o[len(d)] == '/' {
+			return true
+		}
+	}
+	return false
 }
 
 // mountPoint is where a mount made after the create goes: made in the
