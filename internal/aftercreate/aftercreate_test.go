@@ -2,6 +2,7 @@ package aftercreate
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,7 +13,10 @@ import (
 	"testing"
 
 	"github.com/nctk/nctk/internal/e2e"
+	"golang.org/x/sys/unix"
+
 	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/mountns"
 	"github.com/nctk/nctk/internal/mountsrc"
 	"github.com/nctk/nctk/internal/rootfs"
 )
@@ -245,5 +249,61 @@ func TestApplyMounts(t *testing.T) {
 				t.Error("a library mount shows in the runtime's namespace")
 			}
 		})
+	}
+}
+
+// TestRollbackInContainer: in a created container's namespace, where the
+// root is the thread's own and /proc is not the runtime's, a rollback
+// unmounts what was mounted there: a tmpfs (the /proc/driver/nvidia view's
+// kind) and an attached file.
+func TestRollbackInContainer(t *testing.T) {
+	pid := createdContainer(t)
+	nsfd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(nsfd)
+	host := filepath.Join(t.TempDir(), "lib.so")
+	if err := os.WriteFile(host, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src, err := rootfs.OpenSource(host, rootfs.KindFile, []string{"ro", "nosuid", "nodev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	th, err := mountns.Enter(nsfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	mounts := func() string {
+		data, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+		return string(data)
+	}
+	// The mounts are looked at from here: the thread in the container's
+	// namespace has no /proc of this process.
+	var r *rootfs.Root
+	err = th.Do(func() error {
+		var err error
+		if r, err = rootfs.Open("/"); err != nil {
+			return err
+		}
+		if err := r.MountTmpfs("/view", rootfs.Tmpfs{Files: []rootfs.TmpfsFile{{Name: "params", Data: []byte("ModifyDeviceFiles: 0\n"), Mode: 0o444}}}); err != nil {
+			return err
+		}
+		return r.Attach(src, "/lib/libx.so")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := mounts(); !strings.Contains(m, " /view ") || !strings.Contains(m, " /lib/libx.so ") {
+		t.Errorf("mounts not made:\n%s", m)
+	}
+	if err := th.Do(func() error { return errors.Join(r.Rollback(), r.Close()) }); err != nil {
+		t.Fatal(err)
+	}
+	if m := mounts(); strings.Contains(m, " /view ") || strings.Contains(m, " /lib/libx.so ") {
+		t.Errorf("mounts left after the rollback:\n%s", m)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -137,54 +138,78 @@ func (r *Root) undoSymlink(dirfd int, name, old string) undo {
 	}
 }
 
-// undoMount lazily unmounts the mount whose root mntfd refers to.
-func undoMount(mntfd int, desc string) undo {
+// undoMount lazily unmounts the mount whose root mntfd refers to (at the
+// container path desc).
+func (r *Root) undoMount(mntfd int, desc string) undo {
 	d, err := unix.Dup(mntfd)
 	if err != nil {
 		return undo{}
 	}
-	return undoMountOwned(d, desc)
+	return r.undoMountOwned(d, desc)
 }
 
 // undoMountOwned is undoMount taking over mntfd: the journal closes it.
-func undoMountOwned(d int, desc string) undo {
+func (r *Root) undoMountOwned(d int, desc string) undo {
+	own := r.ownRoot()
 	return undo{
 		desc: "mount " + desc,
-		run:  func() error { return detach(d) },
+		run:  func() error { return detach(d, desc, own) },
 		done: func() { unix.Close(d) },
 	}
 }
 
-// detach lazily unmounts the mount whose root fd refers to; one that is
-// not mounted (any more) is no error.
-func detach(fd int) error {
-	err := unix.Unmount(procFdPath(fd), unix.MNT_DETACH)
-	if err == unix.EINVAL || err == unix.ENOENT {
+// ownRoot reports whether the root is the calling thread's own root (a
+// container's, from a thread in its mount namespace after pivot_root).
+func (r *Root) ownRoot() bool { return filepath.Clean(r.path) == "/" }
+
+// detach lazily unmounts the mount whose root fd refers to, at the
+// container path cp; one that is not mounted (any more) is no error. The
+// mount is named through /proc/self/fd, unless own: the root is the
+// calling thread's own (ownRoot), whose /proc, if any, is the container's
+// procfs, where this process has no /proc/self. There it is named by cp,
+// which the kernel resolves inside that root, once cp is found to lead to
+// that very mount (its mount ID).
+func detach(fd int, cp string, own bool) error {
+	if !own {
+		err := unix.Unmount(procFdPath(fd), unix.MNT_DETACH)
+		if err == unix.EINVAL || err == unix.ENOENT {
+			return nil
+		}
+		return err
+	}
+	id, kind, err := fdMountID(fd, unix.STATX_MNT_ID_UNIQUE)
+	if err != nil {
+		return err
+	}
+	at, err := unix.Open(cp, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ENOENT {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	got, gotKind, err := fdMountID(at, kind)
+	unix.Close(at)
+	if err != nil || gotKind != kind || got != id {
+		return nil // not mounted there (any more)
+	}
+	return unix.Unmount(cp, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 }
 
 // undoAttached lazily unmounts the mount just attached from the clone
-// tree at at: it closes tree and, at rollback, opens at's name again (the
-// lookup lands on the mount's root) and unmounts what it finds only if its
-// mount ID is the one attached — a mount since made over it, or the name
-// replaced, is not ours and is left. Without a mount ID (kernels before
-// 5.8) or a kept directory the journal holds the clone as undoMountOwned
-// does.
-//
-// The unmount names the mount through /proc/self/fd, unless callersRoot:
-// the root is the calling thread's own root (a container's, in its mount
-// namespace after pivot_root), whose /proc, if any, is the container's
-// procfs, where this process has no /proc/self. There the mount is
-// unmounted by its container path desc, which the kernel resolves inside
-// that root and which, checked just before, leads to the mount attached.
-func undoAttached(tree int, at entryAt, desc string, callersRoot bool) undo {
+// tree at at (the container path desc): it closes tree and, at rollback,
+// opens at's name again (the lookup lands on the mount's root) and
+// unmounts what it finds only if its mount ID is the one attached — a
+// mount since made over it, or the name replaced, is not ours and is left.
+// Without a mount ID (kernels before 5.8) or a kept directory the journal
+// holds the clone as undoMountOwned does.
+func (r *Root) undoAttached(tree int, at entryAt, desc string) undo {
 	id, kind, err := fdMountID(tree, unix.STATX_MNT_ID_UNIQUE)
 	if err != nil || at.dir < 0 {
-		return undoMountOwned(tree, desc)
+		return r.undoMountOwned(tree, desc)
 	}
 	unix.Close(tree)
+	own := r.ownRoot()
 	return undo{
 		desc: "mount " + desc,
 		run: func() error {
@@ -199,10 +224,7 @@ func undoAttached(tree int, at entryAt, desc string, callersRoot bool) undo {
 			if got, gotKind, err := fdMountID(fd, kind); err != nil || gotKind != kind || got != id {
 				return nil // not ours (any more)
 			}
-			if callersRoot {
-				return unix.Unmount(desc, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
-			}
-			return detach(fd)
+			return detach(fd, desc, own)
 		},
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -306,13 +305,13 @@ func (r *Root) Attach(s *Source, dst string) error {
 		// again so that nothing mounted later propagates through it.
 		attr := unix.MountAttr{Propagation: unix.MS_PRIVATE}
 		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-			r.record(undoMountOwned(tree, cp))
+			r.record(r.undoMountOwned(tree, cp))
 			return r.errorf(cp, fmt.Errorf("mount %s: make private: %w", s.path, err))
 		}
 		// The journal names the mount by its place and ID and the clone's
 		// descriptor is closed (see keepDir for what each descriptor more
 		// can cost).
-		r.record(undoAttached(tree, at, cp, filepath.Clean(r.path) == "/"))
+		r.record(r.undoAttached(tree, at, cp))
 		return nil
 	}
 	if err := r.legacyBind(s, cp, ph); err != nil {
@@ -391,7 +390,7 @@ func (r *Root) legacyBind(s *Source, cp string, ph int) error {
 		return err
 	}
 	defer unix.Close(mnt)
-	r.record(undoMount(mnt, cp))
+	r.record(r.undoMount(mnt, cp))
 	if !sameFile(mnt, &s.st) {
 		return r.errorf(cp, fmt.Errorf("mount %s: mounted object is not the source", s.path))
 	}
@@ -499,7 +498,7 @@ func (r *Root) MountTmpfs(dst string, t Tmpfs) error {
 			if err := unix.MoveMount(mnt, "", ph, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
 				return r.errorf(cp, fmt.Errorf("mount tmpfs: move_mount: %w", err))
 			}
-			r.record(undoMount(mnt, cp))
+			r.record(r.undoMount(mnt, cp))
 			return nil
 		}
 		if err != unix.ENOSYS {
@@ -515,7 +514,7 @@ func (r *Root) MountTmpfs(dst string, t Tmpfs) error {
 		return err
 	}
 	defer unix.Close(mnt)
-	r.record(undoMount(mnt, cp))
+	r.record(r.undoMount(mnt, cp))
 	var sfs unix.Statfs_t
 	if err := unix.Fstatfs(mnt, &sfs); err != nil || sfs.Type != unix.TMPFS_MAGIC {
 		return r.errorf(cp, errors.New("mount tmpfs: mount point does not show the new tmpfs"))
