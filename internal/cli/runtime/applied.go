@@ -16,7 +16,7 @@ import (
 // a CDI spec itself (Podman, Docker 25+, containerd's CRI), when the engine
 // then runs this runtime (a Kubernetes runtime class naming it) and the
 // spec's createContainer hooks include this installation's own
-// nvidia-cdi-hook: CDI edits holding config.json's createContainer hooks
+// nvidia-cdi-hook (own, Runtime.ownHook): CDI edits holding config.json's createContainer hooks
 // from the first of its own on (the CDI library appends a spec's hooks
 // after the engine's) and the bind mounts of config.json that one of the
 // CDI specs in specDirs has (host and container path alike: the spec's,
@@ -28,11 +28,10 @@ import (
 // directory than the engine's), every bind mount of a host path is in the
 // edits, for the hooks' libraries, and none is returned: they stay the
 // low-level runtime's. nil when there is nothing of its own to lift.
-func (r *Runtime) appliedEdits(spec *specs.Spec, specDirs []string, cacheDir string) (*plan.Plan, []*cdispecs.Hook, []string) {
+func appliedEdits(spec *specs.Spec, own func(string) bool, specDirs []string, cacheDir string) (*plan.Plan, []*cdispecs.Hook, []string) {
 	if spec.Hooks == nil || len(spec.Hooks.CreateContainer) == 0 {
 		return nil, nil, nil // every container but a GPU one: nothing looked at
 	}
-	own := r.ownHook()
 	first := slices.IndexFunc(spec.Hooks.CreateContainer, func(h specs.Hook) bool { return own(h.Path) })
 	if first < 0 {
 		return nil, nil, nil

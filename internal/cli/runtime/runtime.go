@@ -278,9 +278,9 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	// does) can have the work that needs the created container done here
 	// afterwards (aftercreate) instead of by a hook process; a run starts
 	// the container at once, so that work stays a hook there.
-	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != ""}
+	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != "", ownHook: r.ownHook()}
 	if p == nil {
-		if p, mode.HooksBefore, mode.EditsMounts = r.appliedEdits(spec, cfg.Runtime.Modes.CDI.SpecDirs, r.CDICacheDir); p == nil {
+		if p, mode.HooksBefore, mode.EditsMounts = appliedEdits(spec, mode.ownHook, cfg.Runtime.Modes.CDI.SpecDirs, r.CDICacheDir); p == nil {
 			log.Debug("not a GPU container; spec left as it is", "spec", specPath)
 			return nil, nil
 		}
@@ -335,6 +335,9 @@ type injectMode struct {
 	// EditsMounts are the destinations of config.json's mounts that are
 	// the applied edits' (Applied): they may be made after the create.
 	EditsMounts []string
+	// ownHook tells this installation's nvidia-cdi-hook (Runtime.ownHook:
+	// one per create, each hook path looked at once).
+	ownHook func(string) bool
 }
 
 // injectPlan applies the plan p to doc and to the container root at
@@ -367,7 +370,7 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	mounts := mountPoints(spec)
 	if p.CDI != nil {
 		q := *p
-		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, r.ownHook(), cdispec.LiftOptions{
+		q.CDI, own = cdispec.LiftOwnHooks(p.CDI, mode.ownHook, cdispec.LiftOptions{
 			KeepInContainer: inContainer, AfterCreate: mode.AfterCreate, Masked: masked, Mounts: mounts, DevicesKnown: !bindsInDev(spec),
 			NoRebuild: mode.NoRebuild})
 		if mode.Applied {
@@ -797,16 +800,20 @@ func pending(p *plan.Plan) rootfs.Pending {
 // every entry).
 func (r *Runtime) ownHook() func(string) bool {
 	var ours []fileID
-	for _, p := range []string{r.Self, r.Nctk} {
-		if p == "" {
-			continue
-		}
-		if id, _ := idOf(p); id.ino != 0 {
-			ours = append(ours, id)
-		}
-	}
+	looked := false
 	seen := map[string]bool{}
 	return func(p string) bool {
+		if !looked { // on first use: most creates ask nothing
+			looked = true
+			for _, q := range []string{r.Self, r.Nctk} {
+				if q == "" {
+					continue
+				}
+				if id, _ := idOf(q); id.ino != 0 {
+					ours = append(ours, id)
+				}
+			}
+		}
 		if (len(ours) == 0 && r.HookBuildID == "") || !filepath.IsAbs(p) {
 			return false
 		}
