@@ -1,6 +1,7 @@
 package ocispec
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
 
@@ -108,5 +109,33 @@ func TestCreateHooks(t *testing.T) {
 	}
 	if got := CreateHooks(&specs.Spec{}, &plan.Plan{}, HookConfig{}); len(got) != 0 {
 		t.Errorf("no hooks: %v", got)
+	}
+}
+
+// TestApplyApplied: with edits the engine applied already, config.json's
+// createContainer hooks become the edits' (the lifted one gone), an entry
+// kept as it was with its unknown fields, and nothing else of the edits is
+// applied again.
+func TestApplyApplied(t *testing.T) {
+	cfg := `{"ociVersion":"1.2.0","process":{"cwd":"/","args":["sh"]},"root":{"path":"rootfs"},
+	"mounts":[{"destination":"/usr/lib/libcuda.so.1","type":"bind","source":"/h/libcuda.so.1","options":["ro","rbind"]}],
+	"hooks":{"createContainer":[{"path":"/bin/engine","args":["engine"],"x-keep":1},
+	  {"path":"/usr/bin/nvidia-cdi-hook","args":["nvidia-cdi-hook","create-symlinks"],"env":["NVIDIA_CTK_DEBUG=false"]}]}}`
+	doc, err := Parse("cfg", []byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &plan.Plan{CDI: &cdispecs.ContainerEdits{
+		Hooks:  []*cdispecs.Hook{{HookName: "createContainer", Path: "/bin/engine", Args: []string{"engine"}}},
+		Mounts: []*cdispecs.Mount{{HostPath: "/h/libcuda.so.1", ContainerPath: "/usr/lib/libcuda.so.1", Options: []string{"ro", "rbind"}}}}}
+	if err := Apply(doc, p, HookConfig{Path: hookPath, RootfsDone: true, NoProcView: true, Applied: true}); err != nil {
+		t.Fatal(err)
+	}
+	got := generic(t, doc.data)
+	if cc := at(t, got, "hooks", "createContainer").([]any); len(cc) != 1 || at(t, cc, 0, "x-keep") != json.Number("1") {
+		t.Errorf("createContainer hooks %v, want the engine's entry as it was", cc)
+	}
+	if ms := at(t, got, "mounts").([]any); len(ms) != 1 {
+		t.Errorf("mounts %v, want the one the engine applied", ms)
 	}
 }

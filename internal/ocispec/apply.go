@@ -363,11 +363,22 @@ func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec, after []str
 }
 
 // replaceCreateContainer sets tree's createContainer hooks to hooks' of
-// that stage.
+// that stage. An entry equal to one tree had is that one, unknown fields
+// and all.
 func replaceCreateContainer(tree object, hooks []*cdispecs.Hook) error {
+	var was []any
+	if ho, ok := tree["hooks"].(object); ok {
+		old, _ := ho["createContainer"].([]any)
+		was = slices.Clone(old) // matched entries are taken out
+	}
 	var cc []any
 	for _, h := range hooks {
 		if h == nil || h.HookName != cdi.CreateContainerHook {
+			continue
+		}
+		if i := slices.IndexFunc(was, func(v any) bool { return sameHook(v, h) }); i >= 0 {
+			cc = append(cc, was[i])
+			was = slices.Delete(was, i, i+1)
 			continue
 		}
 		o := object{"path": h.Path}
@@ -402,6 +413,25 @@ func replaceCreateContainer(tree object, hooks []*cdispecs.Hook) error {
 	}
 	ho["createContainer"] = cc
 	return nil
+}
+
+// sameHook reports whether the generic hook entry v is h (path, args, env,
+// timeout).
+func sameHook(v any, h *cdispecs.Hook) bool {
+	o, ok := v.(object)
+	if !ok || o["path"] != h.Path {
+		return false
+	}
+	args, ok1 := anyStrings(o["args"])
+	env, ok2 := anyStrings(o["env"])
+	if !ok1 || !ok2 || !slices.Equal(args, h.Args) || !slices.Equal(env, h.Env) {
+		return false
+	}
+	t, has := o["timeout"]
+	if h.Timeout == nil {
+		return !has
+	}
+	return has && sameNumber(t, num(int64(*h.Timeout)))
 }
 
 // dropMounts removes the mounts at the destinations in after from tree.
