@@ -53,6 +53,8 @@ type Doc struct {
 	cdi *specs.Spec
 	// data is tree's encoding when Apply made it (nil: encode on demand).
 	data []byte
+	// orig is what Load read (Parse decoded).
+	orig []byte
 }
 
 // Load reads and decodes the config.json at path.
@@ -74,8 +76,12 @@ func Parse(name string, data []byte) (*Doc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid OCI spec %s: %w", name, jsonerr.Describe(data, err))
 	}
-	return &Doc{name: name, tree: tree, spec: spec, cdi: cdi}, nil
+	return &Doc{name: name, tree: tree, spec: spec, cdi: cdi, orig: data}, nil
 }
+
+// Original is the configuration as Load read it (Parse was given it),
+// before any Apply: the caller must not change it.
+func (d *Doc) Original() []byte { return d.orig }
 
 // Spec is the typed view of the configuration, for reading. It holds the
 // fields nctk reads and edits — ociVersion, process.env,

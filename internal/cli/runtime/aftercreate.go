@@ -15,20 +15,28 @@ import (
 	"github.com/nctk/nctk/internal/app"
 )
 
-// createThen runs the low-level runtime's create as a child instead of
-// exec'ing it, then does the prepared after-create work in the created
-// container (whose init the --pid-file names) and returns the create's
-// exit status. A failed create is the low-level runtime's to report (its
-// status is returned, nothing else is done); when the work fails, the
-// container is deleted (`<runtime> <global flags> delete --force <id>`)
-// and the error returned, so that no container is left half set up.
-func (r *Runtime) createThen(e *app.Env, rt string, argv []string, inv *invocation, after *aftercreate.Prepared, log *logger) (int, error) {
+// createThen waits for the low-level runtime's create, run as a child
+// instead of exec'ing it (c, when the caller started it already: see
+// earlyCreate; otherwise started here), then does the prepared
+// after-create work (nil for none) in the created container (whose init
+// the --pid-file names) and returns the create's exit status. A failed
+// create is the low-level runtime's to report (its status is returned,
+// nothing else is done); when the work fails, the container is deleted
+// (`<runtime> <global flags> delete --force <id>`) and the error returned,
+// so that no container is left half set up.
+func (r *Runtime) createThen(e *app.Env, rt string, argv []string, inv *invocation, after *aftercreate.Prepared, c rtChild, log *logger) (int, error) {
 	start := time.Now()
-	status, err := r.Spawn(rt, argv, e.Environ)
+	if c == nil {
+		var err error
+		if c, err = r.Start(rt, argv, e.Environ); err != nil {
+			return 1, fmt.Errorf("run low-level runtime %s: %w", rt, err)
+		}
+	}
+	status, err := c.Wait()
 	if err != nil {
 		return 1, fmt.Errorf("run low-level runtime %s: %w", rt, err)
 	}
-	if status != 0 {
+	if status != 0 || after == nil {
 		return status, nil
 	}
 	created := time.Now()
@@ -41,12 +49,20 @@ func (r *Runtime) createThen(e *app.Env, rt string, argv []string, inv *invocati
 			"create", created.Sub(start), "after-create", time.Since(created))
 		return 0, nil
 	}
-	del := append([]string{rt}, e.Args[1:inv.CommandIndex]...)
-	del = append(del, "delete", "--force", inv.ID)
-	if st, derr := r.Spawn(rt, del, e.Environ); derr != nil || st != 0 {
+	st, derr := r.run(rt, deleteArgs(rt, e.Args, inv), e.Environ)
+	if derr != nil || st != 0 {
 		return 1, fmt.Errorf("container %s: GPU setup after create: %w (and deleting the container failed: status %d, %v)", inv.ID, err, st, derr)
 	}
 	return 1, fmt.Errorf("container %s: GPU setup after create: %w (the container was deleted)", inv.ID, err)
+}
+
+// run runs path as a child (Start) and returns its exit status.
+func (r *Runtime) run(path string, argv, env []string) (int, error) {
+	c, err := r.Start(path, argv, env)
+	if err != nil {
+		return 0, err
+	}
+	return c.Wait()
 }
 
 // readPidFile reads the container's init pid from the file the low-level
@@ -63,40 +79,65 @@ func readPidFile(name string) (int, error) {
 	return pid, nil
 }
 
-// spawn runs path with argv and env as a child with this process's
+// rtChild is a low-level runtime running as this process's child.
+type rtChild interface {
+	// Wait waits for it to end and returns its exit status (128+n when
+	// signal n ended it).
+	Wait() (int, error)
+	// Kill ends it at once (SIGKILL); Wait still reaps it.
+	Kill()
+}
+
+// proc is start's child.
+type proc struct {
+	path string
+	pid  int
+	sigs chan os.Signal
+	done chan struct{}
+}
+
+// start runs path with argv and env as a child with this process's
 // standard streams and every descriptor it inherited without close-on-exec
-// (as exec would pass them: --preserve-fds, socket activation), forwards
-// the signals an engine sends a runtime it waits for, and returns the
-// child's exit status (128+n when signal n ended it).
-func spawn(path string, argv, env []string) (int, error) {
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-	defer signal.Stop(sigs)
+// (as exec would pass them: --preserve-fds, socket activation), and
+// forwards the signals an engine sends a runtime it waits for until Wait
+// returns.
+func start(path string, argv, env []string) (rtChild, error) {
+	p := &proc{path: path, sigs: make(chan os.Signal, 8), done: make(chan struct{})}
+	signal.Notify(p.sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: env, Files: stdFiles()})
 	if err != nil {
-		return 0, err
+		signal.Stop(p.sigs)
+		return nil, err
 	}
-	done := make(chan struct{})
-	defer close(done)
+	p.pid = pid
 	go func() {
 		for {
 			select {
-			case s := <-sigs:
+			case s := <-p.sigs:
 				_ = syscall.Kill(pid, s.(syscall.Signal))
-			case <-done:
+			case <-p.done:
 				return
 			}
 		}
 	}()
+	return p, nil
+}
+
+func (p *proc) Kill() { _ = syscall.Kill(p.pid, syscall.SIGKILL) }
+
+func (p *proc) Wait() (int, error) {
+	defer close(p.done)
+	defer signal.Stop(p.sigs)
 	var ws syscall.WaitStatus
+	var err error
 	for {
-		_, err = syscall.Wait4(pid, &ws, 0, nil)
+		_, err = syscall.Wait4(p.pid, &ws, 0, nil)
 		if err != syscall.EINTR {
 			break
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("wait for %s: %w", path, err)
+		return 0, fmt.Errorf("wait for %s: %w", p.path, err)
 	}
 	if ws.Signaled() {
 		return 128 + int(ws.Signal()), nil

@@ -69,7 +69,7 @@ func TestCreateAfterCreateWork(t *testing.T) {
 			bundle := writeBundle(t, gpuSpec)
 			pidFile := filepath.Join(t.TempDir(), "init.pid")
 			var calls []spawnCall
-			h.rt.Spawn = func(path string, argv, env []string) (int, error) {
+			h.rt.Start = fakeStart(func(path string, argv, env []string) (int, error) {
 				calls = append(calls, spawnCall{path, argv})
 				if slices.Contains(argv, "create") {
 					pid := tt.pid
@@ -84,7 +84,7 @@ func TestCreateAfterCreateWork(t *testing.T) {
 					return tt.status, nil
 				}
 				return 0, nil
-			}
+			})
 			code := h.run("--root", "/run/r", "--systemd-cgroup", "create", "--bundle", bundle, "--pid-file", pidFile, "ctr1")
 			if code != tt.wantCode || !strings.Contains(h.stderr.String(), tt.wantErr) {
 				t.Fatalf("exit %d, stderr %q; want %d and %q", code, h.stderr.String(), tt.wantCode, tt.wantErr)
@@ -137,10 +137,10 @@ func TestCreateAfterCreatePrepareFails(t *testing.T) {
 	p.Proc.HostDir = e2e.FakeProcDriver(t, "0000:01:00.0", "0000:02:00.0")
 	p.Proc.GPUDirs = []string{"0000:07:00.0"}
 	h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) { return p, nil })
-	h.rt.Spawn = func(string, []string, []string) (int, error) {
+	h.rt.Start = fakeStart(func(string, []string, []string) (int, error) {
 		t.Error("the low-level runtime ran")
 		return 0, nil
-	}
+	})
 	bundle := writeBundle(t, gpuSpec)
 	code := h.run("create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, "pid"), "ctr1")
 	if code != 1 || !strings.Contains(h.stderr.String(), "GPU 0000:07:00.0") {
@@ -173,7 +173,7 @@ func TestSpawn(t *testing.T) {
 		{"stdin open", "[ -e /proc/self/fd/0 ] || exit 9", 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := spawn(sh, []string{"sh", "-c", tt.script}, os.Environ())
+			got, err := run(sh, []string{"sh", "-c", tt.script}, os.Environ())
 			if err != nil || got != tt.want {
 				t.Errorf("spawn: %d, %v; want %d", got, err, tt.want)
 			}
@@ -187,17 +187,17 @@ func TestSpawn(t *testing.T) {
 	}
 	defer unix.Close(p[0])
 	defer unix.Close(p[1])
-	if got, err := spawn(sh, []string{"sh", "-c", fmt.Sprintf("[ -e /proc/self/fd/%d ]", p[1])}, os.Environ()); err != nil || got != 0 {
+	if got, err := run(sh, []string{"sh", "-c", fmt.Sprintf("[ -e /proc/self/fd/%d ]", p[1])}, os.Environ()); err != nil || got != 0 {
 		t.Errorf("inherited descriptor %d not passed on: %d, %v", p[1], got, err)
 	}
-	if _, err := spawn("/nonexistent/runc", []string{"runc"}, nil); err == nil {
+	if _, err := run("/nonexistent/runc", []string{"runc"}, nil); err == nil {
 		t.Error("spawn of a missing binary succeeded")
 	}
 	// A closed standard descriptor: in a child of this test (fd 0 closed),
 	// spawn still starts the program, whose fd 0 is closed too.
 	if os.Getenv("NCTK_SPAWN_CLOSED") == "1" {
 		os.Stdin.Close()
-		got, err := spawn(sh, []string{"sh", "-c", "[ -e /proc/self/fd/0 ] && exit 9; exit 0"}, os.Environ())
+		got, err := run(sh, []string{"sh", "-c", "[ -e /proc/self/fd/0 ] && exit 9; exit 0"}, os.Environ())
 		if err != nil || got != 0 {
 			t.Fatalf("spawn with fd 0 closed: %d, %v", got, err)
 		}
@@ -272,7 +272,8 @@ func TestAfterCreateUnderMasks(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := afterCreateHarness(t)
 			spawned := false
-			h.rt.Spawn = func(string, []string, []string) (int, error) { spawned = true; return 1, nil }
+			h.rt.Start = fakeStart(func(string, []string, []string) (int, error) { spawned = true; return 1, nil })
+			h.rt.Early = func(string) bool { return false } // a create without work after it is exec'ed
 			bundle := writeBundle(t, strings.Replace(gpuSpec, `"linux": {`, `"linux": {`+tt.linux+`, `, 1))
 			h.run("create", "--bundle", bundle, "--pid-file", filepath.Join(bundle, "pid"), "ctr1")
 			hook := strings.Contains(string(readFile(t, filepath.Join(bundle, "config.json"))), hookargs.NameMountProcDriver)
@@ -282,3 +283,34 @@ func TestAfterCreateUnderMasks(t *testing.T) {
 		})
 	}
 }
+
+// run starts path as the runtime does (start) and waits for it.
+func run(path string, argv, env []string) (int, error) {
+	c, err := start(path, argv, env)
+	if err != nil {
+		return 0, err
+	}
+	return c.Wait()
+}
+
+// fakeStart is a Runtime.Start whose children run f when waited for (and
+// not at all once killed).
+func fakeStart(f func(path string, argv, env []string) (int, error)) func(string, []string, []string) (rtChild, error) {
+	return func(path string, argv, env []string) (rtChild, error) {
+		return &fakeChild{run: func() (int, error) { return f(path, argv, env) }}, nil
+	}
+}
+
+type fakeChild struct {
+	run    func() (int, error)
+	killed bool
+}
+
+func (c *fakeChild) Wait() (int, error) {
+	if c.killed {
+		return 128 + 9, nil
+	}
+	return c.run()
+}
+
+func (c *fakeChild) Kill() { c.killed = true }

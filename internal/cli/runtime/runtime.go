@@ -83,9 +83,14 @@ type Runtime struct {
 	// Exec replaces the process with the low-level runtime; it returns
 	// only on failure.
 	Exec func(path string, argv, env []string) error
-	// Spawn runs the low-level runtime as a child and returns its exit
-	// status (a create with after-create work, see createThen).
-	Spawn func(path string, argv, env []string) (int, error)
+	// Start runs the low-level runtime as a child (a create with work
+	// after it, or one started before config.json was final; see
+	// createThen and earlyCreate).
+	Start func(path string, argv, env []string) (rtChild, error)
+	// Early tells a low-level runtime that may be started before
+	// config.json is final (earlyCreate): one known to read it once, whole,
+	// by name (runc). nil: startsEarly.
+	Early func(rt string) bool
 	// Self is this program's executable, never chosen as the low-level
 	// runtime ("" for none).
 	Self string
@@ -135,7 +140,7 @@ func New() *Runtime {
 		planner:     defaultPlanner(),
 		LoadConfig:  loadConfig,
 		Exec:        syscall.Exec,
-		Spawn:       spawn,
+		Start:       start,
 		Self:        self,
 		Nctk:        nctk,
 		HookBuildID: version.HookBuildID(),
@@ -217,21 +222,22 @@ func (r *Runtime) Run(e *app.Env) int {
 	if err != nil {
 		return fail(err)
 	}
+	argv := append([]string{rt}, e.Args[1:]...)
 	var after *aftercreate.Prepared
+	var early rtChild
 	if inv.injects() {
 		for _, w := range cfg.Warnings {
 			log.Warn("config " + cfg.Path + ": " + w)
 		}
 		start := time.Now()
-		if after, err = r.inject(e, inv, cfg, log); err != nil {
+		if after, early, err = r.inject(e, inv, cfg, log, rt, argv); err != nil {
 			return fail(err)
 		}
 		defer after.Close()
-		log.Debug("prepared container", "command", inv.Command, "elapsed", time.Since(start))
+		log.Debug("prepared container", "command", inv.Command, "elapsed", time.Since(start), "runtime-started-early", early != nil)
 	}
-	argv := append([]string{rt}, e.Args[1:]...)
-	if after != nil {
-		status, err := r.createThen(e, rt, argv, inv, after, log)
+	if after != nil || early != nil {
+		status, err := r.createThen(e, rt, argv, inv, after, early, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -248,47 +254,82 @@ func (r *Runtime) Run(e *app.Env) int {
 }
 
 // inject edits the bundle's config.json for a create or run. Nothing is
-// written unless every step succeeds.
-func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *logger) (*aftercreate.Prepared, error) {
+// written unless every step succeeds. A create that may inject has the
+// low-level runtime rt (argv) started at once, before config.json is
+// final, where that runtime allows (earlyCreate): the child returned, for
+// the caller to wait for; on an error it is stopped and config.json is as
+// it was.
+func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *logger, rt string, argv []string) (after *aftercreate.Prepared, early rtChild, err error) {
 	bundle := inv.Bundle
 	if bundle == "" {
 		bundle = "."
 	}
-	bundle, err := filepath.Abs(bundle)
+	bundle, err = filepath.Abs(bundle)
 	if err != nil {
-		return nil, fmt.Errorf("bundle %s: %w", inv.Bundle, err)
+		return nil, nil, fmt.Errorf("bundle %s: %w", inv.Bundle, err)
 	}
 	specPath := filepath.Join(bundle, "config.json")
 	doc, err := ocispec.Load(specPath)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	spec := doc.Spec()
 	rootPath, err := doc.RootPath(bundle)
 	if err != nil {
-		return nil, err
-	}
-	planStart := time.Now()
-	p, err := r.planner.Prepare(context.Background(), input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg, CDICacheDir: r.CDICacheDir})
-	log.Debug("planned", "elapsed", time.Since(planStart))
-	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// A create whose container's pid the engine asks for (every engine
 	// does) can have the work that needs the created container done here
 	// afterwards (aftercreate) instead of by a hook process; a run starts
 	// the container at once, so that work stays a hook there.
 	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != "", ownHook: r.ownHook()}
+	save := func(d *ocispec.Doc) error { return ocispec.Save(specPath, d) }
+	if mode.AfterCreate && r.startsEarly(rt) && mayInject(spec, cfg) {
+		del := func() error {
+			args := deleteArgs(rt, e.Args, inv)
+			st, err := r.run(rt, args, e.Environ)
+			if err == nil && st != 0 {
+				err = &statusError{argv: args, status: st}
+			}
+			return err
+		}
+		if x, xerr := startEarly(specPath, func() (rtChild, error) { return r.Start(rt, argv, e.Environ) }, del); xerr != nil {
+			log.Debug("low-level runtime not started early", "reason", xerr)
+		} else {
+			early, save = x.child, x.commit
+			defer func() {
+				if err != nil {
+					if serr := x.stop(); serr != nil {
+						err = errors.Join(err, fmt.Errorf("stop low-level runtime: %w", serr))
+					}
+					early = nil
+				} else if !x.fed {
+					// No edit (not a GPU container after all): the runtime
+					// gets the original.
+					if kerr := x.keep(doc.Original()); kerr != nil {
+						after.Close()
+						after, early, err = nil, nil, kerr
+					}
+				}
+			}()
+		}
+	}
+	planStart := time.Now()
+	p, err := r.planner.Prepare(context.Background(), input{Spec: spec, Rootfs: rootPath, Bundle: bundle, Config: cfg, CDICacheDir: r.CDICacheDir})
+	log.Debug("planned", "elapsed", time.Since(planStart))
+	if err != nil {
+		return nil, early, err
+	}
 	if p == nil {
 		if p, mode.HooksBefore, mode.EditsMounts = appliedEdits(spec, mode.ownHook, cfg.Runtime.Modes.CDI.SpecDirs, r.CDICacheDir); p == nil {
 			log.Debug("not a GPU container; spec left as it is", "spec", specPath)
-			return nil, nil
+			return nil, early, nil
 		}
 		log.Debug("the engine applied a CDI spec whose hooks are this installation's: doing their work here")
 		mode.Applied = true
 	}
 	for {
-		after, err := r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, mode)
+		after, err := r.injectPlan(e, doc, p, specPath, rootPath, cfg, log, mode, save)
 		// Nothing was written on these errors: once more without what
 		// the image does not allow.
 		switch {
@@ -301,10 +342,11 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 			log.Debug("a mount point is a symlink in the image; the mounts stay the low-level runtime's", "reason", err)
 			mode.MountsStay = true
 		default:
-			return after, err
+			return after, early, err
 		}
-		if doc, err = ocispec.Load(specPath); err != nil {
-			return nil, err
+		// Anew from what was read: config.json may be a pipe now.
+		if doc, err = ocispec.Parse(specPath, doc.Original()); err != nil {
+			return nil, early, err
 		}
 	}
 }
@@ -344,7 +386,7 @@ type injectMode struct {
 // rootPath and saves doc to specPath, and returns the prepared after-create
 // work (nil for none; the caller closes it). An error wrapping
 // rootfs.ErrRebuildUnsupported leaves everything as it was.
-func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPath, rootPath string, cfg *config.Config, log *logger, mode injectMode) (*aftercreate.Prepared, error) {
+func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPath, rootPath string, cfg *config.Config, log *logger, mode injectMode, save func(*ocispec.Doc) error) (*aftercreate.Prepared, error) {
 	start := time.Now()
 	spec := doc.Spec()
 	// Symlinks and ld.so.cache are done here, in the container root, before
@@ -456,7 +498,7 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 	if err != nil {
 		return fail(err)
 	}
-	if err := ocispec.Save(specPath, doc); err != nil {
+	if err := save(doc); err != nil {
 		return fail(errors.Join(err, closeRoot(root, true)))
 	}
 	if err := closeRoot(root, false); err != nil {
