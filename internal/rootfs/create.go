@@ -176,19 +176,19 @@ func (r *Root) Symlink(target, link string) error {
 	if err != nil {
 		return r.errorf(cp, err)
 	}
-	dfd, err := r.linkDir(parent)
+	dfd, err := r.entryDir(parent)
 	if err != nil {
 		return err
 	}
 	return r.symlinkAt(dfd, name, target, cp)
 }
 
-// linkDir returns a descriptor of the directory parent inside the root
-// (created if missing) that the journal owns: the links of one directory
-// (a driver's dozens in its library directory) resolve it once, and their
-// journal entries share it.
-func (r *Root) linkDir(parent string) (int, error) {
-	if d, ok := r.linkDirs[parent]; ok {
+// entryDir returns a descriptor of the directory parent inside the root
+// (created if missing) that the journal owns: the links and mount points
+// of one directory (a driver's dozens in its library directory) resolve it
+// once, and their journal entries share it.
+func (r *Root) entryDir(parent string) (int, error) {
+	if d, ok := r.entryDirs[parent]; ok {
 		return d, nil
 	}
 	dfd, err := r.mkdirAll(parent, 0o755)
@@ -200,10 +200,10 @@ func (r *Root) linkDir(parent string) (int, error) {
 	if err != nil {
 		return -1, r.errorf(parent, err)
 	}
-	if r.linkDirs == nil {
-		r.linkDirs = make(map[string]int)
+	if r.entryDirs == nil {
+		r.entryDirs = make(map[string]int)
 	}
-	r.linkDirs[parent] = d
+	r.entryDirs[parent] = d
 	return d, nil
 }
 

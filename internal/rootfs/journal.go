@@ -101,7 +101,7 @@ func (r *Root) closeDirs() {
 		unix.Close(d)
 	}
 	r.dirs = nil
-	r.linkDirs = nil
+	r.entryDirs = nil
 }
 
 // undoRemove removes name from dirfd (a directory when dir is set).

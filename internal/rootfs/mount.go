@@ -336,7 +336,24 @@ func (r *Root) MountPoint(dst string, dir bool) error {
 	if dir {
 		mode = 0o755
 	}
-	fd, err := r.placeholder(cp, dir, mode)
+	if cp == "/" {
+		fd, err := r.placeholder(cp, dir, mode)
+		if err != nil {
+			return err
+		}
+		return unix.Close(fd)
+	}
+	parent, name, err := split(cp)
+	if err != nil {
+		return r.errorf(cp, err)
+	}
+	// The parent resolved once for all the mount points in it, as the
+	// links' (a driver's library directory holds dozens of both).
+	dfd, err := r.entryDir(parent)
+	if err != nil {
+		return err
+	}
+	fd, err := r.placeholderIn(dfd, cp, name, dir, mode)
 	if err != nil {
 		return err
 	}

@@ -47,9 +47,10 @@ type Root struct {
 	// libFacts answer for library files UpdateLdCache would inspect (nil:
 	// none; UseLibFacts).
 	libFacts LibFacts
-	// linkDirs holds the directories Symlink made links in, by container
-	// path: journal-owned descriptors (keepDir), forgotten with them.
-	linkDirs map[string]int
+	// entryDirs holds the directories Symlink and MountPoint made entries
+	// in, by container path: journal-owned descriptors (keepDir),
+	// forgotten with them.
+	entryDirs map[string]int
 	// stale is what the removal of earlier runs' temporaries did
 	// (stale.go).
 	stale staleScan
