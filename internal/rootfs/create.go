@@ -43,7 +43,7 @@ func (r *Root) placeholderAt(cp string, dir bool, mode uint32) (int, entryAt, er
 		if !dir {
 			return -1, entryAt{dir: -1}, r.errorf(cp, errors.New("the container root is not a file"))
 		}
-		fd, err := unix.Dup(r.fd)
+		fd, err := dupCloexec(r.fd)
 		return fd, entryAt{dir: -1}, err
 	}
 	parent, name, err := split(cp)

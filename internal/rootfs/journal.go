@@ -81,7 +81,7 @@ func (r *Root) keepDir(dirfd int) (int, error) {
 	if d, ok := r.dirs[k]; ok {
 		return d, nil
 	}
-	d, err := unix.Dup(dirfd)
+	d, err := dupCloexec(dirfd)
 	if err != nil {
 		return -1, err
 	}
@@ -141,7 +141,7 @@ func (r *Root) undoSymlink(dirfd int, name, old string) undo {
 // undoMount lazily unmounts the mount whose root mntfd refers to (at the
 // container path desc).
 func (r *Root) undoMount(mntfd int, desc string) undo {
-	d, err := unix.Dup(mntfd)
+	d, err := dupCloexec(mntfd)
 	if err != nil {
 		return undo{}
 	}

@@ -534,7 +534,7 @@ func hwcapSubdir(name string) bool {
 func (r *Root) scanLibDir(sc *libScan, d scanDir, names []ldcache.DirEntry) ([]ldcache.DirEntry, error) {
 	var ents []os.DirEntry
 	if dfd, ok := sc.dirs[d.path]; ok {
-		fd, err := unix.Dup(dfd)
+		fd, err := dupCloexec(dfd)
 		if err != nil {
 			return nil, r.errorf(d.path, err)
 		}

@@ -425,7 +425,7 @@ func (r *Root) legacyBind(s *Source, cp string, ph int) error {
 // symlink; after a mount, this yields the mounted root.
 func (r *Root) reopenMounted(cp string, dir bool) (int, error) {
 	if cp == "/" {
-		return unix.Dup(r.fd)
+		return dupCloexec(r.fd)
 	}
 	parent, name, err := split(cp)
 	if err != nil {

@@ -149,7 +149,7 @@ func (r *Root) resolve(p string, flags int) (int, error) {
 // pathrs-lite (for kernels without openat2) and reopens the result with
 // flags.
 func (r *Root) resolveFallback(rel string, flags int) (int, error) {
-	dup, err := unix.Dup(r.fd)
+	dup, err := dupCloexec(r.fd)
 	if err != nil {
 		return -1, err
 	}
@@ -161,13 +161,13 @@ func (r *Root) resolveFallback(rel string, flags int) (int, error) {
 	}
 	defer h.Close()
 	if flags&unix.O_PATH != 0 {
-		return unix.Dup(int(h.Fd()))
+		return dupCloexec(int(h.Fd()))
 	}
 	f, err := pathrs.Reopen(h, flags)
 	if err != nil {
 		return -1, unwrapErrno(err)
 	}
-	fd, err := unix.Dup(int(f.Fd()))
+	fd, err := dupCloexec(int(f.Fd()))
 	f.Close()
 	return fd, err
 }
@@ -197,7 +197,7 @@ func (r *Root) mkdirAll(p string, mode uint32) (int, error) {
 		return -1, r.mkdirError(p, err)
 	}
 	comps := strings.Split(strings.TrimPrefix(p, "/"), "/")
-	cur, err := unix.Dup(r.fd)
+	cur, err := dupCloexec(r.fd)
 	if err != nil {
 		return -1, r.errorf(p, err)
 	}
@@ -452,4 +452,11 @@ func (r *Root) ReadDir(p string) ([]string, error) {
 		return nil, r.errorf(cp, err)
 	}
 	return names, nil
+}
+
+// dupCloexec duplicates fd close-on-exec (dup(2) clears the flag): no
+// descriptor of a container root reaches a process started meanwhile (the
+// low-level runtime, a confined ldconfig).
+func dupCloexec(fd int) (int, error) {
+	return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 }
