@@ -87,9 +87,9 @@ type Runtime struct {
 	// after it, or one started before config.json was final; see
 	// createThen and earlyCreate).
 	Start func(path string, argv, env []string) (rtChild, error)
-	// Early tells a low-level runtime that may be started before
-	// config.json is final (earlyCreate): one known to read it once, whole,
-	// by name (runc). nil: startsEarly.
+	// Early tells whether the low-level runtime rt may be started before
+	// config.json is final (earlyCreate); nil leaves it to startsEarly
+	// (runc, by name: it reads config.json once, whole).
 	Early func(rt string) bool
 	// Self is this program's executable, never chosen as the low-level
 	// runtime ("" for none).
