@@ -32,49 +32,18 @@ type earlyCreate struct {
 }
 
 // startEarly turns config.json at specPath into a pipe and starts the
-// low-level runtime (startRT) on another goroutine: the fork and exec and
-// the signal set-up take 0.5-2 ms, which the wrapper spends on its own
-// work meanwhile (every descriptor it opens is close-on-exec, so the
-// runtime inherits none of them). On an error config.json is as it was
-// and nothing runs.
+// low-level runtime (startRT); on an error config.json is as it was and
+// nothing runs.
 func startEarly(specPath string, startRT func() (rtChild, error), del func() error) (*earlyCreate, error) {
 	feed, err := specfeed.Open(specPath)
 	if err != nil {
 		return nil, err
 	}
-	return &earlyCreate{feed: feed, child: startAsync(startRT), del: del}, nil
-}
-
-// starting is a child being started on another goroutine: Wait and Kill
-// first wait for the start, and Wait returns its error.
-type starting struct {
-	done chan struct{}
-	c    rtChild
-	err  error
-}
-
-func startAsync(start func() (rtChild, error)) *starting {
-	s := &starting{done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		s.c, s.err = start()
-	}()
-	return s
-}
-
-func (s *starting) Wait() (int, error) {
-	<-s.done
-	if s.err != nil {
-		return 0, s.err
+	c, err := startRT()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("start low-level runtime: %w", err), feed.Restore())
 	}
-	return s.c.Wait()
-}
-
-func (s *starting) Kill() {
-	<-s.done
-	if s.err == nil {
-		s.c.Kill()
-	}
+	return &earlyCreate{feed: feed, child: c, del: del}, nil
 }
 
 // commit is injectPlan's save: the edited config.json, for the runtime

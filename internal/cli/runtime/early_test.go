@@ -193,35 +193,3 @@ func TestStartsEarly(t *testing.T) {
 		}
 	}
 }
-
-// TestEarlyStartExecFails: a runtime that cannot be started (its
-// interpreter is missing) fails the create with the start's error, after
-// the wrapper's work, without waiting for a reader that never comes.
-func TestEarlyStartExecFails(t *testing.T) {
-	h := newHarness(t)
-	h.runc = writeExecutable(t, filepath.Join(t.TempDir(), "runc"), "#!/nonexistent/interpreter\n")
-	h.rt.LoadConfig = func(e *app.Env) (*config.Config, error) {
-		c := config.Default()
-		c.Runtime.Runtimes = []string{h.runc}
-		return c, nil
-	}
-	h.rt.Start = start
-	h.rt.planner = preparerFunc(func(context.Context, input) (*plan.Plan, error) { return devicePlan(), nil })
-	bundle := writeBundle(t, gpuSpec)
-	done := make(chan int, 1)
-	go func() {
-		done <- h.run("create", "--bundle", bundle, "--pid-file", filepath.Join(t.TempDir(), "pid"), "ctr1")
-	}()
-	select {
-	case code := <-done:
-		if code != 1 || !strings.Contains(h.stderr.String(), "run low-level runtime") {
-			t.Fatalf("exit %d, stderr %q; want 1 and the start's error", code, h.stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the wrapper hung")
-	}
-	inode(t, filepath.Join(bundle, "config.json"))
-	if names := bundleEntries(t, bundle); strings.Join(names, " ") != "config.json rootfs" {
-		t.Fatalf("bundle holds %q", names)
-	}
-}
