@@ -193,3 +193,37 @@ func TestStartsEarly(t *testing.T) {
 		}
 	}
 }
+
+// TestEarlyStartExecFails: a runtime that cannot be started (its
+// interpreter is missing) is not started early: config.json is the
+// original file again, and the create goes on as without the early start
+// (edited config.json, the runtime exec'ed, which reports the failure).
+func TestEarlyStartExecFails(t *testing.T) {
+	h := newHarness(t)
+	h.runc = writeExecutable(t, filepath.Join(t.TempDir(), "runc"), "#!/nonexistent/interpreter\n")
+	h.rt.LoadConfig = func(e *app.Env) (*config.Config, error) {
+		c := config.Default()
+		c.Runtime.Runtimes = []string{h.runc}
+		return c, nil
+	}
+	h.rt.Start = start
+	h.rt.planner = preparerFunc(func(context.Context, input) (*plan.Plan, error) { return devicePlan(), nil })
+	bundle := writeBundle(t, gpuSpec)
+	if code := h.run("create", "--bundle", bundle, "--pid-file", filepath.Join(t.TempDir(), "pid"), "ctr1"); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, h.stderr.String())
+	}
+	if !h.exec.called || h.exec.path != h.runc {
+		t.Fatalf("exec %+v, want %s exec'ed", h.exec, h.runc)
+	}
+	inode(t, filepath.Join(bundle, "config.json"))
+	doc, err := ocispec.Load(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if devs := doc.Spec().Linux.Devices; len(devs) != 1 {
+		t.Fatalf("config.json devices %+v, want the plan's", devs)
+	}
+	if names := bundleEntries(t, bundle); strings.Join(names, " ") != "config.json rootfs" {
+		t.Fatalf("bundle holds %q", names)
+	}
+}
