@@ -168,19 +168,29 @@ func (r *Root) Symlink(target, link string) error {
 	if len(target) >= unix.PathMax || strings.IndexByte(target, 0) >= 0 {
 		return r.errorf(link, fmt.Errorf("invalid symlink target %q", target))
 	}
-	cp, err := clean(link)
-	if err != nil {
-		return r.errorf(link, err)
-	}
-	parent, name, err := split(cp)
-	if err != nil {
-		return r.errorf(cp, err)
-	}
-	dfd, err := r.entryDir(parent)
+	cp, dfd, name, err := r.entryAt(link)
 	if err != nil {
 		return err
 	}
 	return r.symlinkAt(dfd, name, target, cp)
+}
+
+// entryAt resolves the container path p (not the root) for an entry made
+// in its directory: p cleaned, the directory's journal descriptor
+// (entryDir: created if missing, resolved once per directory) and the
+// entry's name in it.
+func (r *Root) entryAt(p string) (cp string, dfd int, name string, err error) {
+	if cp, err = clean(p); err != nil {
+		return "", -1, "", r.errorf(p, err)
+	}
+	parent, name, err := split(cp)
+	if err != nil {
+		return "", -1, "", r.errorf(cp, err)
+	}
+	if dfd, err = r.entryDir(parent); err != nil {
+		return "", -1, "", err
+	}
+	return cp, dfd, name, nil
 }
 
 // entryDir returns a descriptor of the directory parent inside the root

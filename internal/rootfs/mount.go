@@ -328,33 +328,25 @@ func (r *Root) Attach(s *Source, dst string) error {
 // ErrSymlink), without mounting: the runtime makes them in the image
 // before the create for the mounts it attaches after it.
 func (r *Root) MountPoint(dst string, dir bool) error {
-	cp, err := clean(dst)
-	if err != nil {
-		return r.errorf(dst, err)
-	}
 	mode := uint32(0o644)
 	if dir {
 		mode = 0o755
 	}
-	if cp == "/" {
-		fd, err := r.placeholder(cp, dir, mode)
+	var fd int
+	if cp, err := clean(dst); err == nil && cp == "/" {
+		fd, err = r.placeholder(cp, dir, mode)
 		if err != nil {
 			return err
 		}
 		return unix.Close(fd)
 	}
-	parent, name, err := split(cp)
-	if err != nil {
-		return r.errorf(cp, err)
-	}
 	// The parent resolved once for all the mount points in it, as the
 	// links' (a driver's library directory holds dozens of both).
-	dfd, err := r.entryDir(parent)
+	cp, dfd, name, err := r.entryAt(dst)
 	if err != nil {
 		return err
 	}
-	fd, err := r.placeholderIn(dfd, cp, name, dir, mode)
-	if err != nil {
+	if fd, err = r.placeholderIn(dfd, cp, name, dir, mode); err != nil {
 		return err
 	}
 	return unix.Close(fd)
