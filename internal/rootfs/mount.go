@@ -288,11 +288,16 @@ func (r *Root) Attach(s *Source, dst string) error {
 	if s.fd < 0 && s.tree < 0 {
 		return r.errorf(cp, errors.New("mount: closed source"))
 	}
-	ph, at, err := r.placeholderAt(cp, s.dir, placeholderMode(s))
+	ph, at, err := r.attachPoint(cp, s.dir, placeholderMode(s))
 	if err != nil {
 		return err
 	}
 	defer unix.Close(ph)
+	if s.dir {
+		// Directories resolved before may be covered by this mount now (a
+		// directory mounted at or above them): resolved anew from here.
+		r.entryDirs = nil
+	}
 	if s.tree >= 0 && !r.legacyMount {
 		err = unix.MoveMount(s.tree, "", ph, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 		if err != nil {
@@ -319,6 +324,22 @@ func (r *Root) Attach(s *Source, dst string) error {
 	}
 	s.used = true
 	return nil
+}
+
+// attachPoint is the placeholder Attach mounts on at cp and where it is:
+// placeholderAt, with the directory resolved once for every mount in it
+// (entryDir: a driver's library directory gets dozens), except for the
+// root itself.
+func (r *Root) attachPoint(cp string, dir bool, mode uint32) (int, entryAt, error) {
+	if cp == "/" {
+		return r.placeholderAt(cp, dir, mode)
+	}
+	_, dfd, name, err := r.entryAt(cp)
+	if err != nil {
+		return -1, entryAt{dir: -1}, err
+	}
+	fd, err := r.placeholderIn(dfd, cp, name, dir, mode)
+	return fd, entryAt{dir: dfd, name: name}, err
 }
 
 // MountPoint makes the mount point a later Attach of a directory (dir) or

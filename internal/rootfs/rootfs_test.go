@@ -431,6 +431,27 @@ func TestMountPoint(t *testing.T) {
 	e.checkHost(t)
 }
 
+// TestAttachInsideDirectoryMount: a mount attached below a directory the
+// root attached a mount on goes into that mount, even where the directory
+// was resolved (and kept for its entries) before it was covered.
+func TestAttachInsideDirectoryMount(t *testing.T) {
+	requireRoot(t)
+	e := newEnv(t)
+	must(t, os.MkdirAll(e.root+"/opt/x", 0o755))
+	r := e.open(t)
+	must(t, r.MountPoint("/opt/x/y", false)) // /opt/x resolved and kept
+	must(t, r.BindMount(e.host+"/lib", "/opt/x", KindDir, []string{"ro"}))
+	must(t, r.BindMount(e.host+"/etc/passwd", "/opt/x/libhost.so.1", KindFile, []string{"ro"}))
+	if b, err := os.ReadFile(e.root + "/opt/x/libhost.so.1"); err != nil || !strings.HasPrefix(string(b), "root:") {
+		t.Errorf("the file mount is not inside the directory mount: it reads %q (%v)", b, err)
+	}
+	must(t, r.Rollback())
+	if b, err := os.ReadFile(e.host + "/lib/libhost.so.1"); err != nil || string(b) != "host lib" {
+		t.Errorf("host file: %q, %v", b, err)
+	}
+	e.checkHost(t)
+}
+
 func TestOpenDevice(t *testing.T) {
 	requireRoot(t)
 	s, err := OpenDevice("/dev/null", 1, 3, []string{"ro", "nosuid", "noexec"})
