@@ -168,35 +168,37 @@ func (r *Root) Symlink(target, link string) error {
 	if len(target) >= unix.PathMax || strings.IndexByte(target, 0) >= 0 {
 		return r.errorf(link, fmt.Errorf("invalid symlink target %q", target))
 	}
-	cp, dfd, name, err := r.entryAt(link)
+	cp, err := clean(link)
+	if err != nil {
+		return r.errorf(link, err)
+	}
+	dfd, name, err := r.entryIn(cp)
 	if err != nil {
 		return err
 	}
 	return r.symlinkAt(dfd, name, target, cp)
 }
 
-// entryAt resolves the container path p (not the root) for an entry made
-// in its directory: p cleaned, the directory's journal descriptor
-// (entryDir: created if missing, resolved once per directory) and the
-// entry's name in it.
-func (r *Root) entryAt(p string) (cp string, dfd int, name string, err error) {
-	if cp, err = clean(p); err != nil {
-		return "", -1, "", r.errorf(p, err)
-	}
+// entryIn resolves the clean container path cp (not the root) for an entry
+// made in its directory: the directory's journal descriptor (entryDir:
+// created if missing, resolved once per directory) and the entry's name
+// in it.
+func (r *Root) entryIn(cp string) (dfd int, name string, err error) {
 	parent, name, err := split(cp)
 	if err != nil {
-		return "", -1, "", r.errorf(cp, err)
+		return -1, "", r.errorf(cp, err)
 	}
 	if dfd, err = r.entryDir(parent); err != nil {
-		return "", -1, "", err
+		return -1, "", err
 	}
-	return cp, dfd, name, nil
+	return dfd, name, nil
 }
 
 // entryDir returns a descriptor of the directory parent inside the root
-// (created if missing) that the journal owns: the links and mount points
-// of one directory (a driver's dozens in its library directory) resolve it
-// once, and their journal entries share it.
+// (created if missing) that the journal owns: the links, mount points and
+// mounts of one directory (a driver's dozens in its library directory)
+// resolve it once, and their journal entries share it; coverDirs forgets
+// them when a directory mount may cover one.
 func (r *Root) entryDir(parent string) (int, error) {
 	if d, ok := r.entryDirs[parent]; ok {
 		return d, nil

@@ -294,9 +294,7 @@ func (r *Root) Attach(s *Source, dst string) error {
 	}
 	defer unix.Close(ph)
 	if s.dir {
-		// Directories resolved before may be covered by this mount now (a
-		// directory mounted at or above them): resolved anew from here.
-		r.entryDirs = nil
+		r.coverDirs()
 	}
 	if s.tree >= 0 && !r.legacyMount {
 		err = unix.MoveMount(s.tree, "", ph, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
@@ -326,21 +324,27 @@ func (r *Root) Attach(s *Source, dst string) error {
 	return nil
 }
 
-// attachPoint is the placeholder Attach mounts on at cp and where it is:
-// placeholderAt, with the directory resolved once for every mount in it
-// (entryDir: a driver's library directory gets dozens), except for the
-// root itself.
+// attachPoint is the placeholder a mount at cp goes on (Attach, and
+// MountPoint ahead of it) and where it is: placeholderAt, with the
+// directory resolved once for every mount in it (entryIn: a driver's
+// library directory gets dozens), except for the root itself.
 func (r *Root) attachPoint(cp string, dir bool, mode uint32) (int, entryAt, error) {
 	if cp == "/" {
 		return r.placeholderAt(cp, dir, mode)
 	}
-	_, dfd, name, err := r.entryAt(cp)
+	dfd, name, err := r.entryIn(cp)
 	if err != nil {
 		return -1, entryAt{dir: -1}, err
 	}
 	fd, err := r.placeholderIn(dfd, cp, name, dir, mode)
 	return fd, entryAt{dir: dfd, name: name}, err
 }
+
+// coverDirs forgets the directories entryIn resolved: a directory mount
+// the Root is about to make may cover one of them (mounted at or above
+// it), and later entries there must go into the mount. Every mount of a
+// directory (Attach, MountTmpfs) calls it.
+func (r *Root) coverDirs() { r.entryDirs = nil }
 
 // MountPoint makes the mount point a later Attach of a directory (dir) or
 // of anything else at dst will cover, as Attach would make it (missing
@@ -353,21 +357,12 @@ func (r *Root) MountPoint(dst string, dir bool) error {
 	if dir {
 		mode = 0o755
 	}
-	var fd int
-	if cp, err := clean(dst); err == nil && cp == "/" {
-		fd, err = r.placeholder(cp, dir, mode)
-		if err != nil {
-			return err
-		}
-		return unix.Close(fd)
-	}
-	// The parent resolved once for all the mount points in it, as the
-	// links' (a driver's library directory holds dozens of both).
-	cp, dfd, name, err := r.entryAt(dst)
+	cp, err := clean(dst)
 	if err != nil {
-		return err
+		return r.errorf(dst, err)
 	}
-	if fd, err = r.placeholderIn(dfd, cp, name, dir, mode); err != nil {
+	fd, _, err := r.attachPoint(cp, dir, mode)
+	if err != nil {
 		return err
 	}
 	return unix.Close(fd)
@@ -514,6 +509,7 @@ func (r *Root) MountTmpfs(dst string, t Tmpfs) error {
 		return err
 	}
 	defer unix.Close(ph)
+	r.coverDirs()
 	if !r.legacyMount {
 		mnt, err := newTmpfs(data)
 		if err == nil {

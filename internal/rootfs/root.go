@@ -47,9 +47,10 @@ type Root struct {
 	// libFacts answer for library files UpdateLdCache would inspect (nil:
 	// none; UseLibFacts).
 	libFacts LibFacts
-	// entryDirs holds the directories Symlink and MountPoint made entries
-	// in, by container path: journal-owned descriptors (keepDir),
-	// forgotten with them.
+	// entryDirs holds the directories Symlink, MountPoint and Attach made
+	// entries in, by container path: journal-owned descriptors (keepDir),
+	// forgotten with them or when a directory mount may cover one
+	// (coverDirs).
 	entryDirs map[string]int
 	// stale is what the removal of earlier runs' temporaries did
 	// (stale.go).

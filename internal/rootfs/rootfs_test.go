@@ -445,6 +445,13 @@ func TestAttachInsideDirectoryMount(t *testing.T) {
 	if b, err := os.ReadFile(e.root + "/opt/x/libhost.so.1"); err != nil || !strings.HasPrefix(string(b), "root:") {
 		t.Errorf("the file mount is not inside the directory mount: it reads %q (%v)", b, err)
 	}
+	// The same for a tmpfs.
+	must(t, r.MountPoint("/opt/v/y", false)) // /opt/v resolved and kept
+	must(t, r.MountTmpfs("/opt/v", Tmpfs{}))
+	must(t, r.Symlink("target", "/opt/v/link"))
+	if _, err := os.Lstat(e.root + "/opt/v/link"); err != nil {
+		t.Errorf("the link is not inside the tmpfs: %v", err)
+	}
 	must(t, r.Rollback())
 	if b, err := os.ReadFile(e.host + "/lib/libhost.so.1"); err != nil || string(b) != "host lib" {
 		t.Errorf("host file: %q, %v", b, err)
