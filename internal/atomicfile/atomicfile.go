@@ -55,11 +55,15 @@ type Options struct {
 	// DirMode, when non-zero, creates missing parent directories with this
 	// mode (before the umask); when zero a missing directory is an error.
 	DirMode fs.FileMode
+	// ReplacePipe lets a named pipe at the target be replaced too (with
+	// KeepExisting, the new file gets its mode and owner): specfeed's
+	// stand-in for the config.json it is about to hold.
+	ReplacePipe bool
 }
 
 // NotRegularError is WriteFile's error when the file to replace is not a
 // regular file (a directory, a device, a FIFO, a socket): WriteFile never
-// replaces one.
+// replaces one (but a FIFO with Options.ReplacePipe).
 type NotRegularError struct {
 	Path string
 	Mode fs.FileMode
@@ -121,7 +125,7 @@ func write(path string, data []byte, o Options, fail func(step) error) (err erro
 	st, err := os.Stat(target)
 	switch {
 	case err == nil:
-		if !st.Mode().IsRegular() {
+		if !st.Mode().IsRegular() && (!o.ReplacePipe || st.Mode().Type() != fs.ModeNamedPipe) {
 			return &NotRegularError{Path: target, Mode: st.Mode()}
 		}
 		if o.KeepExisting {

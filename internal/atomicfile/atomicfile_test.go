@@ -283,6 +283,32 @@ func TestWriteFile(t *testing.T) {
 	}
 }
 
+// TestWriteFileReplacePipe: with ReplacePipe a named pipe is replaced by
+// the file, which keeps the pipe's mode and owner (KeepExisting).
+func TestWriteFileReplacePipe(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	if err := syscall.Mkfifo(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(path, []byte("new"), Options{KeepExisting: true, ReplacePipe: true}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Lstat(path)
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o640 {
+		t.Fatalf("after the write: %v (%v), want a regular file with mode 0640", st, err)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != "new" {
+		t.Fatalf("content %q (%v)", got, err)
+	}
+	if got := entries(t, dir); len(got) != 1 {
+		t.Fatalf("directory holds %v", got)
+	}
+}
+
 func TestWriteFileRefuses(t *testing.T) {
 	tests := []struct {
 		name       string

@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/atomicfile"
 )
 
 // Feed is a config.json replaced by a pipe until Commit, Keep or Restore.
@@ -95,10 +97,11 @@ func Open(path string) (*Feed, error) {
 var ErrDone = errors.New("config.json feed already ended")
 
 // Commit makes data config.json's content: a regular file with the
-// original's mode and owner, renamed over the pipe, and the same bytes
-// through the pipe for a reader that opened it before. On an error before
-// the rename config.json is the pipe still (Restore puts the original
-// back); after it, the error says so and config.json holds data.
+// original's mode and owner (the pipe was given them), written by the one
+// atomic writer over the pipe, and the same bytes through the pipe for a
+// reader that opened it before. On an error before the rename config.json
+// is the pipe still (Restore puts the original back); after it, the error
+// says so and config.json holds data.
 func (f *Feed) Commit(data []byte) error {
 	if f.done {
 		return ErrDone
@@ -108,13 +111,8 @@ func (f *Feed) Commit(data []byte) error {
 	if err := f.fit(len(data)); err != nil {
 		return err
 	}
-	tmp, err := f.writeTemp(data)
-	if err != nil {
-		return err
-	}
-	if err := unix.Rename(tmp, f.path); err != nil {
-		_ = unix.Unlink(tmp)
-		return fmt.Errorf("feed %s: %w", f.path, &os.PathError{Op: "rename", Path: tmp, Err: err})
+	if err := atomicfile.WriteFile(f.path, data, atomicfile.Options{KeepExisting: true, ReplacePipe: true}); err != nil {
+		return fmt.Errorf("feed %s: %w", f.path, err)
 	}
 	return f.end(data)
 }
@@ -163,35 +161,6 @@ func (f *Feed) fit(n int) error {
 		return fmt.Errorf("feed %s: pipe size %d bytes: %w", f.path, n, err)
 	}
 	return nil
-}
-
-// writeTemp writes data to a new file beside config.json with the
-// original's mode and owner, and returns its path.
-func (f *Feed) writeTemp(data []byte) (string, error) {
-	dir, base := filepath.Split(f.path)
-	tmp := filepath.Join(dir, "."+base+".nctk-new-"+strconv.Itoa(os.Getpid())+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
-	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return "", fmt.Errorf("feed %s: %w", f.path, &os.PathError{Op: "create", Path: tmp, Err: err})
-	}
-	file := os.NewFile(uintptr(fd), tmp)
-	err = func() error {
-		if _, err := file.Write(data); err != nil {
-			return err
-		}
-		if err := file.Chown(int(f.st.Uid), int(f.st.Gid)); err != nil {
-			return err
-		}
-		return file.Chmod(os.FileMode(f.st.Mode & 0o777))
-	}()
-	if cerr := file.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = unix.Unlink(tmp)
-		return "", fmt.Errorf("feed %s: write %s: %w", f.path, tmp, err)
-	}
-	return tmp, nil
 }
 
 // end writes data into the pipe (which fit made room for), closes it, and
