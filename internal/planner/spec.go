@@ -25,7 +25,7 @@ func SpecJob(spec *specs.Spec, rootfsPath string, cfg *config.Config) (*Job, req
 	if err != nil {
 		return nil, req, err
 	}
-	if req.Void || (len(req.Devices) == 0 && !req.All && !req.None) {
+	if !req.WantsGPUs() {
 		return nil, req, nil
 	}
 	target, err := ImageTarget(rootfsPath)

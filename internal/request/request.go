@@ -222,6 +222,13 @@ func IsPrivileged(spec *specs.Spec) bool {
 	return slices.Contains(spec.Process.Capabilities.Bounding, "CAP_SYS_ADMIN")
 }
 
+// WantsGPUs tells whether the request asks for the driver's devices:
+// not void, and a device list, all or none (a CDIDevices request is the CDI
+// path's, apart from it).
+func (r Request) WantsGPUs() bool {
+	return !r.Void && (len(r.Devices) > 0 || r.All || r.None)
+}
+
 // FromSpec reads the request of the container described by spec. cfg nil
 // means the defaults. Errors are *phase.Error, wrapping an *Error that names
 // the variable and value where one is at fault.

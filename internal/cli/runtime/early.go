@@ -116,7 +116,7 @@ func mayInject(spec *specs.Spec, cfg *config.Config) bool {
 	if err != nil {
 		return false // the planner reports it
 	}
-	return len(req.CDIDevices) > 0 || (!req.Void && (len(req.Devices) > 0 || req.All || req.None))
+	return len(req.CDIDevices) > 0 || req.WantsGPUs()
 }
 
 // deleteArgs is `<runtime> <global flags> delete --force <id>` for inv.
