@@ -49,20 +49,26 @@ func (r *Runtime) createThen(e *app.Env, rt string, argv []string, inv *invocati
 			"create", created.Sub(start), "after-create", time.Since(created))
 		return 0, nil
 	}
-	st, derr := r.run(rt, deleteArgs(rt, e.Args, inv), e.Environ)
-	if derr != nil || st != 0 {
-		return 1, fmt.Errorf("container %s: GPU setup after create: %w (and deleting the container failed: status %d, %v)", inv.ID, err, st, derr)
+	if derr := r.deleteContainer(e, rt, inv); derr != nil {
+		return 1, fmt.Errorf("container %s: GPU setup after create: %w (and deleting the container failed: %v)", inv.ID, err, derr)
 	}
 	return 1, fmt.Errorf("container %s: GPU setup after create: %w (the container was deleted)", inv.ID, err)
 }
 
-// run runs path as a child (Start) and returns its exit status.
-func (r *Runtime) run(path string, argv, env []string) (int, error) {
-	c, err := r.Start(path, argv, env)
+// deleteContainer runs `<runtime> <global flags> delete --force <id>` for
+// the container inv created; a failing status is an error naming it.
+func (r *Runtime) deleteContainer(e *app.Env, rt string, inv *invocation) error {
+	argv := append([]string{rt}, e.Args[1:inv.CommandIndex]...)
+	argv = append(argv, "delete", "--force", inv.ID)
+	c, err := r.Start(rt, argv, e.Environ)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	return c.Wait()
+	status, err := c.Wait()
+	if err == nil && status != 0 {
+		err = fmt.Errorf("%s: exit status %d", strings.Join(argv, " "), status)
+	}
+	return err
 }
 
 // readPidFile reads the container's init pid from the file the low-level

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -70,6 +69,23 @@ func (x *earlyCreate) keep(orig []byte) error {
 	return nil
 }
 
+// end finishes the early start once the wrapper's work returned err: on
+// an error the runtime is stopped (stop); with no edit made (not a GPU
+// container after all) it gets the original, orig; the error is what the
+// wrapper reports.
+func (x *earlyCreate) end(err error, orig []byte) error {
+	switch {
+	case err != nil:
+		if serr := x.stop(); serr != nil {
+			err = errors.Join(err, fmt.Errorf("stop low-level runtime: %w", serr))
+		}
+		return err
+	case !x.fed:
+		return x.keep(orig)
+	}
+	return nil
+}
+
 // stop undoes the early start after the wrapper failed: a runtime still
 // waiting for config.json is killed before the original comes back (it
 // must never create the container from it); one that got the final
@@ -117,20 +133,4 @@ func mayInject(spec *specs.Spec, cfg *config.Config) bool {
 		return false // the planner reports it
 	}
 	return len(req.CDIDevices) > 0 || req.WantsGPUs()
-}
-
-// deleteArgs is `<runtime> <global flags> delete --force <id>` for inv.
-func deleteArgs(rt string, args []string, inv *invocation) []string {
-	del := append([]string{rt}, args[1:inv.CommandIndex]...)
-	return append(del, "delete", "--force", inv.ID)
-}
-
-// statusError is a low-level runtime's failing exit status.
-type statusError struct {
-	argv   []string
-	status int
-}
-
-func (e *statusError) Error() string {
-	return fmt.Sprintf("%s: exit status %d", strings.Join(e.argv, " "), e.status)
 }

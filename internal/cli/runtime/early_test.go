@@ -229,3 +229,56 @@ func TestEarlyStartExecFails(t *testing.T) {
 		t.Fatalf("bundle holds %q", names)
 	}
 }
+
+// TestEarlyEnd: how the early start ends after the wrapper's work: an
+// error before config.json was final kills the runtime and puts the
+// original back; one after it waits for the runtime and deletes what it
+// created; no error and no edit hands over the original.
+func TestEarlyEnd(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		err         error
+		commit      bool // config.json made final before the end
+		status      int  // the runtime's
+		wantKilled  bool
+		wantDeleted bool
+		wantErr     bool
+		wantOrig    bool // config.json holds the original at the end
+	}{
+		{name: "failed before the commit", err: errors.New("x"), wantKilled: true, wantErr: true, wantOrig: true},
+		{name: "failed after the commit", err: errors.New("x"), commit: true, wantDeleted: true, wantErr: true},
+		{name: "failed after the commit, runtime failed too", err: errors.New("x"), commit: true, status: 1, wantErr: true},
+		{name: "no edit", wantOrig: true},
+		{name: "committed", commit: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bundle := writeBundle(t, gpuSpec)
+			specPath := filepath.Join(bundle, "config.json")
+			c := &fakeChild{run: func() (int, error) { return tt.status, nil }}
+			deleted := false
+			x, err := startEarly(specPath, func() (rtChild, error) { return c, nil }, func() error { deleted = true; return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.commit {
+				doc, err := ocispec.Parse(specPath, []byte(plainSpec))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := x.commit(doc); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = x.end(tt.err, []byte(gpuSpec))
+			if (err != nil) != tt.wantErr || c.killed != tt.wantKilled || deleted != tt.wantDeleted {
+				t.Fatalf("end: error %v, killed %v, deleted %v; want error %v, killed %v, deleted %v",
+					err, c.killed, deleted, tt.wantErr, tt.wantKilled, tt.wantDeleted)
+			}
+			got := string(readFile(t, specPath))
+			inode(t, specPath)
+			if (got == gpuSpec) != tt.wantOrig {
+				t.Fatalf("config.json holds the original: %v, want %v", got == gpuSpec, tt.wantOrig)
+			}
+		})
+	}
+}

@@ -285,31 +285,15 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != "", ownHook: r.ownHook()}
 	save := func(d *ocispec.Doc) error { return ocispec.Save(specPath, d) }
 	if mode.AfterCreate && r.startsEarly(rt) && mayInject(spec, cfg) {
-		del := func() error {
-			args := deleteArgs(rt, e.Args, inv)
-			st, err := r.run(rt, args, e.Environ)
-			if err == nil && st != 0 {
-				err = &statusError{argv: args, status: st}
-			}
-			return err
-		}
+		del := func() error { return r.deleteContainer(e, rt, inv) }
 		if x, xerr := startEarly(specPath, func() (rtChild, error) { return r.Start(rt, argv, e.Environ) }, del); xerr != nil {
 			log.Debug("low-level runtime not started early", "reason", xerr)
 		} else {
 			early, save = x.child, x.commit
 			defer func() {
-				if err != nil {
-					if serr := x.stop(); serr != nil {
-						err = errors.Join(err, fmt.Errorf("stop low-level runtime: %w", serr))
-					}
-					early = nil
-				} else if !x.fed {
-					// No edit (not a GPU container after all): the runtime
-					// gets the original.
-					if kerr := x.keep(doc.Original()); kerr != nil {
-						after.Close()
-						after, early, err = nil, nil, kerr
-					}
+				if err = x.end(err, doc.Original()); err != nil {
+					after.Close()
+					after, early = nil, nil
 				}
 			}()
 		}
