@@ -3,7 +3,6 @@ package plan
 import (
 	"fmt"
 	"path"
-	"strings"
 )
 
 // UserMountError reports that a path a plan creates or changes in the
@@ -32,11 +31,33 @@ func Overlaps(a, b []string) bool {
 	for _, x := range a {
 		x = path.Clean("/" + x)
 		for _, y := range b {
-			y = path.Clean("/" + y)
-			if x == "/" || y == "/" || x == y || strings.HasPrefix(x, y+"/") || strings.HasPrefix(y, x+"/") {
+			if overlap(x, path.Clean("/"+y)) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// OverlapsClean is Overlaps for one path d against others, all of them
+// clean absolute paths already (path.Clean("/"+p)): no path cleaned again
+// for every pair, for callers that test many (the runtime's create path).
+func OverlapsClean(d string, others []string) bool {
+	for _, o := range others {
+		if overlap(d, o) {
+			return true
+		}
+	}
+	return false
+}
+
+// overlap: the clean absolute paths x and y are at, above or below one
+// another.
+func overlap(x, y string) bool {
+	return x == "/" || y == "/" || x == y || below(x, y) || below(y, x)
+}
+
+// below: the clean path x is below the clean path y (not "/").
+func below(x, y string) bool {
+	return len(x) > len(y) && x[len(y)] == '/' && x[:len(y)] == y
 }

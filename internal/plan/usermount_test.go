@@ -1,6 +1,9 @@
 package plan
 
-import "testing"
+import (
+	"path"
+	"testing"
+)
 
 func TestOverlaps(t *testing.T) {
 	for _, tt := range []struct {
@@ -18,6 +21,18 @@ func TestOverlaps(t *testing.T) {
 	} {
 		if got := Overlaps(tt.a, tt.b); got != tt.want {
 			t.Errorf("Overlaps(%q, %q) = %v", tt.a, tt.b, got)
+		}
+		// The same on paths cleaned once.
+		var clean []string
+		for _, p := range tt.b {
+			clean = append(clean, path.Clean("/"+p))
+		}
+		got := false
+		for _, p := range tt.a {
+			got = got || OverlapsClean(path.Clean("/"+p), clean)
+		}
+		if got != tt.want {
+			t.Errorf("OverlapsClean(%q, %q) = %v", tt.a, clean, got)
 		}
 	}
 }

@@ -81,7 +81,7 @@ func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHo
 	for i, m := range cands {
 		_, err := rootfs.ParseMountOptions(m.Options)
 		ok[i] = err == nil && m.Kind != 0 && path.IsAbs(m.Source) && m.Destination != "/" &&
-			!overlapsAny(m.Destination, []string{"/dev", "/proc", "/sys"})
+			!plan.OverlapsClean(m.Destination, []string{"/dev", "/proc", "/sys"})
 		dir[i] = m.Kind == rootfs.KindDir
 		if ok[i] && m.Kind == rootfs.KindAny {
 			// What the mount point must be: a CDI spec does not say.
@@ -100,7 +100,7 @@ func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHo
 	for changed := true; changed; {
 		changed = false
 		for i, m := range cands {
-			if ok[i] && overlapsAny(m.Destination, staying) {
+			if ok[i] && plan.OverlapsClean(m.Destination, staying) {
 				ok[i], changed = false, true
 				staying = append(staying, m.Destination)
 			}
@@ -115,19 +115,6 @@ func mountsAfterCreate(spec *specs.Spec, p *plan.Plan, masked []string, createHo
 		}
 	}
 	return after, points
-}
-
-// overlapsAny reports whether the clean container path d is at, above or
-// below one of the clean paths in others ("/" is above everything):
-// plan.Overlaps without cleaning both sides again for every pair, on the
-// create path.
-func overlapsAny(d string, others []string) bool {
-	for _, o := range others {
-		if o == d || o == "/" || d == "/" || strings.HasPrefix(d, o) && d[len(o)] == '/' || strings.HasPrefix(o, d) && o[len(d)] == '/' {
-			return true
-		}
-	}
-	return false
 }
 
 // mountPoint is where a mount made after the create goes: made in the
