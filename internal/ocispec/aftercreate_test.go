@@ -117,6 +117,7 @@ func TestCreateHooks(t *testing.T) {
 // kept as it was with its unknown fields, and nothing else of the edits is
 // applied again.
 func TestApplyApplied(t *testing.T) {
+	timeout := 5
 	cfg := `{"ociVersion":"1.2.0","process":{"cwd":"/","args":["sh"]},"root":{"path":"rootfs"},
 	"mounts":[{"destination":"/usr/lib/libcuda.so.1","type":"bind","source":"/h/libcuda.so.1","options":["ro","rbind"]}],
 	"hooks":{"createContainer":[{"path":"/bin/engine","args":["engine"],"x-keep":1},
@@ -126,14 +127,22 @@ func TestApplyApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &plan.Plan{CDI: &cdispecs.ContainerEdits{
-		Hooks:  []*cdispecs.Hook{{HookName: "createContainer", Path: "/bin/engine", Args: []string{"engine"}}},
+		Hooks: []*cdispecs.Hook{{HookName: "createContainer", Path: "/bin/engine", Args: []string{"engine"}},
+			// What stays of the spec's own hook: a new entry.
+			{HookName: "createContainer", Path: "/usr/bin/nvidia-cdi-hook", Args: []string{"nvidia-cdi-hook", "update-ldcache"},
+				Env: []string{"NVIDIA_CTK_DEBUG=false"}, Timeout: &timeout}},
 		Mounts: []*cdispecs.Mount{{HostPath: "/h/libcuda.so.1", ContainerPath: "/usr/lib/libcuda.so.1", Options: []string{"ro", "rbind"}}}}}
 	if err := Apply(doc, p, HookConfig{Path: hookPath, RootfsDone: true, NoProcView: true, Applied: true}); err != nil {
 		t.Fatal(err)
 	}
 	got := generic(t, doc.data)
-	if cc := at(t, got, "hooks", "createContainer").([]any); len(cc) != 1 || at(t, cc, 0, "x-keep") != json.Number("1") {
-		t.Errorf("createContainer hooks %v, want the engine's entry as it was", cc)
+	cc := at(t, got, "hooks", "createContainer").([]any)
+	if len(cc) != 2 || at(t, cc, 0, "x-keep") != json.Number("1") {
+		t.Fatalf("createContainer hooks %v, want the engine's entry as it was and the hook that stays", cc)
+	}
+	if at(t, cc, 1, "path") != "/usr/bin/nvidia-cdi-hook" || at(t, cc, 1, "args", 1) != "update-ldcache" ||
+		at(t, cc, 1, "env", 0) != "NVIDIA_CTK_DEBUG=false" || at(t, cc, 1, "timeout") != json.Number("5") {
+		t.Errorf("the hook that stays: %v", cc[1])
 	}
 	if ms := at(t, got, "mounts").([]any); len(ms) != 1 {
 		t.Errorf("mounts %v, want the one the engine applied", ms)

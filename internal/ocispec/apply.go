@@ -381,15 +381,9 @@ func replaceCreateContainer(tree object, hooks []*cdispecs.Hook) error {
 			was = slices.Delete(was, i, i+1)
 			continue
 		}
-		o := object{"path": h.Path}
-		if h.Args != nil {
-			o["args"] = strings2any(h.Args)
-		}
-		if h.Env != nil {
-			o["env"] = strings2any(h.Env)
-		}
-		if h.Timeout != nil {
-			o["timeout"] = num(int64(*h.Timeout))
+		o, err := genericHook(specs.Hook{Path: h.Path, Args: h.Args, Env: h.Env, Timeout: h.Timeout})
+		if err != nil {
+			return fmt.Errorf("hooks.createContainer: %w", err)
 		}
 		cc = append(cc, o)
 	}
@@ -413,6 +407,22 @@ func replaceCreateContainer(tree object, hooks []*cdispecs.Hook) error {
 	}
 	ho["createContainer"] = cc
 	return nil
+}
+
+// genericHook is h's generic form, as the CDI editor's hooks are written
+// (genericOf; encoding/json for strings that are not valid UTF-8).
+func genericHook(h specs.Hook) (any, error) {
+	if out, ok := genericOf([]specs.Hook{h}); ok {
+		return out[0], nil
+	}
+	g, err := toGeneric([]specs.Hook{h})
+	if err != nil {
+		return nil, err
+	}
+	if a, ok := g.([]any); ok && len(a) == 1 {
+		return a[0], nil
+	}
+	return nil, fmt.Errorf("hook %s does not encode as one entry", h.Path)
 }
 
 // sameHook reports whether the generic hook entry v is h (path, args, env,
