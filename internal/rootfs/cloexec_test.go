@@ -16,27 +16,14 @@ import (
 // meanwhile (the low-level runtime the wrapper starts early, a confined
 // ldconfig) never inherits a directory of a container root.
 func TestDescriptorsCloseOnExec(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "usr/lib"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	r, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if err := r.Symlink("libcuda.so.1", "/usr/lib/libcuda.so"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.MountPoint("/usr/lib/libcuda.so.1", false); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.MountPoint("/opt/nvidia/dir", true); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.WriteFile("/etc/ld.so.conf.d/x.conf", []byte("/usr/lib\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	e := newEnv(t)
+	must(t, os.MkdirAll(filepath.Join(e.root, "usr/lib"), 0o755))
+	r := e.open(t)
+	must(t, r.Symlink("libcuda.so.1", "/usr/lib/libcuda.so"))
+	must(t, r.MountPoint("/usr/lib/libcuda.so.1", false))
+	must(t, r.MountPoint("/opt/nvidia/dir", true))
+	must(t, r.WriteFile("/etc/ld.so.conf.d/x.conf", []byte("/usr/lib\n"), 0o644))
+	dir := e.root
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
