@@ -20,6 +20,9 @@
 // runtime the caller started would take the bytes meant for it: only
 // callers that own the bundle for the create (the runtime wrapper an
 // engine runs) use this.
+//
+// A caller killed before it ends the feed leaves config.json the pipe;
+// Recover, on the next use of the bundle, puts the original back.
 package specfeed
 
 import (
@@ -28,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -180,4 +184,54 @@ func (f *Feed) end(data []byte) error {
 		return fmt.Errorf("feed %s: pipe: %w", f.path, err)
 	}
 	return nil
+}
+
+// Recover puts back the original config.json at path that a feed's owner
+// left as the pipe when it was killed (SIGKILL) before Commit, Keep or
+// Restore: config.json a named pipe, and beside it the one hard link Open
+// made to the original, named after a process that no longer runs. It
+// reports whether it did; a path that is not such a pipe is left alone (a
+// live owner's feed included), as is one with more than one such link
+// (which to take is not known: the error says so).
+func Recover(path string) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return false, nil
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false, fmt.Errorf("recover %s: %w", path, err)
+	}
+	prefix := "." + base + ".nctk-orig-"
+	var saved []string
+	for _, e := range ents {
+		tag, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		pid, _, _ := strings.Cut(tag, "-")
+		n, err := strconv.Atoi(pid)
+		if err != nil || n <= 0 {
+			continue
+		}
+		if err := unix.Kill(n, 0); err == nil || errors.Is(err, unix.EPERM) {
+			return false, nil // its owner runs: its feed, not a leftover
+		}
+		saved = append(saved, filepath.Join(dir, e.Name()))
+	}
+	switch len(saved) {
+	case 0:
+		return false, nil
+	case 1:
+	default:
+		return false, fmt.Errorf("recover %s: %d saved originals beside it (%s): put the right one back as config.json by hand", path, len(saved), strings.Join(saved, ", "))
+	}
+	if err := unix.Rename(saved[0], path); err != nil {
+		return false, fmt.Errorf("recover %s: %w", path, &os.PathError{Op: "rename", Path: saved[0], Err: err})
+	}
+	return true, nil
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,6 +191,88 @@ func TestOpenRefuses(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
 		t.Fatalf("Open left files behind: %d entries", len(ents))
 	}
+}
+
+// deadPid is the pid of a process that has ended (and been reaped).
+func deadPid(t *testing.T) int {
+	t.Helper()
+	c := exec.Command("/bin/sh", "-c", "exit 0")
+	if err := c.Run(); err != nil {
+		t.Skipf("no /bin/sh to make a pid that has ended: %v", err)
+	}
+	return c.Process.Pid
+}
+
+// abandon leaves f as a process killed between Open and Commit does:
+// the pipe closed, config.json still the pipe, the hard link to the
+// original named after owner.
+func abandon(t *testing.T, f *Feed, owner int) {
+	t.Helper()
+	f.pipe.Close()
+	dir := filepath.Dir(f.saved)
+	renamed := filepath.Join(dir, ".config.json.nctk-orig-"+strconv.Itoa(owner)+"-x")
+	if err := os.Rename(f.saved, renamed); err != nil {
+		t.Fatal(err)
+	}
+	f.saved = renamed
+}
+
+// TestRecover: a config.json a killed owner left as the pipe gets its
+// original back (the same file); a live owner's feed, a regular file, and
+// a pipe with two candidate originals are left alone.
+func TestRecover(t *testing.T) {
+	orig := []byte(`{"ociVersion":"1.0.2"}`)
+	dead := deadPid(t)
+	t.Run("owner killed", func(t *testing.T) {
+		path, f, st := setup(t, orig)
+		abandon(t, f, dead)
+		ok, err := Recover(path)
+		if err != nil || !ok {
+			t.Fatalf("Recover = %v, %v; want true, nil", ok, err)
+		}
+		fi := checkEnd(t, path, orig)
+		if ino := fi.Sys().(*syscall.Stat_t).Ino; ino != st.Ino {
+			t.Fatalf("config.json is inode %d, want the original file (%d)", ino, st.Ino)
+		}
+	})
+	t.Run("owner alive", func(t *testing.T) {
+		path, f, _ := setup(t, orig)
+		if ok, err := Recover(path); ok || err != nil {
+			t.Fatalf("Recover of a live feed = %v, %v; want false, nil", ok, err)
+		}
+		if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+			t.Fatalf("a live feed's pipe was replaced: %v %v", fi, err)
+		}
+		if err := f.Restore(); err != nil {
+			t.Fatal(err)
+		}
+		checkEnd(t, path, orig)
+	})
+	t.Run("regular file", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "config.json")
+		if err := os.WriteFile(path, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := Recover(path); ok || err != nil {
+			t.Fatalf("Recover = %v, %v; want false, nil", ok, err)
+		}
+		checkEnd(t, path, orig)
+	})
+	t.Run("two originals", func(t *testing.T) {
+		path, f, _ := setup(t, orig)
+		abandon(t, f, dead)
+		other := filepath.Join(filepath.Dir(path), ".config.json.nctk-orig-"+strconv.Itoa(dead)+"-y")
+		if err := os.WriteFile(other, []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := Recover(path)
+		if ok || err == nil || !strings.Contains(err.Error(), "2 saved originals") {
+			t.Fatalf("Recover = %v, %v; want an error naming both", ok, err)
+		}
+		if fi, err := os.Lstat(path); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+			t.Fatalf("config.json was replaced: %v %v", fi, err)
+		}
+	})
 }
 
 // BenchmarkFeed: what the early start adds to a create's config.json write:

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -147,6 +149,41 @@ func checkOriginal(t *testing.T, bundle string, before uint64) {
 	}
 	if after := inode(t, filepath.Join(bundle, "config.json")); after != before {
 		t.Fatalf("config.json is inode %d, want the original file %d", after, before)
+	}
+	if names := bundleEntries(t, bundle); strings.Join(names, " ") != "config.json rootfs" {
+		t.Fatalf("bundle holds %q", names)
+	}
+}
+
+// TestEarlyStartAfterKill: a bundle whose config.json an earlier wrapper,
+// killed (SIGKILL) in its early start, left as the pipe, with the original
+// under the hard link named after it: the next create puts the original
+// back and goes on from it, leaving nothing of the earlier one behind.
+func TestEarlyStartAfterKill(t *testing.T) {
+	h, bundle, rec := earlyHarness(t, devicePlan(), nil)
+	spec := filepath.Join(bundle, "config.json")
+	c := exec.Command("/bin/sh", "-c", "exit 0")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	saved := filepath.Join(bundle, ".config.json.nctk-orig-"+strconv.Itoa(c.Process.Pid)+"-x")
+	if err := os.Link(spec, saved); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(bundle, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(fifo, spec); err != nil {
+		t.Fatal(err)
+	}
+	code := h.run("create", "--bundle", bundle, "--pid-file", filepath.Join(t.TempDir(), "pid"), "ctr1")
+	if code != 7 {
+		t.Fatalf("exit %d (stderr %q), want the runtime's 7", code, h.stderr.String())
+	}
+	final := readFile(t, spec)
+	if got := readFile(t, filepath.Join(rec, "config.json")); string(got) != string(final) || !strings.Contains(string(final), "/dev/nvidia0") {
+		t.Fatalf("the runtime read:\n%s\nconfig.json holds:\n%s\nwant both edited", got, final)
 	}
 	if names := bundleEntries(t, bundle); strings.Join(names, " ") != "config.json rootfs" {
 		t.Fatalf("bundle holds %q", names)

@@ -70,6 +70,7 @@ import (
 	"github.com/nctk/nctk/internal/ocispec"
 	"github.com/nctk/nctk/internal/plan"
 	"github.com/nctk/nctk/internal/rootfs"
+	"github.com/nctk/nctk/internal/specfeed"
 	"github.com/nctk/nctk/internal/version"
 )
 
@@ -271,7 +272,16 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	specPath := filepath.Join(bundle, "config.json")
 	doc, err := ocispec.Load(specPath)
 	if err != nil {
-		return nil, nil, err
+		// An earlier wrapper killed while config.json was its pipe
+		// (earlyCreate) left the original beside it: put it back.
+		ok, rerr := specfeed.Recover(specPath)
+		if !ok {
+			return nil, nil, errors.Join(err, rerr)
+		}
+		log.Warn("config.json was left a pipe by a killed runtime; its original is back", "spec", specPath)
+		if doc, err = ocispec.Load(specPath); err != nil {
+			return nil, nil, err
+		}
 	}
 	spec := doc.Spec()
 	rootPath, err := doc.RootPath(bundle)
