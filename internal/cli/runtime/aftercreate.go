@@ -3,10 +3,8 @@ package runtime
 import (
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +26,7 @@ func (r *Runtime) createThen(e *app.Env, rt string, argv []string, inv *invocati
 	start := time.Now()
 	if c == nil {
 		var err error
+		r.signalsReady()
 		if c, err = r.Start(rt, argv, e.Environ); err != nil {
 			return 1, fmt.Errorf("run low-level runtime %s: %w", rt, err)
 		}
@@ -60,6 +59,7 @@ func (r *Runtime) createThen(e *app.Env, rt string, argv []string, inv *invocati
 func (r *Runtime) deleteContainer(e *app.Env, rt string, inv *invocation) error {
 	argv := append([]string{rt}, e.Args[1:inv.CommandIndex]...)
 	argv = append(argv, "delete", "--force", inv.ID)
+	r.signalsReady()
 	c, err := r.Start(rt, argv, e.Environ)
 	if err != nil {
 		return err
@@ -92,63 +92,6 @@ type rtChild interface {
 	Wait() (int, error)
 	// Kill ends it at once (SIGKILL); Wait still reaps it.
 	Kill()
-}
-
-// proc is start's child.
-type proc struct {
-	path string
-	pid  int
-	sigs chan os.Signal
-	done chan struct{}
-}
-
-// start runs path with argv and env as a child with this process's
-// standard streams and every descriptor it inherited without close-on-exec
-// (as exec would pass them: --preserve-fds, socket activation), and
-// forwards the signals an engine sends a runtime it waits for until Wait
-// returns.
-func start(path string, argv, env []string) (rtChild, error) {
-	p := &proc{path: path, sigs: make(chan os.Signal, 8), done: make(chan struct{})}
-	signal.Notify(p.sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: env, Files: stdFiles()})
-	if err != nil {
-		signal.Stop(p.sigs)
-		return nil, err
-	}
-	p.pid = pid
-	go func() {
-		for {
-			select {
-			case s := <-p.sigs:
-				_ = syscall.Kill(pid, s.(syscall.Signal))
-			case <-p.done:
-				return
-			}
-		}
-	}()
-	return p, nil
-}
-
-func (p *proc) Kill() { _ = syscall.Kill(p.pid, syscall.SIGKILL) }
-
-func (p *proc) Wait() (int, error) {
-	defer close(p.done)
-	defer signal.Stop(p.sigs)
-	var ws syscall.WaitStatus
-	var err error
-	for {
-		_, err = syscall.Wait4(p.pid, &ws, 0, nil)
-		if err != syscall.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("wait for %s: %w", p.path, err)
-	}
-	if ws.Signaled() {
-		return 128 + int(ws.Signal()), nil
-	}
-	return ws.ExitStatus(), nil
 }
 
 // stdFiles are this process's standard descriptors for the child: each

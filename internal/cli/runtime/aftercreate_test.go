@@ -284,9 +284,9 @@ func TestAfterCreateUnderMasks(t *testing.T) {
 	}
 }
 
-// run starts path as the runtime does (start) and waits for it.
+// run starts path as the runtime does (relay.start) and waits for it.
 func run(path string, argv, env []string) (int, error) {
-	c, err := start(path, argv, env)
+	c, err := newRelay().start(path, argv, env)
 	if err != nil {
 		return 0, err
 	}

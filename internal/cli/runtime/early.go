@@ -28,12 +28,16 @@ type earlyCreate struct {
 	fed bool
 	// del deletes the container the runtime created (delete --force).
 	del func() error
+	// ready waits until the signals this process gets reach the runtime
+	// (Runtime.signalsReady): before it may create the container.
+	ready func()
 }
 
 // startEarly turns config.json at specPath into a pipe and starts the
 // low-level runtime (startRT); on an error config.json is as it was and
-// nothing runs.
-func startEarly(specPath string, startRT func() (rtChild, error), del func() error) (*earlyCreate, error) {
+// nothing runs. ready is called before the runtime is given config.json
+// (commit, keep), del to delete what it created.
+func startEarly(specPath string, startRT func() (rtChild, error), del func() error, ready func()) (*earlyCreate, error) {
 	feed, err := specfeed.Open(specPath)
 	if err != nil {
 		return nil, err
@@ -42,7 +46,7 @@ func startEarly(specPath string, startRT func() (rtChild, error), del func() err
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("start low-level runtime: %w", err), feed.Restore())
 	}
-	return &earlyCreate{feed: feed, child: c, del: del}, nil
+	return &earlyCreate{feed: feed, child: c, del: del, ready: ready}, nil
 }
 
 // commit is injectPlan's save: the edited config.json, for the runtime
@@ -52,6 +56,7 @@ func (x *earlyCreate) commit(doc *ocispec.Doc) error {
 	if err != nil {
 		return fmt.Errorf("write OCI spec: %w", err)
 	}
+	x.ready()
 	if err := x.feed.Commit(data); err != nil {
 		return fmt.Errorf("write OCI spec: %w", err)
 	}
@@ -62,6 +67,7 @@ func (x *earlyCreate) commit(doc *ocispec.Doc) error {
 // keep gives the runtime config.json as it was (orig, its bytes): a
 // container with nothing to edit.
 func (x *earlyCreate) keep(orig []byte) error {
+	x.ready()
 	if err := x.feed.Keep(orig); err != nil {
 		return errors.Join(fmt.Errorf("restore OCI spec: %w", err), x.stop())
 	}

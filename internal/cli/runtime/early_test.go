@@ -41,7 +41,7 @@ exit 7
 		c.Runtime.Runtimes = []string{h.runc}
 		return c, nil
 	}
-	h.rt.Start = start
+	h.rt.Start = newRelay().start
 	h.rt.planner = preparerFunc(func(_ context.Context, in input) (*plan.Plan, error) {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -245,7 +245,7 @@ func TestEarlyStartExecFails(t *testing.T) {
 		c.Runtime.Runtimes = []string{h.runc}
 		return c, nil
 	}
-	h.rt.Start = start
+	h.rt.Start = newRelay().start
 	h.rt.planner = preparerFunc(func(context.Context, input) (*plan.Plan, error) { return devicePlan(), nil })
 	bundle := writeBundle(t, gpuSpec)
 	if code := h.run("create", "--bundle", bundle, "--pid-file", filepath.Join(t.TempDir(), "pid"), "ctr1"); code != 0 {
@@ -293,7 +293,14 @@ func TestEarlyEnd(t *testing.T) {
 			specPath := filepath.Join(bundle, "config.json")
 			c := &fakeChild{run: func() (int, error) { return tt.status, nil }}
 			deleted := false
-			x, err := startEarly(specPath, func() (rtChild, error) { return c, nil }, func() error { deleted = true; return nil })
+			// ready must come before the runtime gets a document:
+			// while config.json is still the pipe.
+			readied := false
+			ready := func() {
+				fi, err := os.Lstat(specPath)
+				readied = err == nil && fi.Mode()&os.ModeNamedPipe != 0
+			}
+			x, err := startEarly(specPath, func() (rtChild, error) { return c, nil }, func() error { deleted = true; return nil }, ready)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -310,6 +317,9 @@ func TestEarlyEnd(t *testing.T) {
 			if (err != nil) != tt.wantErr || c.killed != tt.wantKilled || deleted != tt.wantDeleted {
 				t.Fatalf("end: error %v, killed %v, deleted %v; want error %v, killed %v, deleted %v",
 					err, c.killed, deleted, tt.wantErr, tt.wantKilled, tt.wantDeleted)
+			}
+			if fed := tt.commit || tt.err == nil; readied != fed {
+				t.Fatalf("signals readied before config.json was given: %v, want %v", readied, fed)
 			}
 			got := string(readFile(t, specPath))
 			inode(t, specPath)

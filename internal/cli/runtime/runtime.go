@@ -88,6 +88,10 @@ type Runtime struct {
 	// after it, or one started before config.json was final; see
 	// createThen and earlyCreate).
 	Start func(path string, argv, env []string) (rtChild, error)
+	// signals is the relay behind Start (New's; nil for another Start):
+	// armed as soon as a child is likely, waited for (signalsReady) before
+	// a child may create the container.
+	signals *relay
 	// Early tells whether the low-level runtime rt may be started before
 	// config.json is final (earlyCreate); nil leaves it to startsEarly
 	// (runc, by name: it reads config.json once, whole).
@@ -137,11 +141,13 @@ func New() *Runtime {
 	if self != "" {
 		nctk = filepath.Join(filepath.Dir(self), "nctk")
 	}
+	rel := newRelay()
 	return &Runtime{
 		planner:     defaultPlanner(),
 		LoadConfig:  loadConfig,
 		Exec:        syscall.Exec,
-		Start:       start,
+		Start:       rel.start,
+		signals:     rel,
 		Self:        self,
 		Nctk:        nctk,
 		HookBuildID: version.HookBuildID(),
@@ -197,6 +203,9 @@ func nameMode(name string) string {
 // runtime.
 func (r *Runtime) Run(e *app.Env) int {
 	inv, perr := parseArgs(e.Args) // inv is usable even with perr (for --log)
+	if perr == nil && inv.Command == "create" && inv.PidFile != "" && r.signals != nil {
+		r.signals.arm() // the low-level runtime will likely be a child
+	}
 	cfg, cerr := r.LoadConfig(e)
 	if cerr == nil && r.ModeOverride != "" {
 		cfg.Runtime.Mode = r.ModeOverride
@@ -296,7 +305,7 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	save := func(d *ocispec.Doc) error { return ocispec.Save(specPath, d) }
 	if mode.AfterCreate && r.startsEarly(rt) && mayInject(spec, cfg) {
 		del := func() error { return r.deleteContainer(e, rt, inv) }
-		if x, xerr := startEarly(specPath, func() (rtChild, error) { return r.Start(rt, argv, e.Environ) }, del); xerr != nil {
+		if x, xerr := startEarly(specPath, func() (rtChild, error) { return r.Start(rt, argv, e.Environ) }, del, r.signalsReady); xerr != nil {
 			log.Debug("low-level runtime not started early", "reason", xerr)
 		} else {
 			early, save = x.child, x.commit
@@ -912,4 +921,12 @@ func (r *Runtime) needsProcView(spec *specs.Spec) bool {
 	return !slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool {
 		return m.Type == "proc" && filepath.Clean(m.Destination) == "/proc"
 	})
+}
+
+// signalsReady waits until Start's children get the signals this process
+// relays (relay.ready); nothing with another Start.
+func (r *Runtime) signalsReady() {
+	if r.signals != nil {
+		r.signals.ready()
+	}
 }
