@@ -47,6 +47,7 @@ func TestRelay(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		rel.ready() // as the runtime waits before its child may create the container
 		if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
 			t.Fatal(err)
 		}
