@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nctk/nctk/internal/aftercreate"
 	"github.com/nctk/nctk/internal/app"
 )
@@ -83,28 +81,4 @@ func readPidFile(name string) (int, error) {
 		return 0, fmt.Errorf("container pid file %s: %q is not a pid", name, data)
 	}
 	return pid, nil
-}
-
-// rtChild is a low-level runtime running as this process's child.
-type rtChild interface {
-	// Wait waits for it to end and returns its exit status (128+n when
-	// signal n ended it).
-	Wait() (int, error)
-	// Kill ends it at once (SIGKILL); Wait still reaps it.
-	Kill()
-}
-
-// stdFiles are this process's standard descriptors for the child: each
-// that is open is passed as is, one that is closed stays closed in the
-// child (as across exec), instead of failing the start.
-func stdFiles() []uintptr {
-	files := make([]uintptr, 3)
-	for fd := range files {
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
-			files[fd] = ^uintptr(0) // closed in the child
-			continue
-		}
-		files[fd] = uintptr(fd)
-	}
-	return files
 }

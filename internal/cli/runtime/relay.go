@@ -10,6 +10,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// rtChild is a low-level runtime running as this process's child.
+type rtChild interface {
+	// Wait waits for it to end and returns its exit status (128+n when
+	// signal n ended it).
+	Wait() (int, error)
+	// Kill ends it at once (SIGKILL); Wait still reaps it.
+	Kill()
+}
+
 // relayed are the signals an engine sends a runtime it waits for (a
 // timeout's SIGTERM, a user's ^C): while the low-level runtime runs as
 // this process's child they are passed on to it, as they would reach it
@@ -90,6 +99,21 @@ func (r *relay) start(path string, argv, env []string) (rtChild, error) {
 	}
 	r.pid = pid
 	return &proc{path: path, pid: pid, relay: r}, nil
+}
+
+// stdFiles are this process's standard descriptors for the child: each
+// that is open is passed as is, one that is closed stays closed in the
+// child (as across exec), instead of failing the start.
+func stdFiles() []uintptr {
+	files := make([]uintptr, 3)
+	for fd := range files {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			files[fd] = ^uintptr(0) // closed in the child
+			continue
+		}
+		files[fd] = uintptr(fd)
+	}
+	return files
 }
 
 // proc is relay.start's child.
