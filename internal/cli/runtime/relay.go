@@ -33,8 +33,8 @@ var relayed = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sysca
 // (ready does: before a child can create the container, so that a signal
 // never ends this process alone with the container half set up); and they
 // are never given back: a relayed signal that arrives while no child runs
-// (before the first, after one ended) has its default action, as if it
-// were not caught.
+// (before the first, after one ended) does what it does to a Go program
+// that does not catch it (deliver).
 type relay struct {
 	once  sync.Once
 	armed chan struct{} // closed once the signals are caught
@@ -61,17 +61,21 @@ func (r *relay) loop() {
 	}
 }
 
-// deliver passes s on to the child, or, with none running, gives s its
-// default action in this process.
+// deliver passes s on to the child, or, with none running, gives s the
+// action it has in a Go program that does not catch it: SIGUSR1 and
+// SIGUSR2 none (they stay caught, for the next child); the others end
+// this process (s is given back and raised again).
 func (r *relay) deliver(s syscall.Signal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.pid > 0 {
+	switch {
+	case r.pid > 0:
 		_ = syscall.Kill(r.pid, s)
-		return
+	case s == syscall.SIGUSR1 || s == syscall.SIGUSR2:
+	default:
+		signal.Reset(s)
+		_ = syscall.Kill(os.Getpid(), s)
 	}
-	signal.Reset(s)
-	_ = syscall.Kill(os.Getpid(), s)
 }
 
 // ready waits until the relayed signals are caught (arm).

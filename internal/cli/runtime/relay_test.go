@@ -12,8 +12,10 @@ import (
 
 // TestRelay: a relayed signal that this process gets while the low-level
 // runtime runs as its child reaches the child (as it would have, had the
-// runtime been exec'ed); one that arrives after the child ended has its
-// default action here (it is not swallowed), as before the first child.
+// runtime been exec'ed); one that arrives while no child runs has the
+// action it has in a Go program that does not catch it: SIGTERM ends the
+// process (it is not swallowed), SIGUSR1 is ignored and still relayed to
+// a later child.
 func TestRelay(t *testing.T) {
 	sh, err := exec.LookPath("sh")
 	if err != nil {
@@ -34,6 +36,14 @@ func TestRelay(t *testing.T) {
 	t.Run("to the child", func(t *testing.T) {
 		ready := filepath.Join(t.TempDir(), "ready")
 		rel := newRelay()
+		// A SIGUSR1 before any child: nothing happens (as in a Go
+		// program that does not catch it), and the next child still
+		// gets the next one.
+		rel.ready()
+		if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
 		c := mustStart(t, rel, sh, `trap 'exit 42' USR1; : > `+ready+`; while :; do sleep 0.01; done`)
 		deadline := time.Now().Add(10 * time.Second)
 		for {
