@@ -19,11 +19,13 @@ type rtChild interface {
 	Kill()
 }
 
-// relayed are the signals an engine sends a runtime it waits for (a
+// relayed returns the signals an engine sends a runtime it waits for (a
 // timeout's SIGTERM, a user's ^C): while the low-level runtime runs as
 // this process's child they are passed on to it, as they would reach it
 // had this process exec'ed it.
-var relayed = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+func relayed() []os.Signal {
+	return []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+}
 
 // relay starts the low-level runtime as a child and passes the relayed
 // signals on to it. Catching them (signal.Notify) costs a round trip to
@@ -47,14 +49,14 @@ func newRelay() *relay {
 	return &relay{armed: make(chan struct{}), sigs: make(chan os.Signal, 8)}
 }
 
-// arm starts catching the relayed signals in the background; start waits
+// arm starts catching the relayed signals in the background; ready waits
 // for it.
 func (r *relay) arm() {
 	r.once.Do(func() { go r.loop() })
 }
 
 func (r *relay) loop() {
-	signal.Notify(r.sigs, relayed...)
+	signal.Notify(r.sigs, relayed()...)
 	close(r.armed)
 	for s := range r.sigs {
 		r.deliver(s.(syscall.Signal))
