@@ -203,9 +203,6 @@ func nameMode(name string) string {
 // runtime.
 func (r *Runtime) Run(e *app.Env) int {
 	inv, perr := parseArgs(e.Args) // inv is usable even with perr (for --log)
-	if perr == nil && inv.Command == "create" && inv.PidFile != "" && r.signals != nil {
-		r.signals.arm() // the low-level runtime will likely be a child
-	}
 	cfg, cerr := r.LoadConfig(e)
 	if cerr == nil && r.ModeOverride != "" {
 		cfg.Runtime.Mode = r.ModeOverride
@@ -303,18 +300,26 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	// the container at once, so that work stays a hook there.
 	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != "", ownHook: r.ownHook()}
 	save := func(d *ocispec.Doc) error { return ocispec.Save(specPath, d) }
-	if mode.AfterCreate && r.startsEarly(rt) && mayInject(spec, cfg) {
-		del := func() error { return r.deleteContainer(e, rt, inv) }
-		if x, xerr := startEarly(specPath, func() (rtChild, error) { return r.Start(rt, argv, e.Environ) }, del, r.signalsReady); xerr != nil {
-			log.Debug("low-level runtime not started early", "reason", xerr)
-		} else {
-			early, save = x.child, x.commit
-			defer func() {
-				if err = x.end(err, doc.Original()); err != nil {
-					after.Close()
-					after, early = nil, nil
-				}
-			}()
+	if mode.AfterCreate && mayInject(spec, cfg) {
+		// The low-level runtime will run as a child: the signals it is
+		// relayed are caught meanwhile (relay.arm; a container that asks
+		// for nothing is exec'ed and never pays for it).
+		if r.signals != nil {
+			r.signals.arm()
+		}
+		if r.startsEarly(rt) {
+			del := func() error { return r.deleteContainer(e, rt, inv) }
+			if x, xerr := startEarly(specPath, func() (rtChild, error) { return r.Start(rt, argv, e.Environ) }, del, r.signalsReady); xerr != nil {
+				log.Debug("low-level runtime not started early", "reason", xerr)
+			} else {
+				early, save = x.child, x.commit
+				defer func() {
+					if err = x.end(err, doc.Original()); err != nil {
+						after.Close()
+						after, early = nil, nil
+					}
+				}()
+			}
 		}
 	}
 	planStart := time.Now()
