@@ -43,3 +43,106 @@ func TestLoadRootPath(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// TestLoadRootPathMemo: the root path is kept beside config.json and read
+// back while config.json is the same file, unchanged; any change to it
+// (even one that keeps its size and modification time) is a new answer;
+// a kept answer that is not an absolute clean path is ignored; without
+// keep nothing is written.
+func TestLoadRootPathMemo(t *testing.T) {
+	bundle := t.TempDir()
+	spec := filepath.Join(bundle, "config.json")
+	memo := filepath.Join(bundle, memoName)
+	write := func(path string) {
+		t.Helper()
+		if err := os.WriteFile(spec, []byte(`{"root":{"path":"`+path+`"}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := func(keep bool, want string) {
+		t.Helper()
+		got, err := LoadRootPathMemo(spec, bundle, keep)
+		if err != nil || got != want {
+			t.Fatalf("LoadRootPathMemo = %q, %v; want %q", got, err, want)
+		}
+	}
+	write("/r/aaaa")
+	load(false, "/r/aaaa")
+	if _, err := os.Stat(memo); !os.IsNotExist(err) {
+		t.Fatalf("without keep a memo was written: %v", err)
+	}
+	load(true, "/r/aaaa")
+	fi, err := os.Stat(memo)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("memo: %v, %v; want a 0600 file", fi, err)
+	}
+	// Read back: the memo's answer is what is returned while the key holds.
+	data, _ := os.ReadFile(memo)
+	key, _, _ := strings.Cut(string(data), "\n")
+	if err := os.WriteFile(memo, []byte(key+"\n/from/memo\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	load(false, "/from/memo")
+	// Not an absolute clean path, or a write cut short (no last
+	// newline): ignored.
+	for _, bad := range []string{"rel\n", "/a/../b\n", "\n", "/from/memo", "/from/memo\n\n"} {
+		if err := os.WriteFile(memo, []byte(key+"\n"+bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		load(false, "/r/aaaa")
+	}
+	// The same size and modification time, another root: the change time
+	// still tells.
+	st, _ := os.Stat(spec)
+	load(true, "/r/aaaa")
+	write("/r/bbbb")
+	if err := os.Chtimes(spec, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	load(true, "/r/bbbb")
+	// Another bundle for the same file (a relative root.path): not the
+	// kept answer.
+	write("rootfs")
+	load(true, filepath.Join(bundle, "rootfs"))
+	if got, err := LoadRootPathMemo(spec, "/elsewhere", true); err != nil || got != "/elsewhere/rootfs" {
+		t.Fatalf("another bundle: %q, %v", got, err)
+	}
+	// Errors are LoadRootPath's, and nothing is kept for them.
+	os.Remove(memo)
+	write(`","x`)
+	if _, err := LoadRootPathMemo(spec, bundle, true); err == nil {
+		t.Fatal("a config.json that is not JSON gave a root")
+	}
+	if _, err := os.Stat(memo); !os.IsNotExist(err) {
+		t.Fatalf("a memo was kept for an error: %v", err)
+	}
+}
+
+// BenchmarkLoadRootPath: config.json's root.path read whole (each of an
+// NVIDIA-layout spec's hook processes did) against the kept answer.
+func BenchmarkLoadRootPath(b *testing.B) {
+	bundle := b.TempDir()
+	spec := filepath.Join(bundle, "config.json")
+	var mounts []string
+	for i := range 40 {
+		mounts = append(mounts, `{"destination":"/usr/lib/x86_64-linux-gnu/libnvidia-`+strings.Repeat("x", 20)+string(rune('a'+i%26))+`.so.535.261.03","type":"bind","source":"/usr/lib/x86_64-linux-gnu/libnvidia-x.so.535.261.03","options":["ro","nosuid","nodev","rbind","rprivate"]}`)
+	}
+	doc := `{"ociVersion":"1.2.0","root":{"path":"rootfs"},"mounts":[` + strings.Join(mounts, ",") + `]}`
+	if err := os.WriteFile(spec, []byte(doc), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("whole", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := LoadRootPath(spec, bundle); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("memo", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := LoadRootPathMemo(spec, bundle, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -341,7 +341,9 @@ func (h *hookEnv) findContainerRoot(specFile string) (string, error) {
 		}
 		bundle, specPath = st.Bundle, filepath.Join(st.Bundle, "config.json")
 	}
-	return ocistate.LoadRootPath(specPath, bundle)
+	// A hook on its own (a spec in NVIDIA's layout: one process per hook)
+	// keeps the answer for the next hook process; a chain is nctk's one.
+	return ocistate.LoadRootPathMemo(specPath, bundle, h.chain == nil)
 }
 
 // withRoot runs f on the container root (containerRoot); on error every
