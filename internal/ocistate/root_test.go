@@ -146,3 +146,42 @@ func BenchmarkLoadRootPath(b *testing.B) {
 		}
 	})
 }
+
+// FuzzLoadRootPathMemo: whatever the kept file holds, the answer is the
+// config.json's own root, or (only under config.json's exact key) an
+// absolute clean path without a newline; never an error for a valid
+// config.json.
+func FuzzLoadRootPathMemo(f *testing.F) {
+	f.Add([]byte(""), false)
+	f.Add([]byte("x\n/r\n"), true)
+	f.Add([]byte("\n\n\n"), true)
+	f.Add([]byte("/a/../b\n"), true)
+	f.Fuzz(func(t *testing.T, body []byte, withKey bool) {
+		bundle := t.TempDir()
+		spec := filepath.Join(bundle, "config.json")
+		if err := os.WriteFile(spec, []byte(`{"root":{"path":"/real/root"}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		memo := filepath.Join(bundle, memoName)
+		data := body
+		if withKey {
+			// The real key, then the fuzzed rest.
+			if _, err := LoadRootPathMemo(spec, bundle, true); err != nil {
+				t.Fatal(err)
+			}
+			kept, _ := os.ReadFile(memo)
+			key, _, _ := strings.Cut(string(kept), "\n")
+			data = append([]byte(key+"\n"), body...)
+		}
+		if err := os.WriteFile(memo, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := LoadRootPathMemo(spec, bundle, false)
+		if err != nil {
+			t.Fatalf("LoadRootPathMemo: %v", err)
+		}
+		if got != "/real/root" && (!withKey || !filepath.IsAbs(got) || filepath.Clean(got) != got || strings.Contains(got, "\n")) {
+			t.Fatalf("LoadRootPathMemo = %q from kept %q", got, data)
+		}
+	})
+}
