@@ -37,7 +37,9 @@ type entryAt struct {
 	name string
 }
 
-// placeholderAt is placeholder that also says where the placeholder is.
+// placeholderAt is placeholder that also says where the placeholder is:
+// its directory resolved once for every entry made in it (entryIn: a
+// driver's library directory gets dozens), the journal's own descriptor.
 func (r *Root) placeholderAt(cp string, dir bool, mode uint32) (int, entryAt, error) {
 	if cp == "/" {
 		if !dir {
@@ -46,23 +48,12 @@ func (r *Root) placeholderAt(cp string, dir bool, mode uint32) (int, entryAt, er
 		fd, err := dupCloexec(r.fd)
 		return fd, entryAt{dir: -1}, err
 	}
-	parent, name, err := split(cp)
-	if err != nil {
-		return -1, entryAt{dir: -1}, r.errorf(cp, err)
-	}
-	dfd, err := r.mkdirAll(parent, 0o755)
+	dfd, name, err := r.entryIn(cp)
 	if err != nil {
 		return -1, entryAt{dir: -1}, err
 	}
-	defer unix.Close(dfd)
-	at := entryAt{dir: -1, name: name}
-	if kd, err := r.keepDir(dfd); err == nil {
-		// The journal's own descriptor of the directory: the entries the
-		// placeholder records find it kept (no second fstat).
-		at.dir, dfd = kd, kd
-	}
 	fd, err := r.placeholderIn(dfd, cp, name, dir, mode)
-	return fd, at, err
+	return fd, entryAt{dir: dfd, name: name}, err
 }
 
 // placeholderIn is placeholder for name in the directory dfd.

@@ -288,7 +288,7 @@ func (r *Root) Attach(s *Source, dst string) error {
 	if s.fd < 0 && s.tree < 0 {
 		return r.errorf(cp, errors.New("mount: closed source"))
 	}
-	ph, at, err := r.attachPoint(cp, s.dir, placeholderMode(s))
+	ph, at, err := r.placeholderAt(cp, s.dir, placeholderMode(s))
 	if err != nil {
 		return err
 	}
@@ -324,22 +324,6 @@ func (r *Root) Attach(s *Source, dst string) error {
 	return nil
 }
 
-// attachPoint is the placeholder a mount at cp goes on (Attach, and
-// MountPoint ahead of it) and where it is: placeholderAt, with the
-// directory resolved once for every mount in it (entryIn: a driver's
-// library directory gets dozens), except for the root itself.
-func (r *Root) attachPoint(cp string, dir bool, mode uint32) (int, entryAt, error) {
-	if cp == "/" {
-		return r.placeholderAt(cp, dir, mode)
-	}
-	dfd, name, err := r.entryIn(cp)
-	if err != nil {
-		return -1, entryAt{dir: -1}, err
-	}
-	fd, err := r.placeholderIn(dfd, cp, name, dir, mode)
-	return fd, entryAt{dir: dfd, name: name}, err
-}
-
 // coverDirs forgets the directories entryIn resolved: a directory mount
 // the Root is about to make may cover one of them (mounted at or above
 // it), and later entries there must go into the mount. Every mount of a
@@ -361,7 +345,7 @@ func (r *Root) MountPoint(dst string, dir bool) error {
 	if err != nil {
 		return r.errorf(dst, err)
 	}
-	fd, _, err := r.attachPoint(cp, dir, mode)
+	fd, err := r.placeholder(cp, dir, mode)
 	if err != nil {
 		return err
 	}
