@@ -44,7 +44,6 @@ type Feed struct {
 	path  string   // config.json
 	saved string   // the original file, under a hard link
 	pipe  *os.File // the pipe, open for reading and writing (never blocks on open)
-	st    unix.Stat_t
 	done  bool
 }
 
@@ -53,15 +52,16 @@ type Feed struct {
 // is left as it was.
 func Open(path string) (*Feed, error) {
 	f := &Feed{path: path}
-	if err := unix.Lstat(path, &f.st); err != nil {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
 		return nil, fmt.Errorf("feed %s: %w", path, &os.PathError{Op: "lstat", Path: path, Err: err})
 	}
-	if f.st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, fmt.Errorf("feed %s: not a regular file", path)
 	}
 	dir, base := filepath.Split(path)
 	tag := strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	f.saved = filepath.Join(dir, "."+base+".nctk-orig-"+tag)
+	f.saved = filepath.Join(dir, savedPrefix(base)+tag)
 	if err := unix.Link(path, f.saved); err != nil {
 		return nil, fmt.Errorf("feed %s: %w", path, &os.PathError{Op: "link", Path: f.saved, Err: err})
 	}
@@ -85,10 +85,10 @@ func Open(path string) (*Feed, error) {
 		return fail("open", fifo, err)
 	}
 	f.pipe = os.NewFile(uintptr(fd), fifo)
-	if err := unix.Fchown(fd, int(f.st.Uid), int(f.st.Gid)); err != nil {
+	if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
 		return fail("chown", fifo, err)
 	}
-	if err := unix.Fchmod(fd, f.st.Mode&0o7777); err != nil {
+	if err := unix.Fchmod(fd, st.Mode&0o7777); err != nil {
 		return fail("chmod", fifo, err)
 	}
 	if err := unix.Rename(fifo, path); err != nil {
@@ -96,6 +96,10 @@ func Open(path string) (*Feed, error) {
 	}
 	return f, nil
 }
+
+// savedPrefix starts the name of the hard link Open keeps the original
+// file base under (then its pid, a dash and a time): what Recover looks for.
+func savedPrefix(base string) string { return "." + base + ".nctk-orig-" }
 
 // ErrDone is the error of Commit, Keep or Restore on a feed already ended.
 var ErrDone = errors.New("config.json feed already ended")
@@ -206,7 +210,7 @@ func Recover(path string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("recover %s: %w", path, err)
 	}
-	prefix := "." + base + ".nctk-orig-"
+	prefix := savedPrefix(base)
 	var saved []string
 	for _, e := range ents {
 		tag, ok := strings.CutPrefix(e.Name(), prefix)
