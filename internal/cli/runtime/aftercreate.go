@@ -24,7 +24,7 @@ func (r *Runtime) createThen(e *app.Env, rt string, argv []string, inv *invocati
 	start := time.Now()
 	if c == nil {
 		var err error
-		r.signalsReady()
+		r.signals.ready()
 		if c, err = r.Start(rt, argv, e.Environ); err != nil {
 			return 1, fmt.Errorf("run low-level runtime %s: %w", rt, err)
 		}
@@ -57,7 +57,7 @@ func (r *Runtime) createThen(e *app.Env, rt string, argv []string, inv *invocati
 func (r *Runtime) deleteContainer(e *app.Env, rt string, inv *invocation) error {
 	argv := append([]string{rt}, e.Args[1:inv.CommandIndex]...)
 	argv = append(argv, "delete", "--force", inv.ID)
-	r.signalsReady()
+	r.signals.ready()
 	c, err := r.Start(rt, argv, e.Environ)
 	if err != nil {
 		return err

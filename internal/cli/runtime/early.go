@@ -29,7 +29,7 @@ type earlyCreate struct {
 	// del deletes the container the runtime created (delete --force).
 	del func() error
 	// ready waits until the signals this process gets reach the runtime
-	// (Runtime.signalsReady): before it may create the container.
+	// (relay.ready): before it may create the container.
 	ready func()
 }
 

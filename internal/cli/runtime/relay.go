@@ -50,9 +50,12 @@ func newRelay() *relay {
 }
 
 // arm starts catching the relayed signals in the background; ready waits
-// for it.
+// for it. Both do nothing on a nil relay (a Runtime whose Start is not a
+// relay's).
 func (r *relay) arm() {
-	r.once.Do(func() { go r.loop() })
+	if r != nil {
+		r.once.Do(func() { go r.loop() })
+	}
 }
 
 func (r *relay) loop() {
@@ -82,8 +85,10 @@ func (r *relay) deliver(s syscall.Signal) {
 
 // ready waits until the relayed signals are caught (arm).
 func (r *relay) ready() {
-	r.arm()
-	<-r.armed
+	if r != nil {
+		r.arm()
+		<-r.armed
+	}
 }
 
 // start runs path with argv and env as a child with this process's

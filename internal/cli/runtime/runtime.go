@@ -89,7 +89,7 @@ type Runtime struct {
 	// createThen and earlyCreate).
 	Start func(path string, argv, env []string) (rtChild, error)
 	// signals is the relay behind Start (New's; nil for another Start):
-	// armed as soon as a child is likely, waited for (signalsReady) before
+	// armed as soon as a child is likely, waited for (relay.ready) before
 	// a child may create the container.
 	signals *relay
 	// Early tells whether the low-level runtime rt may be started before
@@ -304,12 +304,10 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 		// The low-level runtime will run as a child: the signals it is
 		// relayed are caught meanwhile (relay.arm; a container that asks
 		// for nothing is exec'ed and never pays for it).
-		if r.signals != nil {
-			r.signals.arm()
-		}
+		r.signals.arm()
 		if r.startsEarly(rt) {
 			del := func() error { return r.deleteContainer(e, rt, inv) }
-			if x, xerr := startEarly(specPath, func() (rtChild, error) { return r.Start(rt, argv, e.Environ) }, del, r.signalsReady); xerr != nil {
+			if x, xerr := startEarly(specPath, func() (rtChild, error) { return r.Start(rt, argv, e.Environ) }, del, r.signals.ready); xerr != nil {
 				log.Debug("low-level runtime not started early", "reason", xerr)
 			} else {
 				early, save = x.child, x.commit
@@ -926,12 +924,4 @@ func (r *Runtime) needsProcView(spec *specs.Spec) bool {
 	return !slices.ContainsFunc(spec.Mounts, func(m specs.Mount) bool {
 		return m.Type == "proc" && filepath.Clean(m.Destination) == "/proc"
 	})
-}
-
-// signalsReady waits until Start's children get the signals this process
-// relays (relay.ready); nothing with another Start.
-func (r *Runtime) signalsReady() {
-	if r.signals != nil {
-		r.signals.ready()
-	}
 }
