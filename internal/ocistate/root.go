@@ -81,11 +81,11 @@ func LoadRootPathMemo(path, bundle string, keep bool) (string, error) {
 		st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
 	memo := filepath.Join(filepath.Dir(path), memoName)
 	if data, err := hostfile.ReadFile(memo, int64(len(key))+4096+2); err == nil {
-		// key, root, and a last newline: a write cut short is no answer.
-		if k, root, ok := strings.Cut(strings.TrimSuffix(string(data), "\n"), "\n"); ok && k == key &&
-			len(data) == len(k)+len(root)+2 && !strings.Contains(root, "\n") &&
-			filepath.IsAbs(root) && filepath.Clean(root) == root {
-			return root, nil
+		// key, root, each ended by a newline: a write cut short is no
+		// answer.
+		if l := strings.Split(string(data), "\n"); len(l) == 3 && l[0] == key && l[2] == "" &&
+			filepath.IsAbs(l[1]) && filepath.Clean(l[1]) == l[1] {
+			return l[1], nil
 		}
 	}
 	root, err := LoadRootPath(path, bundle)
