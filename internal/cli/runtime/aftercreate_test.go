@@ -2,9 +2,7 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -12,7 +10,6 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/hookargs"
@@ -154,62 +151,6 @@ func TestCreateAfterCreatePrepareFails(t *testing.T) {
 	}
 }
 
-// TestSpawn: the child gets the standard streams and exit status as exec
-// would give them; a closed standard descriptor stays closed instead of
-// failing the start; a signal's death is 128+n.
-func TestSpawn(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip(err)
-	}
-	for _, tt := range []struct {
-		name   string
-		script string
-		want   int
-	}{
-		{"status", "exit 7", 7},
-		{"signal", "kill -TERM $$", 128 + 15},
-		// fd 0 of this test is open: the child sees it.
-		{"stdin open", "[ -e /proc/self/fd/0 ] || exit 9", 0},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := run(sh, []string{"sh", "-c", tt.script}, os.Environ())
-			if err != nil || got != tt.want {
-				t.Errorf("spawn: %d, %v; want %d", got, err, tt.want)
-			}
-		})
-	}
-	// A descriptor inherited without close-on-exec (--preserve-fds, socket
-	// activation) reaches the child at its number.
-	var p [2]int
-	if err := unix.Pipe2(p[:], 0); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(p[0])
-	defer unix.Close(p[1])
-	if got, err := run(sh, []string{"sh", "-c", fmt.Sprintf("[ -e /proc/self/fd/%d ]", p[1])}, os.Environ()); err != nil || got != 0 {
-		t.Errorf("inherited descriptor %d not passed on: %d, %v", p[1], got, err)
-	}
-	if _, err := run("/nonexistent/runc", []string{"runc"}, nil); err == nil {
-		t.Error("spawn of a missing binary succeeded")
-	}
-	// A closed standard descriptor: in a child of this test (fd 0 closed),
-	// spawn still starts the program, whose fd 0 is closed too.
-	if os.Getenv("NCTK_SPAWN_CLOSED") == "1" {
-		os.Stdin.Close()
-		got, err := run(sh, []string{"sh", "-c", "[ -e /proc/self/fd/0 ] && exit 9; exit 0"}, os.Environ())
-		if err != nil || got != 0 {
-			t.Fatalf("spawn with fd 0 closed: %d, %v", got, err)
-		}
-		return
-	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestSpawn$")
-	cmd.Env = append(os.Environ(), "NCTK_SPAWN_CLOSED=1")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("with fd 0 closed: %v\n%s", err, out)
-	}
-}
-
 // TestDevLinksUnderHostBind: a link below /dev that a host bind mount covers
 // (a privileged container with the host's /dev, or /dev/dri) is made neither
 // by a hook nor after the create: it would be made in the host's directory.
@@ -282,15 +223,6 @@ func TestAfterCreateUnderMasks(t *testing.T) {
 			}
 		})
 	}
-}
-
-// run starts path as the runtime does (relay.start) and waits for it.
-func run(path string, argv, env []string) (int, error) {
-	c, err := newRelay().start(path, argv, env)
-	if err != nil {
-		return 0, err
-	}
-	return c.Wait()
 }
 
 // fakeStart is a Runtime.Start whose children run f when waited for (and
