@@ -9,7 +9,9 @@
 //
 // Every hook reads the container's OCI state on stdin and finds the
 // container root from it (the "root" field some runtimes add, else root.path
-// of the bundle's config.json, relative to the bundle). A runtime runs these
+// of the bundle's config.json, relative to the bundle); under runc, which
+// delivers the state late, the root is found and checked without it
+// (ocistate.RuncHookRoot) and stdin is not read. A runtime runs these
 // hooks in the container's mount namespace before pivot_root, so the root
 // is reachable by that path and the host's files are still visible.
 //
@@ -34,6 +36,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/config"
@@ -74,6 +77,24 @@ type chainMemo struct {
 	// image's /usr/lib/x86_64-linux-gnu, merged by overlayfs) twice is a
 	// cost, not a gain.
 	cleaned map[string]map[string]bool
+}
+
+// stateReader reads a chain's one OCI state, which state reads from stdin
+// once, when a hook of the chain first reads it.
+type stateReader struct {
+	state func() ([]byte, error)
+	r     *bytes.Reader
+}
+
+func (s *stateReader) Read(p []byte) (int, error) {
+	if s.r == nil {
+		data, err := s.state()
+		if err != nil {
+			return 0, err
+		}
+		s.r = bytes.NewReader(data)
+	}
+	return s.r.Read(p)
 }
 
 func newChainMemo() *chainMemo {
@@ -168,16 +189,15 @@ func Main(e *app.Env) int {
 	// stdin; the first failure stops the chain.
 	chain := hookargs.SplitChain(rest)
 	if len(chain) > 1 {
-		data, err := e.ReadStdin(maxState)
-		if err != nil {
-			fmt.Fprintf(e.Stderr, "%s: OCI state: %s\n", prog, echo.Error(err))
-			return 1
-		}
+		// The state is read when a hook first needs it: never, when the
+		// container root is found without it (findContainerRoot).
+		stdin := *e
+		state := sync.OnceValues(func() ([]byte, error) { return stdin.ReadStdin(maxState) })
 		shared := *e
 		e = &shared
 		memo := newChainMemo()
 		for _, seg := range chain {
-			e.Stdin = bytes.NewReader(data)
+			e.Stdin = &stateReader{state: state}
 			if rc := runHook(e, prog, log, seg, ctk, memo); rc != 0 {
 				return rc
 			}
@@ -318,6 +338,15 @@ func (h *hookEnv) findContainerRoot(specFile string) (string, error) {
 		specPath = specFile
 		bundle = filepath.Dir(specFile)
 	} else {
+		// Under runc the root is known without the state, which runc
+		// delivers late (ocistate.RuncHookRoot); elsewhere the state is
+		// read.
+		root, err := ocistate.RuncHookRoot("/proc", ".", h.chain == nil)
+		if err == nil {
+			h.log.Debug("container root found from runc without the OCI state", "root", root)
+			return root, nil
+		}
+		h.log.Debug("container root from the OCI state", "reason", err)
 		data, err := h.ReadStdin(maxState)
 		if err != nil {
 			return "", fmt.Errorf("OCI state: %w", err)

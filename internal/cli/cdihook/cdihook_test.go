@@ -3,6 +3,7 @@ package cdihook
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -28,12 +29,38 @@ func TestMain(m *testing.M) {
 		return
 	}
 	if os.Getenv("NCTK_CDIHOOK_TEST_MAIN") == "1" {
-		if root := os.Getenv(mountCheckEnv); root != "" {
-			os.Exit(mainCheckingMounts(root, func() int { return Main(app.FromOS()) }))
+		e := app.FromOS()
+		if log := os.Getenv(stdinLogEnv); log != "" {
+			e.Stdin = &stdinLog{r: e.Stdin, log: log}
 		}
-		os.Exit(Main(app.FromOS()))
+		if root := os.Getenv(mountCheckEnv); root != "" {
+			os.Exit(mainCheckingMounts(root, func() int { return Main(e) }))
+		}
+		os.Exit(Main(e))
 	}
 	os.Exit(m.Run())
+}
+
+// stdinLogEnv names a file to which a hook run as the test binary
+// appends its arguments when it reads the OCI state from stdin.
+const stdinLogEnv = "NCTK_CDIHOOK_TEST_STDIN_LOG"
+
+// stdinLog is stdin, noting in log that it was read.
+type stdinLog struct {
+	r    io.Reader
+	log  string
+	read bool
+}
+
+func (s *stdinLog) Read(p []byte) (int, error) {
+	if !s.read {
+		s.read = true
+		if f, err := os.OpenFile(s.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+			fmt.Fprintln(f, strings.Join(os.Args[1:], " "))
+			f.Close()
+		}
+	}
+	return s.r.Read(p)
 }
 
 func must(t testing.TB, err error) {

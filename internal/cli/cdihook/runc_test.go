@@ -43,7 +43,8 @@ func TestRuncCreateContainerHooks(t *testing.T) {
 
 	self, err := os.Executable()
 	must(t, err)
-	hookEnv := []string{"NCTK_CDIHOOK_TEST_MAIN=1", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_CTK_DEBUG=false"}
+	stdinRead := filepath.Join(t.TempDir(), "stdin-read")
+	hookEnv := []string{"NCTK_CDIHOOK_TEST_MAIN=1", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "NVIDIA_CTK_DEBUG=false", stdinLogEnv + "=" + stdinRead}
 	hook := func(args ...string) specs.Hook {
 		return specs.Hook{Path: self, Args: append([]string{"nvidia-cdi-hook"}, args...), Env: hookEnv}
 	}
@@ -65,12 +66,19 @@ func TestRuncCreateContainerHooks(t *testing.T) {
 			hook("enable-cuda-compat", "--host-driver-version", "535.261.03"),
 			hook("some-future-hook", "--flag", "x"),
 			hook("disable-device-node-modification"),
+			// A chain (nctk's spec layout) after the separate hooks.
+			hook("create-symlinks", "--link", "libcuda.so.1::/usr/lib/libcuda.so", ";", "disable-device-node-modification"),
 		)
 	})
 	rc := e2e.NewRunc(t)
 	res := rc.Run(bundle, "nctk-cdihook-"+filepath.Base(bundle))
 	if !res.OK() {
 		t.Fatalf("container failed: %s", res)
+	}
+	// Under runc the hooks find the container root without the OCI state
+	// (ocistate.RuncHookRoot), which runc's init delivers late.
+	if read, err := os.ReadFile(stdinRead); err == nil {
+		t.Errorf("hooks run by runc read the OCI state from stdin:\n%s", read)
 	}
 	out := strings.Fields(res.Stdout)
 	want := []string{"libcuda.so.1", "libz.so.1", filepath.Base(lib)}
@@ -133,6 +141,7 @@ func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 	}
 	self, err := os.Executable()
 	must(t, err)
+	stdinRead := filepath.Join(t.TempDir(), "stdin-read")
 	root := e2e.BuildRootfs(t, e2e.RootfsOptions{NoCudaprobe: true})
 	drvDir := "/usr/local/nvidia/lib64"
 	if compatGPU {
@@ -160,12 +169,15 @@ func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 			// The spec's own args and env; the test binary stands in for
 			// nctk's nvidia-cdi-hook at the spec's path.
 			s.Hooks.CreateContainer = append(s.Hooks.CreateContainer, specs.Hook{Path: self, Args: h.Args,
-				Env: append([]string{"NCTK_CDIHOOK_TEST_MAIN=1"}, h.Env...)})
+				Env: append([]string{"NCTK_CDIHOOK_TEST_MAIN=1", stdinLogEnv + "=" + stdinRead}, h.Env...)})
 		}
 	})
 	res := e2e.NewRunc(t).Run(bundle, "nctk-nvspec-"+filepath.Base(bundle))
 	if !res.OK() {
 		t.Fatalf("container failed: %s", res)
+	}
+	if read, err := os.ReadFile(stdinRead); err == nil {
+		t.Errorf("hooks run by runc read the OCI state from stdin:\n%s", read)
 	}
 	if got, want := strings.Fields(res.Stdout), []string{"libz.so.1", "../libnvidia-allocator.so.1"}; !slices.Equal(got, want) {
 		t.Errorf("links in the container: %q, want %q", got, want)

@@ -1,0 +1,117 @@
+package ocistate
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/hostfile"
+)
+
+// runcInitComm is the name runc's container init gives itself (the last
+// stage of its nsexec): the process that runs a runc container's
+// createContainer hooks.
+const runcInitComm = "runc:[2:INIT]"
+
+// ErrNotRuncHook is RuncHookRoot's answer when the caller is not a
+// createContainer hook of a runc container whose root it can prove.
+var ErrNotRuncHook = errors.New("not a createContainer hook of runc with a provable root")
+
+// RuncHookRoot finds the container root of a createContainer hook that
+// runc runs without the OCI state on stdin. runc's init writes that state
+// from a goroutine of a Go process it limits to one P (GOMAXPROCS(1)),
+// while another of its goroutines waits for the hook in a blocking system
+// call, so the state reaches the hook only when the Go runtime's monitor
+// takes the P back: 0 to 10 ms later, about 2 ms typically, for the first
+// hook of a container (docs/benchmarks.md). What runc has set up already
+// tells the root instead, and is checked:
+//
+//   - the caller's parent is runc's init (named runc:[2:INIT]),
+//   - the init's parent is runc itself (create or run), whose working
+//     directory is the bundle (runc changes to --bundle first),
+//   - root.path of that bundle's config.json (LoadRootPathMemo, with
+//     keep) is the directory the caller works in (runc changes to the
+//     container root before its createContainer hooks): the same device
+//     and inode.
+//
+// proc is the procfs to read the processes in ("/proc": before
+// pivot_root a hook sees the runtime's), cwd the caller's working
+// directory ("."). Whatever does not hold (another runtime, another kind of
+// hook, a root that differs) is an error wrapping ErrNotRuncHook, and the
+// caller reads the state as usual. Nothing here is the image's: the
+// processes are runc's, the bundle and config.json the engine's, and the
+// container root is only compared, not followed.
+func RuncHookRoot(proc, cwd string, keep bool) (string, error) {
+	parent, err := parentOf(proc, "self")
+	if err != nil {
+		return "", err
+	}
+	comm, err := hostfile.ReadFile(filepath.Join(proc, strconv.Itoa(parent), "comm"), 256)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrNotRuncHook, err)
+	}
+	if string(bytes.TrimSuffix(comm, []byte("\n"))) != runcInitComm {
+		return "", fmt.Errorf("%w: the parent is %q", ErrNotRuncHook, bytes.TrimSpace(comm))
+	}
+	runc, err := parentOf(proc, strconv.Itoa(parent))
+	if err != nil {
+		return "", err
+	}
+	bundle, err := os.Readlink(filepath.Join(proc, strconv.Itoa(runc), "cwd"))
+	if err != nil || !filepath.IsAbs(bundle) {
+		return "", fmt.Errorf("%w: runc's working directory %q: %v", ErrNotRuncHook, bundle, err)
+	}
+	root, err := LoadRootPathMemo(filepath.Join(bundle, "config.json"), bundle, keep)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrNotRuncHook, err)
+	}
+	var r, w unix.Stat_t
+	if err := unix.Stat(root, &r); err != nil {
+		return "", fmt.Errorf("%w: root %s: %w", ErrNotRuncHook, root, err)
+	}
+	if err := unix.Stat(cwd, &w); err != nil {
+		return "", fmt.Errorf("%w: working directory: %w", ErrNotRuncHook, err)
+	}
+	if r.Dev != w.Dev || r.Ino != w.Ino {
+		return "", fmt.Errorf("%w: the working directory is not %s, the root of %s", ErrNotRuncHook, root, bundle)
+	}
+	return root, nil
+}
+
+// parentOf reads the parent pid of the process pid ("self" or a number)
+// from proc/pid/stat.
+func parentOf(proc, pid string) (int, error) {
+	data, err := hostfile.ReadFile(filepath.Join(proc, pid, "stat"), 4096)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrNotRuncHook, err)
+	}
+	ppid, err := ParseStatPPID(data)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s/%s/stat: %w", ErrNotRuncHook, proc, pid, err)
+	}
+	return ppid, nil
+}
+
+// ParseStatPPID returns the parent pid of a /proc/PID/stat line: the
+// fourth field, counted after the command name's closing parenthesis (the
+// name may hold spaces and parentheses itself). A pid below 1 is an error.
+func ParseStatPPID(data []byte) (int, error) {
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, errors.New("no command name in parentheses")
+	}
+	f := bytes.Fields(data[i+1:])
+	if len(f) < 2 {
+		return 0, errors.New("no parent pid after the command name")
+	}
+	ppid, err := strconv.Atoi(string(f[1]))
+	if err != nil || ppid < 1 {
+		return 0, fmt.Errorf("parent pid %q is not a positive number", f[1])
+	}
+	return ppid, nil
+}

@@ -1,0 +1,160 @@
+package ocistate
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeRunc lays out what RuncHookRoot reads for a hook whose parent is
+// process 77 (named comm), itself the child of 55 working in bundle, whose
+// config.json says rootPath; it returns the proc directory.
+type fakeRunc struct {
+	selfStat, comm, initStat, cwd, spec string
+}
+
+func (f fakeRunc) make(t *testing.T) string {
+	t.Helper()
+	proc := t.TempDir()
+	write := func(name, data string) {
+		t.Helper()
+		p := filepath.Join(proc, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("self/stat", f.selfStat)
+	write("77/comm", f.comm)
+	write("77/stat", f.initStat)
+	if err := os.MkdirAll(filepath.Join(proc, "55"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if f.cwd != "" {
+		if err := os.Symlink(f.cwd, filepath.Join(proc, "55/cwd")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return proc
+}
+
+// TestRuncHookRoot: the root is found when the hook's parent is runc's
+// init, the init's parent works in a bundle and that bundle's root.path
+// is the hook's working directory; anything else is ErrNotRuncHook, and
+// the hook reads the OCI state.
+func TestRuncHookRoot(t *testing.T) {
+	bundle := t.TempDir()
+	root := filepath.Join(bundle, "rootfs")
+	other := filepath.Join(bundle, "other")
+	for _, d := range []string{root, other} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("rootfs", filepath.Join(bundle, "link")); err != nil {
+		t.Fatal(err)
+	}
+	good := fakeRunc{
+		selfStat: "4242 (nvidia-cdi-hook) S 77 4242 1 0 -1 4194560 0 0\n",
+		comm:     "runc:[2:INIT]\n",
+		initStat: "77 (runc:[2:INIT]) S 55 77 1 0 -1\n",
+		cwd:      bundle,
+		spec:     `{"root":{"path":"rootfs"}}`,
+	}
+	for _, tt := range []struct {
+		name string
+		edit func(f *fakeRunc)
+		cwd  string
+		want string // "" for ErrNotRuncHook; else its text must hold this
+	}{
+		{"runc's hook", func(*fakeRunc) {}, root, root},
+		{"absolute root.path", func(f *fakeRunc) { f.spec = `{"root":{"path":"` + root + `"}}` }, root, root},
+		{"root.path through a link to the working directory", func(f *fakeRunc) { f.spec = `{"root":{"path":"link"}}` }, root, filepath.Join(bundle, "link")},
+		{"working directory elsewhere", func(*fakeRunc) {}, other, "the working directory is not"},
+		{"parent not runc's init", func(f *fakeRunc) { f.comm = "crun\n" }, root, `the parent is "crun"`},
+		{"parent named like it", func(f *fakeRunc) { f.comm = "runc:[2:INIT]x\n" }, root, "the parent is"},
+		{"no bundle", func(f *fakeRunc) { f.cwd = "" }, root, "runc's working directory"},
+		{"relative bundle", func(f *fakeRunc) { f.cwd = "bundle" }, root, "runc's working directory"},
+		{"no config.json", func(f *fakeRunc) { f.cwd = root }, root, "config.json"},
+		{"bad config.json", func(f *fakeRunc) { f.spec = `{"root":` }, root, "malformed JSON"},
+		{"root.path missing", func(f *fakeRunc) { f.spec = `{"root":{"path":"gone"}}` }, root, "gone"},
+		{"stat without a name", func(f *fakeRunc) { f.selfStat = "4242 S 77" }, root, "no command name"},
+		{"init's parent not a number", func(f *fakeRunc) { f.initStat = "77 (runc:[2:INIT]) S x" }, root, `parent pid "x"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := good
+			tt.edit(&f)
+			if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(f.spec), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			proc := f.make(t)
+			got, err := RuncHookRoot(proc, tt.cwd, false)
+			if strings.HasPrefix(tt.want, "/") {
+				if err != nil || got != tt.want {
+					t.Errorf("RuncHookRoot = %q, %v; want %q", got, err, tt.want)
+				}
+				return
+			}
+			if !errors.Is(err, ErrNotRuncHook) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("RuncHookRoot = %q, %v; want ErrNotRuncHook saying %q", got, err, tt.want)
+			}
+		})
+	}
+	// keep writes the answer for the hooks after this one.
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(good.spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RuncHookRoot(good.make(t), root, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(bundle, memoName)); err != nil {
+		t.Errorf("root path not kept with keep: %v", err)
+	}
+}
+
+// TestParseStatPPID: the parent pid is read after the last parenthesis
+// (a command name may hold spaces and parentheses).
+func TestParseStatPPID(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want int
+		err  string
+	}{
+		{"1 (systemd) S 0 1 1", 0, "not a positive number"},
+		{"4242 (nvidia-cdi-hook) S 77 4242 1 0\n", 77, ""},
+		{"9 (a) b) (c) R 12 9", 12, ""},
+		{"9 (name with spaces) S 3", 3, ""},
+		{"9 name S 3", 0, "no command name"},
+		{"9 (x) S", 0, "no parent pid"},
+		{"9 (x) S -4", 0, "not a positive number"},
+		{"9 (x) S 99999999999999999999", 0, "not a positive number"},
+		{"", 0, "no command name"},
+	} {
+		got, err := ParseStatPPID([]byte(tt.in))
+		if tt.err == "" {
+			if err != nil || got != tt.want {
+				t.Errorf("ParseStatPPID(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("ParseStatPPID(%q) = %d, %v; want an error saying %q", tt.in, got, err, tt.err)
+		}
+	}
+}
+
+func FuzzParseStatPPID(f *testing.F) {
+	for _, s := range []string{"4242 (nvidia-cdi-hook) S 77 4242 1 0\n", "9 (a) b) (c) R 12 9", "9 (x) S", ")"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ppid, err := ParseStatPPID(data)
+		if err == nil && ppid < 1 {
+			t.Fatalf("ParseStatPPID(%q) = %d without an error", data, ppid)
+		}
+	})
+}
