@@ -191,8 +191,8 @@ func Main(e *app.Env) int {
 	if len(chain) > 1 {
 		// The state is read when a hook first needs it: never, when the
 		// container root is found without it (findContainerRoot).
-		stdin := *e
-		state := sync.OnceValues(func() ([]byte, error) { return stdin.ReadStdin(maxState) })
+		orig := e
+		state := sync.OnceValues(func() ([]byte, error) { return orig.ReadStdin(maxState) })
 		shared := *e
 		e = &shared
 		memo := newChainMemo()

@@ -2,6 +2,7 @@ package cdihook
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -521,6 +522,40 @@ func TestChainedHooks(t *testing.T) {
 	}
 	if _, err := os.Lstat(root + "/usr/lib/five"); err == nil {
 		t.Error("the hook after a failed one ran")
+	}
+}
+
+// failingStdin fails every read, counting them.
+type failingStdin struct{ reads int }
+
+func (f *failingStdin) Read([]byte) (int, error) {
+	f.reads++
+	return 0, errors.New("stdin broken")
+}
+
+// TestChainReadsStateWhenNeeded: a chain reads the OCI state only when one
+// of its hooks needs the container root, and then once.
+func TestChainReadsStateWhenNeeded(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		args  []string
+		code  int
+		reads int
+	}{
+		{"no hook needs it", []string{"noop", ";", "noop"}, 0, 0},
+		{"the first needing it fails", []string{"noop", ";", "create-symlinks", "--link", "a::/usr/lib/a", ";", "create-symlinks", "--link", "b::/usr/lib/b"}, 1, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := &failingStdin{}
+			var out, errb bytes.Buffer
+			code := Main(&app.Env{Args: append([]string{"nvidia-cdi-hook"}, tt.args...), Stdin: in, Stdout: &out, Stderr: &errb})
+			if code != tt.code || in.reads != tt.reads {
+				t.Errorf("exit %d after %d reads of stdin, want %d after %d: %s", code, in.reads, tt.code, tt.reads, errb.String())
+			}
+			if tt.code != 0 && !strings.Contains(errb.String(), "OCI state") {
+				t.Errorf("error does not name the OCI state: %s", errb.String())
+			}
+		})
 	}
 }
 
