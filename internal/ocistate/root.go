@@ -73,9 +73,14 @@ const memoName = ".nctk-root-path"
 // another identity, or not absolute and clean, is ignored; one that cannot
 // be kept is not an error.
 func LoadRootPathMemo(path, bundle string, keep bool) (string, error) {
+	return loadRootPathMemo(path, bundle, keep, LoadRootPath)
+}
+
+// loadRootPathMemo is LoadRootPathMemo reading config.json with load.
+func loadRootPathMemo(path, bundle string, keep bool, load func(path, bundle string) (string, error)) (string, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
-		return LoadRootPath(path, bundle) // its error names the file
+		return load(path, bundle) // its error names the file
 	}
 	key := fmt.Sprintf("%s\x00%d %d %d %d.%d %d.%d", bundle, st.Dev, st.Ino, st.Size,
 		st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
@@ -88,7 +93,7 @@ func LoadRootPathMemo(path, bundle string, keep bool) (string, error) {
 			return l[1], nil
 		}
 	}
-	root, err := LoadRootPath(path, bundle)
+	root, err := load(path, bundle)
 	if err == nil && keep && !strings.Contains(root, "\n") {
 		keepMemo(memo, key+"\n"+root+"\n")
 	}

@@ -80,7 +80,7 @@ func TestRuncHookRoot(t *testing.T) {
 		{"no bundle", func(f *fakeRunc) { f.cwd = "" }, root, "runc's working directory"},
 		{"relative bundle", func(f *fakeRunc) { f.cwd = "bundle" }, root, "runc's working directory"},
 		{"no config.json", func(f *fakeRunc) { f.cwd = root }, root, "config.json"},
-		{"bad config.json", func(f *fakeRunc) { f.spec = `{"root":` }, root, "malformed JSON"},
+		{"bad config.json", func(f *fakeRunc) { f.spec = `{"root":` }, root, "invalid OCI spec"},
 		{"root.path missing", func(f *fakeRunc) { f.spec = `{"root":{"path":"gone"}}` }, root, "gone"},
 		{"stat without a name", func(f *fakeRunc) { f.selfStat = "4242 S 77" }, root, "no command name"},
 		{"init's parent not a number", func(f *fakeRunc) { f.initStat = "77 (runc:[2:INIT]) S x" }, root, `parent pid "x"`},
@@ -113,6 +113,40 @@ func TestRuncHookRoot(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(bundle, memoName)); err != nil {
 		t.Errorf("root path not kept with keep: %v", err)
+	}
+}
+
+// TestPeekRootPath: config.json is read as far as its top-level root
+// (what follows it is runc's to have checked); before it, the document must
+// be an object; without a root.path it is an error naming the file.
+func TestPeekRootPath(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct{ name, spec, want, err string }{
+		{"root after process", `{"ociVersion":"1.2.0","process":{"env":["A=}"],"args":["{"]},"root":{"path":"rootfs"},"mounts":[]}`, "/b/rootfs", ""},
+		{"what follows root not read", `{"root":{"path":"/r"},"mounts":[}`, "/r", ""},
+		{"a nested root is not it", `{"process":{"root":{"path":"x"}},"root":{"path":"y"}}`, "/b/y", ""},
+		{"no root", `{"process":{}}`, "", "root.path is not set"},
+		{"root.path empty", `{"root":{}}`, "", "root.path is not set"},
+		{"root not an object", `{"root":"rootfs"}`, "", "root"},
+		{"not an object", `["root"]`, "", "not a JSON object"},
+		{"cut before root", `{"process":{"env":[`, "", "invalid OCI spec"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-")+".json")
+			if err := os.WriteFile(file, []byte(tt.spec), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := peekRootPath(file, "/b")
+			if tt.err == "" {
+				if err != nil || got != tt.want {
+					t.Errorf("peekRootPath = %q, %v; want %q", got, err, tt.want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("peekRootPath = %q, %v; want an error naming %s and saying %q", got, err, file, tt.err)
+			}
+		})
 	}
 }
 
@@ -155,6 +189,23 @@ func FuzzParseStatPPID(f *testing.F) {
 		ppid, err := ParseStatPPID(data)
 		if err == nil && ppid < 1 {
 			t.Fatalf("ParseStatPPID(%q) = %d without an error", data, ppid)
+		}
+	})
+}
+
+func FuzzPeekRootPath(f *testing.F) {
+	for _, s := range []string{`{"process":{"env":["A"]},"root":{"path":"rootfs"},"mounts":[]}`, `{"root":{"path":"/r"}}`, `{"root":"x"}`, `[`, `{"a":1,"root":{}}`} {
+		f.Add([]byte(s))
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file := filepath.Join(dir, "config.json")
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := peekRootPath(file, "/b")
+		if err == nil && (!filepath.IsAbs(got) || filepath.Clean(got) != got) {
+			t.Fatalf("peekRootPath(%q) = %q: not an absolute clean path", data, got)
 		}
 	})
 }
