@@ -237,7 +237,7 @@ func (r *Root) libraryEntry(sc *libScan, cp, dir, name string) (ldcache.DirEntry
 		} else if sc.statLinks {
 			lib, ok, err = r.linkedLibrary(sc, cp)
 		} else {
-			lib, ok, err = r.inRootLibrary(sc, cp)
+			lib, ok, err = r.linkOrInRootLibrary(sc, dfd, cp, name)
 		}
 	} else {
 		// Not a link: open it in the directory already resolved.
@@ -248,6 +248,43 @@ func (r *Root) libraryEntry(sc *libScan, cp, dir, name string) (ldcache.DirEntry
 		return ldcache.DirEntry{}, false, err
 	}
 	return ldcache.DirEntry{Dir: dir, Name: name, IsLink: isLink, Lib: lib}, true, nil
+}
+
+// linkOrInRootLibrary inspects the image link cp (name in the directory
+// dfd): answered without opening it when it leads to a known file beside
+// it (knownInDir: the driver's SONAME and development links a hook made),
+// else opened inside the root (inRootLibrary).
+func (r *Root) linkOrInRootLibrary(sc *libScan, dfd int, cp, name string) (ldcache.Library, bool, error) {
+	if lib, isLib, found := sc.knownInDir(dfd, name); found {
+		return lib, isLib, nil
+	}
+	return r.inRootLibrary(sc, cp)
+}
+
+// knownInDir answers for the link name in the directory dfd when it leads,
+// through links whose targets are names in that same directory (no "/";
+// what opening it inside the root would follow there too), to a regular
+// file known already (libScan.known): one readlinkat and one lstat per hop
+// instead of a resolution from the root, an open, a stat and a close.
+// found is false for anything else (a target elsewhere, a dangling link,
+// an unknown file), which the caller opens as before.
+func (sc *libScan) knownInDir(dfd int, name string) (lib ldcache.Library, isLib, found bool) {
+	cur := name
+	for range maxLinkHops {
+		t, err := readlinkat(dfd, cur)
+		if err != nil || t == "" || t == "." || t == ".." || strings.ContainsRune(t, '/') {
+			return ldcache.Library{}, false, false
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(dfd, t, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return ldcache.Library{}, false, false
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+			return sc.known(&st)
+		}
+		cur = t
+	}
+	return ldcache.Library{}, false, false
 }
 
 // pendingTarget returns the container path the image link name in dir

@@ -524,3 +524,67 @@ func TestUpdateLdCacheLibFacts(t *testing.T) {
 		t.Errorf("the facts were not taught %s: %v", other, f.learnt)
 	}
 }
+
+// TestKnownInDir: a link is answered without opening it only when it leads,
+// through names in its own directory, to a regular file known already;
+// anything else (a target with a slash, "..", a dangling or looping link,
+// an unknown file, a link to a directory) is left to the resolution inside
+// the root.
+func TestKnownInDir(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string) uint64 {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("not ELF"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	known := write("libknown.so.1.2")
+	write("libunknown.so.1.2")
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{
+		"libknown.so.1": "libknown.so.1.2", "libknown.so": "libknown.so.1",
+		"libunknown.so.1": "libunknown.so.1.2", "libslash.so.1": "./libknown.so.1.2", "libup.so.1": "..",
+		"libabs.so.1": filepath.Join(dir, "libknown.so.1.2"), "libdangling.so.1": "gone.so", "libloop.so.1": "libloop.so.1",
+		"libdir.so.1": "sub",
+	} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(dfd)
+	r := &Root{}
+	sc := r.newLibScan()
+	sc.facts = &fakeFacts{known: map[uint64]ldcache.Library{known: {SONAME: "libknown.so.1"}}, learnt: map[uint64]ldcache.Library{}}
+	for _, tt := range []struct {
+		link         string
+		found, isLib bool
+	}{
+		{"libknown.so.1", true, true},
+		{"libknown.so", true, true}, // two hops
+		{"libunknown.so.1", false, false},
+		{"libslash.so.1", false, false},
+		{"libup.so.1", false, false},
+		{"libabs.so.1", false, false},
+		{"libdangling.so.1", false, false},
+		{"libloop.so.1", false, false},
+		{"libdir.so.1", false, false},
+		{"libknown.so.1.2", false, false}, // not a link
+	} {
+		lib, isLib, found := sc.knownInDir(dfd, tt.link)
+		if found != tt.found || isLib != tt.isLib || (found && lib.SONAME != "libknown.so.1") {
+			t.Errorf("knownInDir(%s) = %+v, %v, %v; want found %v, isLib %v", tt.link, lib, isLib, found, tt.found, tt.isLib)
+		}
+	}
+}
