@@ -251,40 +251,49 @@ func (r *Root) libraryEntry(sc *libScan, cp, dir, name string) (ldcache.DirEntry
 }
 
 // linkOrInRootLibrary inspects the image link cp (name in the directory
-// dfd): answered without opening it when it leads to a known file beside
-// it (knownInDir: the driver's SONAME and development links a hook made),
-// else opened inside the root (inRootLibrary).
+// dfd). A link whose chain stays in that directory (sameDirTarget: the
+// driver's SONAME and development links a hook made) is answered by the
+// file it ends at, opened there only when not known already; any other is
+// opened inside the root (inRootLibrary).
 func (r *Root) linkOrInRootLibrary(sc *libScan, dfd int, cp, name string) (ldcache.Library, bool, error) {
-	if lib, isLib, found := sc.knownInDir(dfd, name); found {
+	target, st, ok := sameDirTarget(dfd, name)
+	if !ok {
+		return r.inRootLibrary(sc, cp)
+	}
+	if lib, isLib, found := sc.known(st); found {
 		return lib, isLib, nil
 	}
-	return r.inRootLibrary(sc, cp)
+	fd, err := OpenNoFollow(dfd, target, readFlags)
+	return r.inspectOpened(sc, cp, fd, err)
 }
 
-// knownInDir answers for the link name in the directory dfd when it leads,
-// through links whose targets are names in that same directory (no "/";
-// what opening it inside the root would follow there too), to a regular
-// file known already (libScan.known): one readlinkat and one lstat per hop
-// instead of a resolution from the root, an open, a stat and a close.
-// found is false for anything else (a target elsewhere, a dangling link,
-// an unknown file), which the caller opens as before.
-func (sc *libScan) knownInDir(dfd int, name string) (lib ldcache.Library, isLib, found bool) {
+// sameDirTarget follows the link name in the directory dfd through links
+// whose targets are names in that same directory (no "/", not "." or "..":
+// what opening it inside the root would follow there too) to the regular
+// file it ends at: that file's name and lstat, with one readlinkat and one
+// lstat per hop. ok is false for anything else (a target elsewhere, a
+// dangling or looping link, a directory).
+func sameDirTarget(dfd int, name string) (target string, st *unix.Stat_t, ok bool) {
 	cur := name
 	for range maxLinkHops {
 		t, err := readlinkat(dfd, cur)
 		if err != nil || t == "" || t == "." || t == ".." || strings.ContainsRune(t, '/') {
-			return ldcache.Library{}, false, false
+			return "", nil, false
 		}
-		var st unix.Stat_t
-		if err := unix.Fstatat(dfd, t, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return ldcache.Library{}, false, false
+		var tst unix.Stat_t
+		if err := unix.Fstatat(dfd, t, &tst, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return "", nil, false
 		}
-		if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-			return sc.known(&st)
+		switch tst.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			return t, &tst, true
+		case unix.S_IFLNK:
+			cur = t
+		default:
+			return "", nil, false
 		}
-		cur = t
 	}
-	return ldcache.Library{}, false, false
+	return "", nil, false
 }
 
 // pendingTarget returns the container path the image link name in dir

@@ -525,13 +525,19 @@ func TestUpdateLdCacheLibFacts(t *testing.T) {
 	}
 }
 
-// TestKnownInDir: a link is answered without opening it only when it leads,
-// through names in its own directory, to a regular file known already;
-// anything else (a target with a slash, "..", a dangling or looping link,
-// an unknown file, a link to a directory) is left to the resolution inside
-// the root.
-func TestKnownInDir(t *testing.T) {
-	dir := t.TempDir()
+// TestSameDirTarget: a link is answered by the file it ends at without a
+// resolution from the root only when its chain stays in its directory and
+// ends at a regular file; anything else (a target with a slash, "..", a
+// dangling or looping link, a link to a directory) is left to the
+// resolution inside the root. linkOrInRootLibrary then takes what the
+// facts know of that file, or inspects it where it is.
+func TestSameDirTarget(t *testing.T) {
+	root := t.TempDir()
+	libDir := "/usr/lib"
+	dir := filepath.Join(root, libDir)
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	write := func(name string) uint64 {
 		t.Helper()
 		p := filepath.Join(dir, name)
@@ -546,13 +552,10 @@ func TestKnownInDir(t *testing.T) {
 	}
 	known := write("libknown.so.1.2")
 	write("libunknown.so.1.2")
-	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	for link, target := range map[string]string{
 		"libknown.so.1": "libknown.so.1.2", "libknown.so": "libknown.so.1",
 		"libunknown.so.1": "libunknown.so.1.2", "libslash.so.1": "./libknown.so.1.2", "libup.so.1": "..",
-		"libabs.so.1": filepath.Join(dir, "libknown.so.1.2"), "libdangling.so.1": "gone.so", "libloop.so.1": "libloop.so.1",
+		"libabs.so.1": filepath.Join(libDir, "libknown.so.1.2"), "libdangling.so.1": "gone.so", "libloop.so.1": "libloop.so.1",
 		"libdir.so.1": "sub",
 	} {
 		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
@@ -564,27 +567,46 @@ func TestKnownInDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(dfd)
-	r := &Root{}
-	sc := r.newLibScan()
-	sc.facts = &fakeFacts{known: map[uint64]ldcache.Library{known: {SONAME: "libknown.so.1"}}, learnt: map[uint64]ldcache.Library{}}
 	for _, tt := range []struct {
-		link         string
-		found, isLib bool
+		link, target string // "" for not ok
 	}{
-		{"libknown.so.1", true, true},
-		{"libknown.so", true, true}, // two hops
-		{"libunknown.so.1", false, false},
-		{"libslash.so.1", false, false},
-		{"libup.so.1", false, false},
-		{"libabs.so.1", false, false},
-		{"libdangling.so.1", false, false},
-		{"libloop.so.1", false, false},
-		{"libdir.so.1", false, false},
-		{"libknown.so.1.2", false, false}, // not a link
+		{"libknown.so.1", "libknown.so.1.2"},
+		{"libknown.so", "libknown.so.1.2"}, // two hops
+		{"libunknown.so.1", "libunknown.so.1.2"},
+		{"libslash.so.1", ""},
+		{"libup.so.1", ""},
+		{"libabs.so.1", ""},
+		{"libdangling.so.1", ""},
+		{"libloop.so.1", ""},
+		{"libdir.so.1", ""},
+		{"libknown.so.1.2", ""}, // not a link
 	} {
-		lib, isLib, found := sc.knownInDir(dfd, tt.link)
-		if found != tt.found || isLib != tt.isLib || (found && lib.SONAME != "libknown.so.1") {
-			t.Errorf("knownInDir(%s) = %+v, %v, %v; want found %v, isLib %v", tt.link, lib, isLib, found, tt.found, tt.isLib)
+		target, st, ok := sameDirTarget(dfd, tt.link)
+		if ok != (tt.target != "") || target != tt.target || (ok && st.Mode&unix.S_IFMT != unix.S_IFREG) {
+			t.Errorf("sameDirTarget(%s) = %q, %v; want %q", tt.link, target, ok, tt.target)
+		}
+	}
+	r, err := Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sc := r.newLibScan()
+	defer sc.close()
+	f := &fakeFacts{known: map[uint64]ldcache.Library{known: {SONAME: "libknown.so.1"}}, learnt: map[uint64]ldcache.Library{}}
+	sc.facts = f
+	for _, tt := range []struct {
+		link  string
+		isLib bool
+	}{
+		{"libknown.so", true},       // the facts' answer
+		{"libabs.so.1", true},       // through the root, the same file
+		{"libunknown.so.1", false},  // inspected beside it: not ELF
+		{"libdangling.so.1", false}, // nothing there
+	} {
+		lib, isLib, err := r.linkOrInRootLibrary(&sc, dfd, libDir+"/"+tt.link, tt.link)
+		if err != nil || isLib != tt.isLib || (isLib && lib.SONAME != "libknown.so.1") {
+			t.Errorf("linkOrInRootLibrary(%s) = %+v, %v, %v; want isLib %v", tt.link, lib, isLib, err, tt.isLib)
 		}
 	}
 }
