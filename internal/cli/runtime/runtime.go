@@ -300,24 +300,25 @@ func (r *Runtime) inject(e *app.Env, inv *invocation, cfg *config.Config, log *l
 	// the container at once, so that work stays a hook there.
 	mode := injectMode{AfterCreate: inv.Command == "create" && inv.PidFile != "" && inv.ID != "", ownHook: r.ownHook()}
 	save := func(d *ocispec.Doc) error { return ocispec.Save(specPath, d) }
-	if mode.AfterCreate && mayInject(spec, cfg) {
+	child := mode.AfterCreate && mayInject(spec, cfg)
+	if child {
 		// The low-level runtime will run as a child: the signals it is
 		// relayed are caught meanwhile (relay.arm; a container that asks
 		// for nothing is exec'ed and never pays for it).
 		r.signals.arm()
-		if r.startsEarly(rt) {
-			del := func() error { return r.deleteContainer(e, rt, inv) }
-			if x, xerr := startEarly(specPath, func() (rtChild, error) { return r.Start(rt, argv, e.Environ) }, del, r.signals.ready); xerr != nil {
-				log.Debug("low-level runtime not started early", "reason", xerr)
-			} else {
-				early, save = x.child, x.commit
-				defer func() {
-					if err = x.end(err, doc.Original()); err != nil {
-						after.Close()
-						after, early = nil, nil
-					}
-				}()
-			}
+	}
+	if child && r.startsEarly(rt) {
+		del := func() error { return r.deleteContainer(e, rt, inv) }
+		if x, xerr := startEarly(specPath, func() (rtChild, error) { return r.Start(rt, argv, e.Environ) }, del, r.signals.ready); xerr != nil {
+			log.Debug("low-level runtime not started early", "reason", xerr)
+		} else {
+			early, save = x.child, x.commit
+			defer func() {
+				if err = x.end(err, doc.Original()); err != nil {
+					after.Close()
+					after, early = nil, nil
+				}
+			}()
 		}
 	}
 	planStart := time.Now()
