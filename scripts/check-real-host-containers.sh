@@ -53,7 +53,9 @@
 #   whose requirement fails.
 # Timing: the median `create` of plain runc, of each nctk path, and of runc
 # alone on the config.json each path wrote (the floor its mounts, devices and
-# hooks set); a path's own share is its median minus its floor.
+# hooks set); a path's own share is its median minus its floor. The --gpus
+# hook's floor is legacy-hook's (runc making the same plan's mounts and
+# devices from config.json; the hook makes them itself).
 #
 # Needs: runc, busybox (static), gcc, ldconfig, nvidia-smi (not with --root).
 # NCTK_BIN runs the nctk built in that directory instead of bin/. Exit status
@@ -449,8 +451,10 @@ if [ "$rounds" -gt 0 ]; then
 			esac
 			"$runc_bin" --root "$state" delete --force "t$i-$p" >/dev/null 2>&1
 			# The floor: runc alone on the config.json this path wrote, on a
-			# fresh image (the hook path has none: its work is in runc's run;
-			# an engine-applied path's is its config.json without the hooks).
+			# fresh image (the hook path's is legacy-hook's, the same plan's
+			# mounts and devices in config.json: the report takes it from
+			# there; an engine-applied path's is its config.json without the
+			# hooks).
 			if [ $p != hook ]; then
 				case $p in
 				*native-rt) cp "$bundle/config.json" "$work/config.floor-$p.json" ;;
@@ -475,9 +479,17 @@ if [ "$rounds" -gt 0 ]; then
 	for p in $paths; do
 		m=$(median "$p")
 		f=$(median "floor-$p")
-		awk -v p="$p" -v m="$m" -v r="$r" -v f="$f" 'BEGIN {
+		of=""
+		# The hook makes its plan's mounts and devices itself: its floor
+		# is legacy-hook's, runc on the config.json holding that same plan
+		# (the hook reads legacy.toml).
+		if [ "$p" = hook ]; then
+			f=$(median floor-legacy-hook)
+			of=" (legacy-hook's)"
+		fi
+		awk -v p="$p" -v m="$m" -v r="$r" -v f="$f" -v of="$of" 'BEGIN {
 			if (f == "-") printf "| %s | %.1f | %+.1f | — | — |\n", p, m / 1000, (m - r) / 1000
-			else printf "| %s | %.1f | %+.1f | %.1f | %.1f |\n", p, m / 1000, (m - r) / 1000, f / 1000, (m - f) / 1000
+			else printf "| %s | %.1f | %+.1f | %.1f%s | %.1f |\n", p, m / 1000, (m - r) / 1000, f / 1000, of, (m - f) / 1000
 		}' | tee -a "$report"
 	done
 fi

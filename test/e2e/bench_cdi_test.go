@@ -72,12 +72,18 @@ import (
 //	            hook processes run by runc;
 //	floor-*     `runc create` of the config.json a path produced, without
 //	            its hooks: what the devices and mounts cost runc itself
-//	            (paths whose hook-less config.json is the same share one).
+//	            (paths whose hook-less config.json is the same share one);
+//	floor-mounts  the hook path's plan as config.json mounts and devices
+//	            (below).
 //
 // Metrics (ms, medians): <v>-ms; <v>-extra-ms, the median of the
 // per-iteration differences v − runc; <v>-share-ms, v − its floor (nctk's
 // or NVIDIA's own share: the wrapper and its hooks); the hook path's floor
-// is plain runc (its mounts are made by the hook). <v>-cpu-ms and
+// is plain runc (its mounts are made by the hook), and hook-mshare-ms its
+// share over floor-mounts, runc on the config.json the runtime's legacy mode
+// writes for the same plan without a pid file (the plan's mounts and
+// devices made by runc, as the other paths' floors hold them; hooks
+// dropped). <v>-cpu-ms and
 // <v>-cpu-share-ms are the same for the CPU time of the create's processes
 // (the container's init left out), which the load changes much less; they
 // are not reported for variants whose config.json keeps createContainer
@@ -98,6 +104,9 @@ type benchVariant struct {
 	env   []string // its environment
 	spec  []byte   // the config.json it is given
 	floor string   // the variant its share is taken against
+	// mountFloor: a second floor, for the hook path, which makes its
+	// plan's mounts and devices itself (floor-mounts).
+	mountFloor string
 	// inInit: its config.json has createContainer hooks, which runc runs
 	// from the container's init: their CPU time is not the create's.
 	inInit bool
@@ -251,6 +260,7 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	vs["native-rt"] = wrapper(nctkBin, ownEnv, vs["native"].spec)
 	vs["sep-native-rt"] = wrapper(nctkBin, sepEnv, vs["sep-native"].spec)
 	vs["legacy"] = wrapper(nctkBin, specDir("legacy", nctkBin, "legacy"), legacySpec)
+	lv := vs["legacy"] // the hook's plan (floor-mounts below), whatever $NCTK_BENCH_ONLY keeps
 	vs["hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
 		spec: withPrestartHook(b, legacySpec, tool(b, "nvidia-container-runtime-hook"), specDirOf(vs["legacy"].env)+"/config.toml")}
 	if base := os.Getenv("NCTK_BENCH_BASELINE_BIN"); base != "" {
@@ -359,9 +369,38 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		vs[v.floor] = &benchVariant{bin: runc, env: os.Environ(), spec: floor}
 	}
 
+	// The --gpus hook makes its plan's mounts and device nodes itself; the
+	// other paths' floors hold theirs. Its second floor: runc on the
+	// config.json the runtime's legacy mode writes for the same plan (the
+	// hook reads legacy's config.toml) when it cannot do that work after
+	// the create (no pid file), without its hooks.
+	if hv := vs["hook"]; hv != nil {
+		if err := os.WriteFile(specPath, lv.spec, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		freshRootfs()
+		id := "nctk-cdi-probe-mounts"
+		cmd := exec.Command(lv.bin, "--root", state, "create", "--bundle", bundle, id)
+		cmd.Env = lv.env
+		if err := run(cmd); err != nil {
+			b.Fatal(err)
+		}
+		written := readFile(b, specPath)
+		del(id)
+		dropRootfs()
+		floor := withoutHooks(b, written, nil)
+		if countMounts(b, floor) <= countMounts(b, vs["runc"].spec) {
+			b.Fatal("floor-mounts: the legacy runtime without a pid file wrote no driver mounts into config.json")
+		}
+		b.Logf("floor-mounts: %d mounts (plain runc's %d)", countMounts(b, floor), countMounts(b, vs["runc"].spec))
+		hv.mountFloor = "floor-mounts"
+		vs[hv.mountFloor] = &benchVariant{bin: runc, env: os.Environ(), spec: floor}
+	}
+
 	names := slices.Sorted(maps.Keys(vs))
 	times, cpus := map[string][]time.Duration{}, map[string][]time.Duration{}
 	extra, share, cpuShare := map[string][]time.Duration{}, map[string][]time.Duration{}, map[string][]time.Duration{}
+	mshare := map[string][]time.Duration{}
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		order := slices.Clone(names)
@@ -380,6 +419,9 @@ func benchCreateCDI(b *testing.B, gpus int) {
 				share[n] = append(share[n], got[n]-got[f])
 				cpuShare[n] = append(cpuShare[n], cpu[vs[n]]-cpu[vs[f]])
 			}
+			if f := vs[n].mountFloor; f != "" {
+				mshare[n] = append(mshare[n], got[n]-got[f])
+			}
 		}
 	}
 	b.StopTimer()
@@ -394,6 +436,9 @@ func benchCreateCDI(b *testing.B, gpus int) {
 			if !vs[n].inInit {
 				b.ReportMetric(ms(percentile(cpuShare[n], 50)), n+"-cpu-share-ms")
 			}
+		}
+		if vs[n].mountFloor != "" {
+			b.ReportMetric(ms(percentile(mshare[n], 50)), n+"-mshare-ms")
 		}
 	}
 
@@ -512,6 +557,15 @@ func benchCreateCDI(b *testing.B, gpus int) {
 // cdiInjected returns spec with the devices its cdi.k8s.io/nctk-bench
 // annotation names injected from the specs in dir by the CDI library, as
 // an engine with native CDI support does (the annotation removed).
+// countMounts is the number of mounts in the config.json spec.
+func countMounts(b *testing.B, spec []byte) int {
+	var s specs.Spec
+	if err := json.Unmarshal(spec, &s); err != nil {
+		b.Fatal(err)
+	}
+	return len(s.Mounts)
+}
+
 func cdiInjected(b *testing.B, spec []byte, dir string) []byte {
 	var s specs.Spec
 	if err := json.Unmarshal(spec, &s); err != nil {

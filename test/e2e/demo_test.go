@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -107,6 +108,11 @@ func TestRealHostContainersScript(t *testing.T) {
 	}
 	if strings.Contains(text, "MISMATCH") {
 		t.Errorf("mismatches:\n%s", text)
+	}
+	// The --gpus hook's share is taken over legacy-hook's floor (the same
+	// plan's mounts and devices made by runc).
+	if !regexp.MustCompile(`(?m)^\| hook \| [0-9.]+ \| [-+][0-9.]+ \| [0-9.]+ \(legacy-hook's\) \| -?[0-9.]+ \|$`).MatchString(text) {
+		t.Errorf("the hook row has no floor from legacy-hook:\n%s", text)
 	}
 	// --tmpfs: the work directory's tmpfs is gone with it.
 	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), "nctk-hostcheck") {
