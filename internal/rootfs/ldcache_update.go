@@ -232,12 +232,18 @@ func (r *Root) libraryEntry(sc *libScan, cp, dir, name string) (ldcache.DirEntry
 		return ldcache.DirEntry{Dir: dir, Name: name, Lib: lib}, true, nil
 	}
 	if isLink {
-		if target, pending := sc.pendingTarget(dfd, dir, name); pending {
+		// With pending files the link is read once here; the shortcut
+		// below starts from what was read ("": it reads the link itself).
+		var text string
+		if sc.pendingFiles != nil || sc.pendingLinks != nil {
+			text, _ = readlinkat(dfd, name)
+		}
+		if target, pending := sc.pendingTarget(dir, text); pending {
 			lib, ok, err = r.pendingLibrary(sc, target, sc.pendingFiles, sc.pendingLinks)
 		} else if sc.statLinks {
 			lib, ok, err = r.linkedLibrary(sc, cp)
 		} else {
-			lib, ok, err = r.linkOrInRootLibrary(sc, dfd, cp, name)
+			lib, ok, err = r.linkOrInRootLibrary(sc, dfd, cp, name, text)
 		}
 	} else {
 		// Not a link: open it in the directory already resolved.
@@ -251,12 +257,13 @@ func (r *Root) libraryEntry(sc *libScan, cp, dir, name string) (ldcache.DirEntry
 }
 
 // linkOrInRootLibrary inspects the image link cp (name in the directory
-// dfd). A link whose chain stays in that directory (sameDirTarget: the
-// driver's SONAME and development links a hook made) is answered by the
-// file it ends at, opened there only when not known already; any other is
-// opened inside the root (inRootLibrary).
-func (r *Root) linkOrInRootLibrary(sc *libScan, dfd int, cp, name string) (ldcache.Library, bool, error) {
-	target, st, ok := sameDirTarget(dfd, name)
+// dfd; text, when not "", what the link holds, read already). A link whose
+// chain stays in that directory (sameDirTarget: the driver's SONAME and
+// development links a hook made) is answered by the file it ends at,
+// opened there only when not known already; any other is opened inside
+// the root (inRootLibrary).
+func (r *Root) linkOrInRootLibrary(sc *libScan, dfd int, cp, name, text string) (ldcache.Library, bool, error) {
+	target, st, ok := sameDirTarget(dfd, name, text)
 	if !ok {
 		return r.inRootLibrary(sc, cp)
 	}
@@ -271,12 +278,18 @@ func (r *Root) linkOrInRootLibrary(sc *libScan, dfd int, cp, name string) (ldcac
 // whose targets are names in that same directory (no "/", not "." or "..":
 // what opening it inside the root would follow there too) to the regular
 // file it ends at: that file's name and lstat, with one readlinkat and one
-// lstat per hop. ok is false for anything else (a target elsewhere, a
+// lstat per hop (text, when not "", is what name holds, read already: its
+// hop reads nothing). ok is false for anything else (a target elsewhere, a
 // dangling or looping link, a directory).
-func sameDirTarget(dfd int, name string) (target string, st *unix.Stat_t, ok bool) {
+func sameDirTarget(dfd int, name, text string) (target string, st *unix.Stat_t, ok bool) {
 	cur := name
 	for range maxLinkHops {
-		t, err := readlinkat(dfd, cur)
+		t := text
+		text = ""
+		var err error
+		if t == "" {
+			t, err = readlinkat(dfd, cur)
+		}
 		if err != nil || t == "" || t == "." || t == ".." || strings.ContainsRune(t, '/') {
 			return "", nil, false
 		}
@@ -296,14 +309,10 @@ func sameDirTarget(dfd int, name string) (target string, st *unix.Stat_t, ok boo
 	return "", nil, false
 }
 
-// pendingTarget returns the container path the image link name in dir
-// (open as dfd) points to, when a pending file or link will be there.
-func (sc *libScan) pendingTarget(dfd int, dir, name string) (string, bool) {
-	if sc.pendingFiles == nil && sc.pendingLinks == nil {
-		return "", false
-	}
-	t, err := readlinkat(dfd, name)
-	if err != nil {
+// pendingTarget returns the container path an image link in dir holding
+// t points to, when a pending file or link will be there ("" t: none).
+func (sc *libScan) pendingTarget(dir, t string) (string, bool) {
+	if t == "" || (sc.pendingFiles == nil && sc.pendingLinks == nil) {
 		return "", false
 	}
 	if !path.IsAbs(t) {

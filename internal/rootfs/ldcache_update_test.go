@@ -581,10 +581,23 @@ func TestSameDirTarget(t *testing.T) {
 		{"libdir.so.1", ""},
 		{"libknown.so.1.2", ""}, // not a link
 	} {
-		target, st, ok := sameDirTarget(dfd, tt.link)
+		target, st, ok := sameDirTarget(dfd, tt.link, "")
 		if ok != (tt.target != "") || target != tt.target || (ok && st.Mode&unix.S_IFMT != unix.S_IFREG) {
 			t.Errorf("sameDirTarget(%s) = %q, %v; want %q", tt.link, target, ok, tt.target)
 		}
+		// The same with the link's text read already: the first hop
+		// takes it instead of reading the link.
+		if text, err := readlinkat(dfd, tt.link); err == nil {
+			target2, _, ok2 := sameDirTarget(dfd, tt.link, text)
+			if ok2 != ok || target2 != target {
+				t.Errorf("sameDirTarget(%s, %q) = %q, %v; want %q, %v", tt.link, text, target2, ok2, target, ok)
+			}
+		}
+	}
+	// The text given is the first hop's, not read again: a name given for
+	// a link to elsewhere is followed from there.
+	if target, _, ok := sameDirTarget(dfd, "libabs.so.1", "libknown.so.1"); !ok || target != "libknown.so.1.2" {
+		t.Errorf("sameDirTarget(libabs.so.1, libknown.so.1) = %q, %v; want libknown.so.1.2 (the text given followed)", target, ok)
 	}
 	r, err := Open(root)
 	if err != nil {
@@ -604,7 +617,7 @@ func TestSameDirTarget(t *testing.T) {
 		{"libunknown.so.1", false},  // inspected beside it: not ELF
 		{"libdangling.so.1", false}, // nothing there
 	} {
-		lib, isLib, err := r.linkOrInRootLibrary(&sc, dfd, libDir+"/"+tt.link, tt.link)
+		lib, isLib, err := r.linkOrInRootLibrary(&sc, dfd, libDir+"/"+tt.link, tt.link, "")
 		if err != nil || isLib != tt.isLib || (isLib && lib.SONAME != "libknown.so.1") {
 			t.Errorf("linkOrInRootLibrary(%s) = %+v, %v, %v; want isLib %v", tt.link, lib, isLib, err, tt.isLib)
 		}
