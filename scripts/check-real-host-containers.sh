@@ -25,7 +25,10 @@
 #                          Docker 25+ --device, containerd's CRI) and runc runs
 #                          its hooks: nctk's spec ("native"), its --separate-hooks
 #                          spec ("sep-native"), nctk's spec with the hooks'
-#                          GOMAXPROCS=1 left out ("native-gmp"), and with
+#                          GOMAXPROCS=1 left out ("native-gmp"), with
+#                          --nvidia-ctk NVIDIA's spec naming nctk's hook
+#                          ("nvspec-native": the GPU Operator's and device
+#                          plugin's specs on a host with nctk), and with
 #                          --nvidia-cdi-hook NVIDIA's spec and hooks ("nv-native");
 #                          and nctk's and its --separate-hooks spec applied, then
 #                          nctk's runtime run on them ("native-rt", "sep-native-rt");
@@ -246,6 +249,10 @@ if [ -n "$inject" ]; then
 	mkdir -p "$work/cdi-gmp"
 	grep -v '^ *- GOMAXPROCS=1$' "$work/cdi-nctk/nvidia.yaml" >"$work/cdi-gmp/nvidia.yaml"
 	native_paths="native:cdi-nctk sep-native:cdi-sep native-gmp:cdi-gmp"
+	# NVIDIA's own spec naming nctk's hook (what the GPU Operator's and the
+	# device plugin's specs do on a host with nctk): its hooks' environment
+	# has no GOMAXPROCS.
+	[ -n "$nv_ctk" ] && native_paths="$native_paths nvspec-native:cdi-nv"
 	[ -n "$nv_ctk" ] && [ -n "$nv_hook" ] && native_paths="$native_paths nv-native:cdi-nvh"
 	# The engine applies the spec, then runs nctk's runtime (a Kubernetes
 	# runtime class naming it): NAME:SPECDIR:CONFIG.

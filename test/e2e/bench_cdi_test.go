@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -49,6 +51,8 @@ import (
 //	            that spec: NVIDIA's layout applied by an engine, calling
 //	            nctk's hook (what the device plugin's and GPU Operator's
 //	            specs do on a host with nctk);
+//	sep-native-gmp  the same with GOMAXPROCS=1 left out of the hooks'
+//	            environment, as NVIDIA's nvidia-ctk writes that layout;
 //	native      `runc create` of the config.json the CDI library makes from
 //	            nctk's spec (InjectDevices, what podman, containerd's CRI
 //	            and Docker 25+ do natively): its one chained hook process;
@@ -256,6 +260,18 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	vs["sep"] = wrapper(nctkBin, sepEnv, orig)
 	sep := vs["sep"]
 	vs["sep-native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(sepEnv))}
+	// NVIDIA's layout as NVIDIA's nvidia-ctk writes it, naming nctk's
+	// hook: its hooks' environment has no GOMAXPROCS=1.
+	nvLayout := e2e.TempDir(b, "cdi-sep-gmp")
+	sepYAML := readFile(b, filepath.Join(specDirOf(sepEnv), "nvidia.yaml"))
+	noGMP := regexp.MustCompile(`(?m)^ *- GOMAXPROCS=1\n`).ReplaceAll(sepYAML, nil)
+	if bytes.Equal(noGMP, sepYAML) {
+		b.Fatal("sep-native-gmp: the --separate-hooks spec names no GOMAXPROCS=1 to leave out")
+	}
+	if err := os.WriteFile(filepath.Join(nvLayout, "nvidia.yaml"), noGMP, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	vs["sep-native-gmp"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, nvLayout)}
 	vs["native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(ownEnv))}
 	vs["native-rt"] = wrapper(nctkBin, ownEnv, vs["native"].spec)
 	vs["sep-native-rt"] = wrapper(nctkBin, sepEnv, vs["sep-native"].spec)
