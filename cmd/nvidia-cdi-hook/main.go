@@ -10,6 +10,7 @@ package main
 
 import (
 	"os"
+	"runtime"
 
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/cli/cdihook"
@@ -21,5 +22,17 @@ func main() {
 	if rootfs.MaybeRunChild(os.Args) {
 		return
 	}
+	oneP(os.Getenv, runtime.GOMAXPROCS)
 	os.Exit(cdihook.Main(app.FromOS()))
+}
+
+// oneP gives the process one P unless GOMAXPROCS names a count. A hook does
+// its work on one goroutine; nctk's specs start their hooks with
+// GOMAXPROCS=1, NVIDIA's specs name none, and on a host with many CPUs the
+// runtime would then wake further threads as the work readies goroutines
+// (docs/benchmarks.md). The Ps made before main stay made.
+func oneP(getenv func(string) string, gomaxprocs func(int) int) {
+	if getenv("GOMAXPROCS") == "" {
+		gomaxprocs(1)
+	}
 }

@@ -23,3 +23,28 @@ func TestLean(t *testing.T) {
 		"github.com/nctk/nctk/internal/ocispec",
 	)
 }
+
+// TestOneP: a hook started without GOMAXPROCS (NVIDIA's specs name none)
+// limits itself to one P; a count in its environment is left to the Go
+// runtime.
+func TestOneP(t *testing.T) {
+	for _, tt := range []struct {
+		env  string
+		want int // the count oneP sets, 0 for none
+	}{
+		{"", 1},
+		{"1", 0},
+		{"8", 0},
+	} {
+		set := 0
+		oneP(func(k string) string {
+			if k != "GOMAXPROCS" {
+				t.Errorf("oneP read %s", k)
+			}
+			return tt.env
+		}, func(n int) int { set = n; return 16 })
+		if set != tt.want {
+			t.Errorf("GOMAXPROCS=%q: oneP set %d Ps, want %d", tt.env, set, tt.want)
+		}
+	}
+}
