@@ -52,7 +52,8 @@ import (
 //	            nctk's hook (what the device plugin's and GPU Operator's
 //	            specs do on a host with nctk);
 //	sep-native-gmp  the same with GOMAXPROCS=1 left out of the hooks'
-//	            environment, as NVIDIA's nvidia-ctk writes that layout;
+//	            environment, as NVIDIA's nvidia-ctk writes that layout
+//	            (and sep-native-gmp-rt: then nctk's runtime, below);
 //	native      `runc create` of the config.json the CDI library makes from
 //	            nctk's spec (InjectDevices, what podman, containerd's CRI
 //	            and Docker 25+ do natively): its one chained hook process;
@@ -275,6 +276,7 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	vs["native"] = &benchVariant{bin: runc, env: os.Environ(), spec: cdiInjected(b, orig, specDirOf(ownEnv))}
 	vs["native-rt"] = wrapper(nctkBin, ownEnv, vs["native"].spec)
 	vs["sep-native-rt"] = wrapper(nctkBin, sepEnv, vs["sep-native"].spec)
+	vs["sep-native-gmp-rt"] = wrapper(nctkBin, sepEnv, vs["sep-native-gmp"].spec)
 	vs["legacy"] = wrapper(nctkBin, specDir("legacy", nctkBin, "legacy"), legacySpec)
 	lv := vs["legacy"] // the hook's plan (floor-mounts below), whatever $NCTK_BENCH_ONLY keeps
 	vs["hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
