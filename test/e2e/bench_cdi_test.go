@@ -375,9 +375,10 @@ func benchCreateCDI(b *testing.B, gpus int) {
 			written = readFile(b, specPath)
 		}
 		b.Logf("%s: %d createContainer hooks in config.json, running %q", n, cdiHookCount(b, written), hookSubcommands(b, written))
-		if strings.HasSuffix(n, "-rt") && cdiHookCount(b, written) > 0 {
+		if strings.HasSuffix(n, "-rt") && !strings.HasPrefix(n, "base-") && cdiHookCount(b, written) > 0 {
 			// nctk's runtime does the hooks of an engine-applied spec
-			// (nctk's or NVIDIA's layout naming nctk's hook) itself.
+			// (nctk's or NVIDIA's layout naming nctk's hook) itself; a
+			// baseline build may predate that.
 			b.Fatalf("%s: the runtime left hooks %q in config.json", n, hookSubcommands(b, written))
 		}
 		v.inInit = cdiHookCount(b, written) > 0
