@@ -229,7 +229,8 @@ func tomlStrings(ss []string) string {
 }
 
 // withRunDefaults adds the flags every `run`/`create` needs here unless the
-// caller gave them: the ulimits, --cgroup-parent=/<Name> and
+// caller gave them: the ulimits, --cgroup-parent=/<Name> (not with
+// --cgroups) and
 // --network=none (this harness sets up no container networking).
 func (p *Podman) withRunDefaults(args []string) []string {
 	i := 0
@@ -246,7 +247,7 @@ func (p *Podman) withRunDefaults(args []string) []string {
 	if !has("--ulimit") {
 		extra = append(extra, podmanUlimits()...)
 	}
-	if !has("--cgroup-parent") {
+	if !has("--cgroup-parent") && !has("--cgroups") {
 		extra = append(extra, "--cgroup-parent=/"+p.Name)
 	}
 	if !has("--network") && !has("--net") {

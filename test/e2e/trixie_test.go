@@ -28,7 +28,9 @@ import (
 // Podman runs its containers with runc: Debian 13's default runtime,
 // crun 1.21, refuses the hybrid cgroups (v1 controllers, an empty v2
 // hierarchy) of the test hosts, which runc still handles; TestTrixiePodman
-// checks that refusal (or, on other hosts, crun's GPU container too).
+// checks that refusal (or, on other hosts, crun's GPU container too), and
+// TestTrixieCrun runs crun's GPU containers there in a namespace that sees
+// the v2 hierarchy alone, without a cgroup per container.
 
 // trixieHost is newHost for an engine root: the config.toml's runtime is
 // the root's runc.
@@ -217,6 +219,54 @@ func TestTrixiePodman(t *testing.T) {
 		}
 		checkGPU(t, res.Stdout, want{host: host, GPUs: []int{1}, LibDir: libDir, Display: true})
 	})
+}
+
+// TestTrixieCrun runs GPU containers through Debian 13's podman with crun
+// 1.21, the runtime it uses by default. Where the host's cgroups are hybrid,
+// which crun refuses (TestTrixiePodman), the root's namespace sees the
+// unified hierarchy alone (cgroup2 mounted over /sys/fs/cgroup) and podman
+// makes no cgroup for the container (--cgroups=disabled): crun then runs
+// the spec's hooks as on a cgroup v2 host. crun passes them the OCI state
+// on stdin at once, and nctk's hooks, not under runc's init, read it
+// (ocistate.RuncHookRoot does not apply): nctk's spec (one chained hook)
+// and NVIDIA's layout (five hooks).
+func TestTrixieCrun(t *testing.T) {
+	skipShort(t)
+	e2e.RequireRoot(t)
+	root := e2e.StartTrixie(t)
+	crun := root.RequireTool(t, "crun")
+	var extra []string
+	hybrid := hybridCgroups(t)
+	if hybrid {
+		root.MustRun(t, e2e.RunOpts{}, "/bin/sh", "-c", "umount -R /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup")
+		extra = []string{"--cgroups=disabled"}
+	}
+	checkVersion(t, "crun", root.MustRun(t, e2e.RunOpts{}, crun, "--version"), "crun version 1.21")
+	host := trixieHost(t, root, fixture.Spec{Layout: "multiarch", GPUs: 4})
+	trixieCDISpec(t, root, host)
+	image := e2e.BuildRootfs(t, e2e.RootfsOptions{})
+	p := e2e.NewPodman(t, e2e.PodmanOptions{Root: root, Env: host.Env, Runtime: crun})
+	ref := p.ImportImage(image, "nctk-e2e:trixie")
+	libDir := e2e.LayoutDebian.LibDir()
+	for _, tc := range []struct {
+		device string
+		gpus   []int
+	}{
+		{"nvidia.com/gpu=1", []int{1}},
+		{"nvidia.com/gpu=all", []int{0, 1, 2, 3}},
+		{"nvidia.com/sepgpu=2", []int{2}},
+	} {
+		t.Run(tc.device, func(t *testing.T) {
+			t.Parallel()
+			argv := append([]string{"run", "--rm", "-v", hostLdconfig + ":" + probeLdconfig + ":ro", "--device", tc.device}, extra...)
+			res := p.Podman(append(argv, ref, "/bin/sh", "-c", probeScript(libDir))...)
+			if !res.OK() {
+				t.Fatalf("podman --runtime crun run: %s", res)
+			}
+			// Without a cgroup there are no device rules to read.
+			checkGPU(t, res.Stdout, want{host: host, GPUs: tc.gpus, LibDir: libDir, Display: true, NoCgroupCheck: hybrid})
+		})
+	}
 }
 
 // hybridCgroups reports whether the host mounts cgroup v1 controllers at
