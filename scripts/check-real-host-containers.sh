@@ -30,8 +30,9 @@
 #                          ("nvspec-native": the GPU Operator's and device
 #                          plugin's specs on a host with nctk), and with
 #                          --nvidia-cdi-hook NVIDIA's spec and hooks ("nv-native");
-#                          and nctk's and its --separate-hooks spec applied, then
-#                          nctk's runtime run on them ("native-rt", "sep-native-rt");
+#                          and nctk's and its --separate-hooks spec (and with
+#                          --nvidia-ctk NVIDIA's) applied, then nctk's runtime run
+#                          on them ("native-rt", "sep-native-rt", "nvspec-native-rt");
 #                          checked as containers and timed (floor: runc on the
 #                          same config.json without the spec's hooks)
 #   --cli-debug FILE       nvidia-container-cli's debug log ([nvidia-container-cli]
@@ -257,6 +258,9 @@ if [ -n "$inject" ]; then
 	# The engine applies the spec, then runs nctk's runtime (a Kubernetes
 	# runtime class naming it): NAME:SPECDIR:CONFIG.
 	rt_paths="native-rt:cdi-nctk:cdi sep-native-rt:cdi-sep:cdi-sep"
+	# NVIDIA's own spec so, then nctk's runtime: the GPU Operator's
+	# runtime class with CDI devices on a host with nctk.
+	[ -n "$nv_ctk" ] && rt_paths="$rt_paths nvspec-native-rt:cdi-nv:cdi-nv"
 fi
 # inject_spec DIR [-drop-hooks]: the bundle's config.json as an engine with
 # native CDI support makes it from the specs in DIR (all GPUs).
