@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,7 +81,21 @@ func TestRealHostContainersScript(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", inject, "../cdiinject").CombinedOutput(); err != nil {
 		t.Fatalf("go build test/cdiinject: %v\n%s", err, out)
 	}
-	cmd := exec.Command("bash", "../../scripts/check-real-host-containers.sh", "--root", fx.Path, "--rounds", "1", "--out", report, "--cdi-inject", inject, "--tmpfs")
+	// NVIDIA's nvidia-ctk needs NVML: a stand-in writes nctk's spec in
+	// NVIDIA's layout with the hooks' environment NVIDIA's tool writes (no
+	// GOMAXPROCS), so that the paths of NVIDIA's spec with nctk's hooks run.
+	nvctk := filepath.Join(tmp, "nvidia-ctk")
+	standIn := fmt.Sprintf(`#!/bin/sh
+out= hook=
+while [ $# -gt 0 ]; do case $1 in --output) out=$2; shift ;; --nvidia-cdi-hook-path) hook=$2; shift ;; esac; shift; done
+%q -q cdi generate --separate-hooks --driver-root %q --nvidia-cdi-hook-path "$hook" --output "$out.in.yaml" &&
+	grep -v '^ *- GOMAXPROCS=1$' "$out.in.yaml" >"$out" && rm "$out.in.yaml"
+`, filepath.Join(bin, "nvidia-ctk"), fx.Path)
+	if err := os.WriteFile(nvctk, []byte(standIn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "../../scripts/check-real-host-containers.sh", "--root", fx.Path, "--rounds", "1", "--out", report,
+		"--cdi-inject", inject, "--nvidia-ctk", nvctk, "--tmpfs")
 	cmd.Env = append(os.Environ(), "NCTK_BIN="+bin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -100,6 +115,8 @@ func TestRealHostContainersScript(t *testing.T) {
 		"ok        engine applies native-gmp writable: 0", "| native |", "| sep-native |", "| legacy-hook |", "| cdi-hook |",
 		"ok        engine applies nctk's spec, then the runtime (native-rt) nodes: 2",
 		"ok        engine applies sep's spec, then the runtime (sep-native-rt) libcuda: 1", "| native-rt |", "| sep-native-rt |",
+		"ok        cdi all (NVIDIA's spec, nctk's hooks) nodes: 2", "ok        engine applies nvspec-native nodes: 2",
+		"ok        engine applies nv's spec, then the runtime (nvspec-native-rt) libcuda: 1", "| nvspec-native |", "| nvspec-native-rt |",
 		"RESULT: every container got what it asked for",
 	} {
 		if !strings.Contains(text, w) {
