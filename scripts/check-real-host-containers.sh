@@ -93,6 +93,15 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+# The tools given go into specs and configs that runc and engines run from
+# other directories: absolute, and there.
+for opt in nv_ctk:--nvidia-ctk nv_hook:--nvidia-cdi-hook nv_runtime:--nvidia-runtime inject:--cdi-inject; do
+	var=${opt%%:*}
+	[ -n "${!var}" ] || continue
+	abs=$(realpath -e -- "${!var}" 2>/dev/null) && [ -x "$abs" ] ||
+		{ echo "check-real-host-containers: ${opt#*:} ${!var}: no such executable" >&2; exit 2; }
+	printf -v "$var" '%s' "$abs"
+done
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 [ "$(id -u)" -eq 0 ] || { echo "check-real-host-containers: run as root" >&2; exit 2; }
 tools="runc busybox gcc ldconfig"

@@ -82,20 +82,34 @@ func TestRealHostContainersScript(t *testing.T) {
 		t.Fatalf("go build test/cdiinject: %v\n%s", err, out)
 	}
 	// NVIDIA's nvidia-ctk needs NVML: a stand-in writes nctk's spec in
-	// NVIDIA's layout with the hooks' environment NVIDIA's tool writes (no
-	// GOMAXPROCS), so that the paths of NVIDIA's spec with nctk's hooks run.
+	// NVIDIA's layout as NVIDIA's tool writes it (no GOMAXPROCS in the
+	// hooks' environment; the hook path as given, where nctk's makes it
+	// absolute), so that the paths of NVIDIA's spec with nctk's hooks run.
 	nvctk := filepath.Join(tmp, "nvidia-ctk")
 	standIn := fmt.Sprintf(`#!/bin/sh
 out= hook=
 while [ $# -gt 0 ]; do case $1 in --output) out=$2; shift ;; --nvidia-cdi-hook-path) hook=$2; shift ;; esac; shift; done
+abs=$(cd "$(dirname "$hook")" && pwd)/$(basename "$hook")
 %q -q cdi generate --separate-hooks --driver-root %q --nvidia-cdi-hook-path "$hook" --output "$out.in.yaml" &&
-	grep -v '^ *- GOMAXPROCS=1$' "$out.in.yaml" >"$out" && rm "$out.in.yaml"
+	grep -v '^ *- GOMAXPROCS=1$' "$out.in.yaml" | sed "s|path: $abs\$|path: $hook|" >"$out" && rm "$out.in.yaml"
 `, filepath.Join(bin, "nvidia-ctk"), fx.Path)
 	if err := os.WriteFile(nvctk, []byte(standIn), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("bash", "../../scripts/check-real-host-containers.sh", "--root", fx.Path, "--rounds", "1", "--out", report,
-		"--cdi-inject", inject, "--nvidia-ctk", nvctk, "--tmpfs")
+	// nctk's own hook stands in for NVIDIA's too ("NVIDIA's spec and
+	// hooks"). The tools are named relative to the script's working
+	// directory, as a user may: the script must make them absolute before
+	// they go into specs that runc runs from elsewhere.
+	if err := os.Symlink(filepath.Join(bin, "nvidia-cdi-hook"), filepath.Join(tmp, "nv-hook")); err != nil {
+		t.Fatal(err)
+	}
+	script, err := filepath.Abs("../../scripts/check-real-host-containers.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", script, "--root", fx.Path, "--rounds", "1", "--out", report,
+		"--cdi-inject", "./cdiinject", "--nvidia-ctk", "./nvidia-ctk", "--nvidia-cdi-hook", "./nv-hook", "--tmpfs")
+	cmd.Dir = tmp
 	cmd.Env = append(os.Environ(), "NCTK_BIN="+bin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -117,6 +131,7 @@ while [ $# -gt 0 ]; do case $1 in --output) out=$2; shift ;; --nvidia-cdi-hook-p
 		"ok        engine applies sep's spec, then the runtime (sep-native-rt) libcuda: 1", "| native-rt |", "| sep-native-rt |",
 		"ok        cdi all (NVIDIA's spec, nctk's hooks) nodes: 2", "ok        engine applies nvspec-native nodes: 2",
 		"ok        engine applies nv's spec, then the runtime (nvspec-native-rt) libcuda: 1", "| nvspec-native |", "| nvspec-native-rt |",
+		"ok        cdi all (NVIDIA's spec and hooks) nodes: 2", "ok        engine applies nv-native nodes: 2", "| nv-native |",
 		"RESULT: every container got what it asked for",
 	} {
 		if !strings.Contains(text, w) {
