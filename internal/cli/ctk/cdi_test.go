@@ -657,3 +657,28 @@ func TestCDIGenerateDevLinks(t *testing.T) {
 		})
 	}
 }
+
+// TestCDIGenerateRelativeHookPath: a relative --nvidia-cdi-hook-path is
+// written absolute (runtimes start hooks from other directories; NVIDIA's
+// tool writes it as given).
+func TestCDIGenerateRelativeHookPath(t *testing.T) {
+	root := cdiTestRoot(t)
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := cdiRun(t, nil, "cdi", "generate", "--separate-hooks", "--driver-root", root, "--nvidia-cdi-hook-path", "bin/../tools/nvidia-cdi-hook")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	want := filepath.Join(wd, "tools", "nvidia-cdi-hook")
+	hooks := parseSpecOut(t, []byte(stdout)).ContainerEdits.Hooks
+	if len(hooks) == 0 {
+		t.Fatal("no hooks in the spec")
+	}
+	for _, h := range hooks {
+		if h.Path != want {
+			t.Errorf("hook %q path %q, want %q", h.Args, h.Path, want)
+		}
+	}
+}
