@@ -33,7 +33,8 @@ var ErrNotRuncHook = errors.New("not a createContainer hook of runc with a prova
 // hook of a container (docs/benchmarks.md). What runc has set up already
 // tells the root instead, and is checked:
 //
-//   - the caller's parent is runc's init (named runc:[2:INIT]),
+//   - the caller's parent is runc's init (named runc:[2:INIT] in its
+//     proc stat line, which also gives its parent),
 //   - the init's parent is runc itself (create or run), whose working
 //     directory is the bundle (runc changes to --bundle first),
 //   - root.path of that bundle's config.json (LoadRootPathMemo, with
@@ -50,20 +51,16 @@ var ErrNotRuncHook = errors.New("not a createContainer hook of runc with a prova
 // processes are runc's, the bundle and config.json the engine's, and the
 // container root is only compared, not followed.
 func RuncHookRoot(proc, cwd string, keep bool) (string, error) {
-	parent, err := parentOf(proc, "self")
+	_, parent, err := statOf(proc, "self")
 	if err != nil {
 		return "", err
 	}
-	comm, err := hostfile.ReadFile(filepath.Join(proc, strconv.Itoa(parent), "comm"), 256)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrNotRuncHook, err)
-	}
-	if string(bytes.TrimSuffix(comm, []byte("\n"))) != runcInitComm {
-		return "", fmt.Errorf("%w: the parent is %q", ErrNotRuncHook, bytes.TrimSpace(comm))
-	}
-	runc, err := parentOf(proc, strconv.Itoa(parent))
+	comm, runc, err := statOf(proc, strconv.Itoa(parent))
 	if err != nil {
 		return "", err
+	}
+	if comm != runcInitComm {
+		return "", fmt.Errorf("%w: the parent is %q", ErrNotRuncHook, comm)
 	}
 	bundle, err := os.Readlink(filepath.Join(proc, strconv.Itoa(runc), "cwd"))
 	if err != nil || !filepath.IsAbs(bundle) {
@@ -86,37 +83,39 @@ func RuncHookRoot(proc, cwd string, keep bool) (string, error) {
 	return root, nil
 }
 
-// parentOf reads the parent pid of the process pid ("self" or a number)
-// from proc/pid/stat.
-func parentOf(proc, pid string) (int, error) {
+// statOf reads the command name and parent pid of the process pid ("self"
+// or a number) from proc/pid/stat.
+func statOf(proc, pid string) (comm string, ppid int, err error) {
 	data, err := hostfile.ReadFile(filepath.Join(proc, pid, "stat"), 4096)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrNotRuncHook, err)
+		return "", 0, fmt.Errorf("%w: %w", ErrNotRuncHook, err)
 	}
-	ppid, err := ParseStatPPID(data)
+	comm, ppid, err = parseStat(data)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s/%s/stat: %w", ErrNotRuncHook, proc, pid, err)
+		return "", 0, fmt.Errorf("%w: %s/%s/stat: %w", ErrNotRuncHook, proc, pid, err)
 	}
-	return ppid, nil
+	return comm, ppid, nil
 }
 
-// ParseStatPPID returns the parent pid of a /proc/PID/stat line: the
-// fourth field, counted after the command name's closing parenthesis (the
-// name may hold spaces and parentheses itself). A pid below 1 is an error.
-func ParseStatPPID(data []byte) (int, error) {
+// parseStat returns the command name and parent pid of a /proc/PID/stat
+// line: the name between the first "(" and the last ")" (it may hold
+// spaces and parentheses itself), the parent pid the second field after
+// it. A pid below 1 is an error.
+func parseStat(data []byte) (comm string, ppid int, err error) {
 	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, errors.New("no command name in parentheses")
+	j := bytes.IndexByte(data, '(')
+	if i < 0 || j < 0 || j > i {
+		return "", 0, errors.New("no command name in parentheses")
 	}
 	f := bytes.Fields(data[i+1:])
 	if len(f) < 2 {
-		return 0, errors.New("no parent pid after the command name")
+		return "", 0, errors.New("no parent pid after the command name")
 	}
-	ppid, err := strconv.Atoi(string(f[1]))
+	ppid, err = strconv.Atoi(string(f[1]))
 	if err != nil || ppid < 1 {
-		return 0, fmt.Errorf("parent pid %q is not a positive number", f[1])
+		return "", 0, fmt.Errorf("parent pid %q is not a positive number", f[1])
 	}
-	return ppid, nil
+	return string(data[j+1 : i]), ppid, nil
 }
 
 // peekRootPath is LoadRootPath reading the config.json at path only as far

@@ -1,6 +1,7 @@
 package ocistate
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,10 +10,11 @@ import (
 )
 
 // fakeRunc lays out what RuncHookRoot reads for a hook whose parent is
-// process 77 (named comm), itself the child of 55 working in bundle, whose
-// config.json says rootPath; it returns the proc directory.
+// process 77 (named comm; initRest follows the name in its stat line),
+// itself the child of 55 working in bundle, whose config.json says
+// rootPath; it returns the proc directory.
 type fakeRunc struct {
-	selfStat, comm, initStat, cwd, spec string
+	selfStat, comm, initRest, cwd, spec string
 }
 
 func (f fakeRunc) make(t *testing.T) string {
@@ -29,8 +31,7 @@ func (f fakeRunc) make(t *testing.T) string {
 		}
 	}
 	write("self/stat", f.selfStat)
-	write("77/comm", f.comm)
-	write("77/stat", f.initStat)
+	write("77/stat", "77 ("+f.comm+") "+f.initRest+"\n")
 	if err := os.MkdirAll(filepath.Join(proc, "55"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +61,8 @@ func TestRuncHookRoot(t *testing.T) {
 	}
 	good := fakeRunc{
 		selfStat: "4242 (nvidia-cdi-hook) S 77 4242 1 0 -1 4194560 0 0\n",
-		comm:     "runc:[2:INIT]\n",
-		initStat: "77 (runc:[2:INIT]) S 55 77 1 0 -1\n",
+		comm:     "runc:[2:INIT]",
+		initRest: "S 55 77 1 0 -1",
 		cwd:      bundle,
 		spec:     `{"root":{"path":"rootfs"}}`,
 	}
@@ -75,15 +76,15 @@ func TestRuncHookRoot(t *testing.T) {
 		{"absolute root.path", func(f *fakeRunc) { f.spec = `{"root":{"path":"` + root + `"}}` }, root, root},
 		{"root.path through a link to the working directory", func(f *fakeRunc) { f.spec = `{"root":{"path":"link"}}` }, root, filepath.Join(bundle, "link")},
 		{"working directory elsewhere", func(*fakeRunc) {}, other, "the working directory is not"},
-		{"parent not runc's init", func(f *fakeRunc) { f.comm = "crun\n" }, root, `the parent is "crun"`},
-		{"parent named like it", func(f *fakeRunc) { f.comm = "runc:[2:INIT]x\n" }, root, "the parent is"},
+		{"parent not runc's init", func(f *fakeRunc) { f.comm = "crun" }, root, `the parent is "crun"`},
+		{"parent named like it", func(f *fakeRunc) { f.comm = "runc:[2:INIT]x" }, root, "the parent is"},
 		{"no bundle", func(f *fakeRunc) { f.cwd = "" }, root, "runc's working directory"},
 		{"relative bundle", func(f *fakeRunc) { f.cwd = "bundle" }, root, "runc's working directory"},
 		{"no config.json", func(f *fakeRunc) { f.cwd = root }, root, "config.json"},
 		{"bad config.json", func(f *fakeRunc) { f.spec = `{"root":` }, root, "invalid OCI spec"},
 		{"root.path missing", func(f *fakeRunc) { f.spec = `{"root":{"path":"gone"}}` }, root, "gone"},
 		{"stat without a name", func(f *fakeRunc) { f.selfStat = "4242 S 77" }, root, "no command name"},
-		{"init's parent not a number", func(f *fakeRunc) { f.initStat = "77 (runc:[2:INIT]) S x" }, root, `parent pid "x"`},
+		{"init's parent not a number", func(f *fakeRunc) { f.initRest = "S x" }, root, `parent pid "x"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := good
@@ -150,45 +151,49 @@ func TestPeekRootPath(t *testing.T) {
 	}
 }
 
-// TestParseStatPPID: the parent pid is read after the last parenthesis
-// (a command name may hold spaces and parentheses).
-func TestParseStatPPID(t *testing.T) {
+// TestParseStat: the command name is what lies between the first "(" and
+// the last ")", the parent pid is read after it (a command name may hold
+// spaces and parentheses).
+func TestParseStat(t *testing.T) {
 	for _, tt := range []struct {
 		in   string
+		comm string
 		want int
 		err  string
 	}{
-		{"1 (systemd) S 0 1 1", 0, "not a positive number"},
-		{"4242 (nvidia-cdi-hook) S 77 4242 1 0\n", 77, ""},
-		{"9 (a) b) (c) R 12 9", 12, ""},
-		{"9 (name with spaces) S 3", 3, ""},
-		{"9 name S 3", 0, "no command name"},
-		{"9 (x) S", 0, "no parent pid"},
-		{"9 (x) S -4", 0, "not a positive number"},
-		{"9 (x) S 99999999999999999999", 0, "not a positive number"},
-		{"", 0, "no command name"},
+		{"1 (systemd) S 0 1 1", "", 0, "not a positive number"},
+		{"4242 (nvidia-cdi-hook) S 77 4242 1 0\n", "nvidia-cdi-hook", 77, ""},
+		{"77 (runc:[2:INIT]) S 55 77", "runc:[2:INIT]", 55, ""},
+		{"9 (a) b) (c) R 12 9", "a) b) (c", 12, ""},
+		{"9 (name with spaces) S 3", "name with spaces", 3, ""},
+		{"9 name S 3", "", 0, "no command name"},
+		{"9 ) name ( S 3", "", 0, "no command name"},
+		{"9 (x) S", "", 0, "no parent pid"},
+		{"9 (x) S -4", "", 0, "not a positive number"},
+		{"9 (x) S 99999999999999999999", "", 0, "not a positive number"},
+		{"", "", 0, "no command name"},
 	} {
-		got, err := ParseStatPPID([]byte(tt.in))
+		comm, got, err := parseStat([]byte(tt.in))
 		if tt.err == "" {
-			if err != nil || got != tt.want {
-				t.Errorf("ParseStatPPID(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+			if err != nil || got != tt.want || comm != tt.comm {
+				t.Errorf("parseStat(%q) = %q, %d, %v; want %q, %d", tt.in, comm, got, err, tt.comm, tt.want)
 			}
 			continue
 		}
 		if err == nil || !strings.Contains(err.Error(), tt.err) {
-			t.Errorf("ParseStatPPID(%q) = %d, %v; want an error saying %q", tt.in, got, err, tt.err)
+			t.Errorf("parseStat(%q) = %q, %d, %v; want an error saying %q", tt.in, comm, got, err, tt.err)
 		}
 	}
 }
 
-func FuzzParseStatPPID(f *testing.F) {
-	for _, s := range []string{"4242 (nvidia-cdi-hook) S 77 4242 1 0\n", "9 (a) b) (c) R 12 9", "9 (x) S", ")"} {
+func FuzzParseStat(f *testing.F) {
+	for _, s := range []string{"4242 (nvidia-cdi-hook) S 77 4242 1 0\n", "9 (a) b) (c) R 12 9", "9 (x) S", ")", ") ("} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ppid, err := ParseStatPPID(data)
-		if err == nil && ppid < 1 {
-			t.Fatalf("ParseStatPPID(%q) = %d without an error", data, ppid)
+		comm, ppid, err := parseStat(data)
+		if err == nil && (ppid < 1 || !bytes.Contains(data, []byte("("+comm+")"))) {
+			t.Fatalf("parseStat(%q) = %q, %d without an error", data, comm, ppid)
 		}
 	})
 }
