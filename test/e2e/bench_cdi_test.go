@@ -280,7 +280,7 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	vs["legacy"] = wrapper(nctkBin, specDir("legacy", nctkBin, "legacy"), legacySpec)
 	lv := vs["legacy"] // the hook's plan (floor-mounts below), whatever $NCTK_BENCH_ONLY keeps
 	vs["hook"] = &benchVariant{bin: runc, env: os.Environ(), floor: "runc",
-		spec: withPrestartHook(b, legacySpec, tool(b, "nvidia-container-runtime-hook"), specDirOf(vs["legacy"].env)+"/config.toml")}
+		spec: withPrestartHook(b, legacySpec, tool(b, "nvidia-container-runtime-hook"), specDirOf(lv.env)+"/config.toml")}
 	if base := os.Getenv("NCTK_BENCH_BASELINE_BIN"); base != "" {
 		// The baseline build on the CDI (its runtime, and its spec applied
 		// natively), legacy and --gpus hook paths.
@@ -325,15 +325,14 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	// the container's init. Unlike the wall time it hardly depends on the
 	// machine's load.
 	cpu := map[*benchVariant]time.Duration{}
-	create := func(v *benchVariant, id string) time.Duration {
+	// createWith creates (and deletes) the container with v and the create
+	// flags given; the runtime leaves its config.json at specPath.
+	createWith := func(v *benchVariant, id string, flags ...string) time.Duration {
 		if err := os.WriteFile(specPath, v.spec, 0o644); err != nil {
 			b.Fatal(err)
 		}
 		freshRootfs()
-		// With a pid file, as every engine's create: the runtime then does
-		// a created container's work itself (none on a host without the
-		// driver in procfs, as here).
-		cmd := exec.Command(v.bin, "--root", state, "create", "--bundle", bundle, "--pid-file", filepath.Join(shm, "pid"), id)
+		cmd := exec.Command(v.bin, append(append([]string{"--root", state, "create", "--bundle", bundle}, flags...), id)...)
 		cmd.Env = v.env
 		start := time.Now()
 		err := run(cmd)
@@ -345,6 +344,12 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		del(id)
 		dropRootfs()
 		return d
+	}
+	// create is createWith a pid file, as every engine's create: the
+	// runtime then does a created container's work itself (none on a host
+	// without the driver in procfs, as here).
+	create := func(v *benchVariant, id string) time.Duration {
+		return createWith(v, id, "--pid-file", filepath.Join(shm, "pid"))
 	}
 
 	// $NCTK_BENCH_ONLY (comma-separated variant names) keeps only those
@@ -399,20 +404,8 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	// hook reads legacy's config.toml) when it cannot do that work after
 	// the create (no pid file), without its hooks.
 	if hv := vs["hook"]; hv != nil {
-		if err := os.WriteFile(specPath, lv.spec, 0o644); err != nil {
-			b.Fatal(err)
-		}
-		freshRootfs()
-		id := "nctk-cdi-probe-mounts"
-		cmd := exec.Command(lv.bin, "--root", state, "create", "--bundle", bundle, id)
-		cmd.Env = lv.env
-		if err := run(cmd); err != nil {
-			b.Fatal(err)
-		}
-		written := readFile(b, specPath)
-		del(id)
-		dropRootfs()
-		floor := withoutHooks(b, written, nil)
+		createWith(lv, "nctk-cdi-probe-mounts")
+		floor := withoutHooks(b, readFile(b, specPath), nil)
 		if countMounts(b, floor) <= countMounts(b, vs["runc"].spec) {
 			b.Fatal("floor-mounts: the legacy runtime without a pid file wrote no driver mounts into config.json")
 		}
@@ -578,9 +571,6 @@ func benchCreateCDI(b *testing.B, gpus int) {
 	}
 }
 
-// cdiInjected returns spec with the devices its cdi.k8s.io/nctk-bench
-// annotation names injected from the specs in dir by the CDI library, as
-// an engine with native CDI support does (the annotation removed).
 // countMounts is the number of mounts in the config.json spec.
 func countMounts(b *testing.B, spec []byte) int {
 	var s specs.Spec
@@ -590,6 +580,9 @@ func countMounts(b *testing.B, spec []byte) int {
 	return len(s.Mounts)
 }
 
+// cdiInjected returns spec with the devices its cdi.k8s.io/nctk-bench
+// annotation names injected from the specs in dir by the CDI library, as
+// an engine with native CDI support does (the annotation removed).
 func cdiInjected(b *testing.B, spec []byte, dir string) []byte {
 	var s specs.Spec
 	if err := json.Unmarshal(spec, &s); err != nil {
