@@ -25,7 +25,22 @@ const runcInitComm = "runc:[2:INIT]"
 var ErrNotRuncHook = errors.New("not a createContainer hook of runc with a provable root")
 
 // RuncHookRoot finds the container root of a createContainer hook that
-// runc runs without the OCI state on stdin. runc's init writes that state
+// runc runs without the OCI state on stdin (RuncHook).
+func RuncHookRoot(proc, cwd string, keep bool) (string, error) {
+	h, err := RuncHook(proc, cwd, keep)
+	return h.Root, err
+}
+
+// RuncHookInfo is what RuncHook proves about a createContainer hook of
+// runc.
+type RuncHookInfo struct {
+	Root   string // the container root
+	Bundle string // runc's bundle, where config.json is
+	Runc   int    // the pid of runc itself (create or run), the init's parent
+}
+
+// RuncHook finds the container root of a createContainer hook that runc
+// runs, without the OCI state on stdin. runc's init writes that state
 // from a goroutine of a Go process it limits to one P (GOMAXPROCS(1)),
 // while another of its goroutines waits for the hook in a blocking system
 // call, so the state reaches the hook only when the Go runtime's monitor
@@ -50,37 +65,37 @@ var ErrNotRuncHook = errors.New("not a createContainer hook of runc with a prova
 // caller reads the state as usual. Nothing here is the image's: the
 // processes are runc's, the bundle and config.json the engine's, and the
 // container root is only compared, not followed.
-func RuncHookRoot(proc, cwd string, keep bool) (string, error) {
+func RuncHook(proc, cwd string, keep bool) (RuncHookInfo, error) {
 	_, parent, err := statOf(proc, "self")
 	if err != nil {
-		return "", err
+		return RuncHookInfo{}, err
 	}
 	comm, runc, err := statOf(proc, strconv.Itoa(parent))
 	if err != nil {
-		return "", err
+		return RuncHookInfo{}, err
 	}
 	if comm != runcInitComm {
-		return "", fmt.Errorf("%w: the parent is %q", ErrNotRuncHook, comm)
+		return RuncHookInfo{}, fmt.Errorf("%w: the parent is %q", ErrNotRuncHook, comm)
 	}
 	bundle, err := os.Readlink(filepath.Join(proc, strconv.Itoa(runc), "cwd"))
 	if err != nil || !filepath.IsAbs(bundle) {
-		return "", fmt.Errorf("%w: runc's working directory %q: %v", ErrNotRuncHook, bundle, err)
+		return RuncHookInfo{}, fmt.Errorf("%w: runc's working directory %q: %v", ErrNotRuncHook, bundle, err)
 	}
 	root, err := loadRootPathMemo(filepath.Join(bundle, "config.json"), bundle, keep, peekRootPath)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrNotRuncHook, err)
+		return RuncHookInfo{}, fmt.Errorf("%w: %w", ErrNotRuncHook, err)
 	}
 	var r, w unix.Stat_t
 	if err := unix.Stat(root, &r); err != nil {
-		return "", fmt.Errorf("%w: root %s: %w", ErrNotRuncHook, root, err)
+		return RuncHookInfo{}, fmt.Errorf("%w: root %s: %w", ErrNotRuncHook, root, err)
 	}
 	if err := unix.Stat(cwd, &w); err != nil {
-		return "", fmt.Errorf("%w: working directory: %w", ErrNotRuncHook, err)
+		return RuncHookInfo{}, fmt.Errorf("%w: working directory: %w", ErrNotRuncHook, err)
 	}
 	if r.Dev != w.Dev || r.Ino != w.Ino {
-		return "", fmt.Errorf("%w: the working directory is not %s, the root of %s", ErrNotRuncHook, root, bundle)
+		return RuncHookInfo{}, fmt.Errorf("%w: the working directory is not %s, the root of %s", ErrNotRuncHook, root, bundle)
 	}
-	return root, nil
+	return RuncHookInfo{Root: root, Bundle: bundle, Runc: runc}, nil
 }
 
 // statOf reads the command name and parent pid of the process pid ("self"

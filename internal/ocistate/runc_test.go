@@ -98,6 +98,10 @@ func TestRuncHookRoot(t *testing.T) {
 				if err != nil || got != tt.want {
 					t.Errorf("RuncHookRoot = %q, %v; want %q", got, err, tt.want)
 				}
+				// RuncHook also names the bundle and runc's pid.
+				if h, err := RuncHook(proc, tt.cwd, false); err != nil || h != (RuncHookInfo{Root: tt.want, Bundle: bundle, Runc: 55}) {
+					t.Errorf("RuncHook = %+v, %v; want root %q, bundle %q, runc 55", h, err, tt.want, bundle)
+				}
 				return
 			}
 			if !errors.Is(err, ErrNotRuncHook) || !strings.Contains(err.Error(), tt.want) {

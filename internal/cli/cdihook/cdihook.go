@@ -15,6 +15,11 @@
 // hooks in the container's mount namespace before pivot_root, so the root
 // is reachable by that path and the host's files are still visible.
 //
+// Under runc, a hook of a spec in NVIDIA's layout (one entry per hook)
+// runs the entries after it in its own process and masks their program
+// in the container's mount namespace, so that runc starts a program that
+// only exits for each (internal/hookbatch says when it may).
+//
 // All work inside the root goes through internal/rootfs: paths are resolved
 // inside the root (never following the image's symlinks out of it), ldconfig
 // is the host's, sealed and confined. Hook names this version does not know
@@ -43,6 +48,7 @@ import (
 	"github.com/nctk/nctk/internal/cudacompat"
 	"github.com/nctk/nctk/internal/echo"
 	"github.com/nctk/nctk/internal/hookargs"
+	"github.com/nctk/nctk/internal/hookbatch"
 	"github.com/nctk/nctk/internal/hostfacts"
 	"github.com/nctk/nctk/internal/ocistate"
 	"github.com/nctk/nctk/internal/rootfs"
@@ -188,27 +194,65 @@ func Main(e *app.Env) int {
 	// one per hook). They run in order on the one OCI state read from
 	// stdin; the first failure stops the chain.
 	chain := hookargs.SplitChain(rest)
-	if len(chain) > 1 {
-		// The state is read when a hook first needs it: never, when the
-		// container root is found without it (findContainerRoot).
-		orig := e
-		state := sync.OnceValues(func() ([]byte, error) { return orig.ReadStdin(maxState) })
-		shared := *e
-		e = &shared
-		memo := newChainMemo()
-		for _, seg := range chain {
-			e.Stdin = &stateReader{state: state}
-			if rc := runHook(e, prog, log, seg, ctk, memo); rc != 0 {
-				return rc
-			}
-		}
-		return 0
-	}
 	if len(chain) == 0 {
 		fmt.Fprintf(e.Stderr, "%s: warning: no CDI hook specified\n", prog)
 		return 0
 	}
-	return runHook(e, prog, log, chain[0], ctk, nil)
+	memo := newChainMemo()
+	if len(chain) == 1 && !ctk {
+		// One hook of a spec in NVIDIA's layout: under runc it may take
+		// on the entries after it (hookbatch).
+		var known bool
+		chain, known = batch(e, log, chain, memo)
+		if !known {
+			memo = nil
+		}
+	}
+	if len(chain) == 1 {
+		return runHook(e, prog, log, chain[0], ctk, memo)
+	}
+	// The state is read when a hook first needs it: never, when the
+	// container root is found without it (findContainerRoot).
+	orig := e
+	state := sync.OnceValues(func() ([]byte, error) { return orig.ReadStdin(maxState) })
+	shared := *e
+	e = &shared
+	for _, seg := range chain {
+		e.Stdin = &stateReader{state: state}
+		if rc := runHook(e, prog, log, seg, ctk, memo); rc != 0 {
+			return rc
+		}
+	}
+	return 0
+}
+
+// batch returns the hooks this process runs: under runc, for a hook of a
+// spec in NVIDIA's layout, its own and those of the entries after it
+// that hookbatch takes on, their program masked in the container's mount
+// namespace; else chain. Under runc the container root is noted in memo
+// (true). A refusal is logged at debug level: those entries then run as
+// before.
+func batch(e *app.Env, lf logFlags, chain [][]string, memo *chainMemo) ([][]string, bool) {
+	h, err := ocistate.RuncHook("/proc", ".", true)
+	if err != nil {
+		return chain, false
+	}
+	memo.roots[""] = rootFound{path: h.Root}
+	log := lf.logger(e.Stderr)
+	b, err := hookbatch.Find(h, e.Args, "/proc/self/exe")
+	if err == nil {
+		err = hookbatch.Mask(b.Program, "/proc/"+strconv.Itoa(h.Runc)+"/ns/mnt")
+	}
+	if err != nil {
+		log.Debug("the hooks after this one run on their own", "reason", err)
+		return chain, true
+	}
+	log.Debug("running the createContainer hooks after this one in this process", "hooks", len(b.Args), "masked", b.Program)
+	var out [][]string
+	for _, a := range b.Args {
+		out = append(out, hookargs.SplitChain(a)...)
+	}
+	return out, true
 }
 
 // logFlags are the logging flags given: --debug (-d) and --quiet.

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv("NCTK_CDIHOOK_TEST_MAIN") == "1" {
 		e := app.FromOS()
+		if log := os.Getenv(runsLogEnv); log != "" {
+			appendLine(log, strings.Join(os.Args[1:], " "))
+		}
 		if log := os.Getenv(stdinLogEnv); log != "" {
 			e.Stdin = &stdinLog{r: e.Stdin, log: log}
 		}
@@ -40,6 +43,20 @@ func TestMain(m *testing.M) {
 		os.Exit(Main(e))
 	}
 	os.Exit(m.Run())
+}
+
+// runsLogEnv names a file to which a hook run as the test binary appends
+// its arguments when it starts: one line per hook process.
+const runsLogEnv = "NCTK_CDIHOOK_TEST_RUNS_LOG"
+
+// appendLine appends line and a newline to the file at p.
+func appendLine(p, line string) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(line + "\n")
 }
 
 // stdinLogEnv names a file to which a hook run as the test binary

@@ -3,6 +3,7 @@ package cdihook
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/nctk/nctk/internal/cudacompat/compattest"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 	cdi "tags.cncf.io/container-device-interface/specs-go"
 
@@ -113,17 +115,72 @@ func TestRuncCreateContainerHooks(t *testing.T) {
 // container: the links exist, ld.so.cache holds the library (the host
 // ldconfig ran, confined), and the image without compat libraries or GPU
 // nodes gets neither a compat drop-in nor an application profile.
+//
+// Under runc the first hook runs the five after it in its own process and
+// masks their program in the container's mount namespace (hookbatch):
+// one hook process, and the program as it was outside the container, also
+// when the program is on a mount shared with the host (the container's
+// copy of it is a slave, runc's default). Where the mask could reach other
+// namespaces (that mount, and the container's root propagation shared)
+// each entry is a process of its own; with another program's hook
+// between the entries, those before it run on their own and the first
+// after it takes on the rest. The container gets the same each time.
 func TestRuncNVIDIASpecHooks(t *testing.T) {
-	t.Run("plain image", func(t *testing.T) { runNVIDIASpecHooks(t, false) })
-	t.Run("compat libraries and GPU nodes", func(t *testing.T) { runNVIDIASpecHooks(t, true) })
+	for _, tt := range []struct {
+		name      string
+		compatGPU bool
+		variant   nvspecVariant
+		processes int
+	}{
+		{"plain image", false, nvspecPlain, 1},
+		{"compat libraries and GPU nodes", true, nvspecPlain, 1},
+		{"program on a shared mount", false, nvspecSharedMount, 1},
+		{"program on a shared mount, root propagation shared", false, nvspecSharedMount | nvspecRshared, 6},
+		{"root propagation shared", false, nvspecRshared, 1},
+		{"another hook between", true, nvspecForeign, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			runs := runNVIDIASpecHooks(t, tt.compatGPU, tt.variant)
+			if len(runs) != tt.processes {
+				t.Errorf("%d hook processes, want %d:\n%s", len(runs), tt.processes, strings.Join(runs, "\n"))
+			}
+		})
+	}
+}
+
+// nvspecVariant is how runNVIDIASpecHooks changes the container.
+type nvspecVariant int
+
+const (
+	nvspecPlain       nvspecVariant = 0
+	nvspecRshared     nvspecVariant = 1 << iota // rootfsPropagation "rshared"
+	nvspecSharedMount                           // the hook program on a tmpfs of its own, shared
+	nvspecForeign                               // /bin/true as a hook after the second entry
+)
+
+// sharedCopy copies the program at self onto a tmpfs of its own in a
+// shared peer group of this namespace, unmounted at the test's end, and
+// returns its path there.
+func sharedCopy(t *testing.T, self string) string {
+	t.Helper()
+	dir := t.TempDir()
+	must(t, unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=0755"))
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	must(t, unix.Mount("", dir, "", unix.MS_SHARED, ""))
+	data, err := os.ReadFile(self)
+	must(t, err)
+	p := filepath.Join(dir, "nvidia-cdi-hook")
+	must(t, os.WriteFile(p, data, 0o755))
+	return p
 }
 
 // runNVIDIASpecHooks is TestRuncNVIDIASpecHooks; with compatGPU the image
 // has a CUDA compat libcuda newer than the spec's host driver (590 against
 // 580.159.04, no ELF note: majors compared) and the container gets GPU
 // nodes with minors 0 and 2: the compat directory is listed in
-// ld.so.conf.d and the application profile names those GPUs.
-func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
+// ld.so.conf.d and the application profile names those GPUs. It returns
+// the hook processes' arguments, one line each.
+func runNVIDIASpecHooks(t *testing.T, compatGPU bool, variant nvspecVariant) []string {
 	e2e.RequireRoot(t)
 	matches, _ := filepath.Glob("/usr/lib/x86_64-linux-gnu/libz.so.1.*")
 	if len(matches) == 0 {
@@ -141,7 +198,11 @@ func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 	}
 	self, err := os.Executable()
 	must(t, err)
+	if variant&nvspecSharedMount != 0 {
+		self = sharedCopy(t, self)
+	}
 	stdinRead := filepath.Join(t.TempDir(), "stdin-read")
+	runsLog := filepath.Join(t.TempDir(), "runs")
 	root := e2e.BuildRootfs(t, e2e.RootfsOptions{NoCudaprobe: true})
 	drvDir := "/usr/local/nvidia/lib64"
 	if compatGPU {
@@ -162,20 +223,35 @@ func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 		if s.Hooks == nil {
 			s.Hooks = &specs.Hooks{}
 		}
-		for _, h := range excerpt.Hooks {
+		for i, h := range excerpt.Hooks {
 			if h.HookName != "createContainer" || h.Path != "/opt/a/nvidia-cdi-hook" {
 				t.Fatalf("excerpt hook %+v", h)
 			}
 			// The spec's own args and env; the test binary stands in for
 			// nctk's nvidia-cdi-hook at the spec's path.
 			s.Hooks.CreateContainer = append(s.Hooks.CreateContainer, specs.Hook{Path: self, Args: h.Args,
-				Env: append([]string{"NCTK_CDIHOOK_TEST_MAIN=1", stdinLogEnv + "=" + stdinRead}, h.Env...)})
+				Env: append([]string{"NCTK_CDIHOOK_TEST_MAIN=1", stdinLogEnv + "=" + stdinRead, runsLogEnv + "=" + runsLog}, h.Env...)})
+			if variant&nvspecForeign != 0 && i == 1 {
+				s.Hooks.CreateContainer = append(s.Hooks.CreateContainer, specs.Hook{Path: "/bin/true", Args: []string{"true"}})
+			}
+		}
+		if variant&nvspecRshared != 0 {
+			s.Linux.RootfsPropagation = "rshared"
 		}
 	})
 	res := e2e.NewRunc(t).Run(bundle, "nctk-nvspec-"+filepath.Base(bundle))
 	if !res.OK() {
 		t.Fatalf("container failed: %s", res)
 	}
+	// The mask stayed in the container's mount namespace: here the
+	// program is still this test binary, and no mount is over it.
+	if out, err := exec.Command(self, "-test.list", "^TestRuncNVIDIASpecHooks$").Output(); err != nil || !strings.Contains(string(out), "TestRuncNVIDIASpecHooks") {
+		t.Errorf("the hook program outside the container: %q, %v", out, err)
+	}
+	if a, b := mountID(t, self), mountID(t, filepath.Dir(self)); a != b {
+		t.Errorf("a mount over the hook program outside the container: mount %d, its directory's %d", a, b)
+	}
+	runs := strings.Split(strings.TrimSpace(string(readOrEmpty(runsLog))), "\n")
 	if read, err := os.ReadFile(stdinRead); err == nil {
 		t.Errorf("hooks run by runc read the OCI state from stdin:\n%s", read)
 	}
@@ -192,7 +268,7 @@ func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 				t.Errorf("%s written in an image without compat libraries or GPU nodes", p)
 			}
 		}
-		return
+		return runs
 	}
 	if got, _ := os.ReadFile(root + cudacompat.Conf); string(got) != "/usr/local/cuda/compat\n" {
 		t.Errorf("compat drop-in = %q", got)
@@ -200,6 +276,17 @@ func runNVIDIASpecHooks(t *testing.T, compatGPU bool) {
 	if got, want := string(readOrEmpty(root+appprofile.File)), string(appprofile.Content(0x5)); got != want {
 		t.Errorf("application profile = %q, want %q", got, want)
 	}
+	return runs
+}
+
+// mountID is the id of the mount p is on.
+func mountID(t *testing.T, p string) uint64 {
+	t.Helper()
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, p, 0, unix.STATX_MNT_ID, &stx); err != nil {
+		t.Fatal(err)
+	}
+	return stx.Mnt_id
 }
 
 func readOrEmpty(p string) []byte {

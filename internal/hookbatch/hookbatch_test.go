@@ -1,0 +1,204 @@
+package hookbatch
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nctk/nctk/internal/ocistate"
+)
+
+// TestGroup: the entries a hook process takes on, and each refusal.
+func TestGroup(t *testing.T) {
+	const prog = "/usr/bin/nvidia-cdi-hook"
+	env := []string{"NVIDIA_CTK_DEBUG=false"}
+	hook := func(args ...string) specs.Hook {
+		return specs.Hook{Path: prog, Args: append([]string{"nvidia-cdi-hook"}, args...), Env: env}
+	}
+	timeout := 5
+	withTimeout := hook("update-ldcache", "--folder", "/t")
+	withTimeout.Timeout = &timeout
+	otherEnv := hook("update-ldcache", "--folder", "/x")
+	otherEnv.Env = []string{"NVIDIA_CTK_DEBUG=true"}
+	flagFirst := hook("--debug", "update-ldcache")
+	foreign := specs.Hook{Path: "/bin/true", Args: []string{"true"}}
+	alias := hook("disable-device-node-modification")
+	alias.Path = "/usr/local/bin/nvidia-cdi-hook" // a link to the same binary
+	sameFile := func(p string) bool { return p == prog || p == alias.Path }
+
+	a, b, c := hook("create-symlinks", "--link", "x::/y"), hook("update-ldcache", "--folder", "/x"), hook("disable-device-node-modification")
+	for _, tt := range []struct {
+		name  string
+		hooks []specs.Hook
+		self  specs.Hook
+		want  int    // entries taken on, from self's
+		err   string // else the refusal says this
+	}{
+		{"NVIDIA's layout", []specs.Hook{a, b, c}, a, 3, ""},
+		{"from the second", []specs.Hook{a, b, c}, b, 2, ""},
+		{"the last has none after it", []specs.Hook{a, b, c}, c, 0, "no hook of this program"},
+		{"a foreign hook before", []specs.Hook{foreign, a, b}, a, 2, ""},
+		{"a foreign hook after the run", []specs.Hook{a, b, foreign}, a, 2, ""},
+		{"a foreign hook between", []specs.Hook{a, b, foreign, c}, a, 0, "a later createContainer hook runs"},
+		{"the run ends at another environment", []specs.Hook{a, b, otherEnv}, a, 0, "a later createContainer hook runs"},
+		{"another environment right after", []specs.Hook{a, otherEnv}, a, 0, "no hook of this program"},
+		{"a timeout after", []specs.Hook{a, withTimeout}, a, 0, "no hook of this program"},
+		{"its own timeout", []specs.Hook{withTimeout, b}, withTimeout, 0, "timeout"},
+		{"a global flag first", []specs.Hook{a, flagFirst}, a, 0, "no hook of this program"},
+		{"the binary by another path later", []specs.Hook{a, b, foreign, alias}, a, 0, "/usr/local/bin/nvidia-cdi-hook"},
+		{"its arguments twice", []specs.Hook{a, b, a}, a, 0, "two createContainer hooks"},
+		{"not among the hooks", []specs.Hook{b, c}, a, 0, "no createContainer hook has"},
+		{"another program with these arguments", []specs.Hook{{Path: "/opt/other", Args: a.Args}, b}, a, 0, "not this binary"},
+		{"a relative path", []specs.Hook{{Path: "nvidia-cdi-hook", Args: a.Args, Env: env}, b}, a, 0, "not this binary"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Group(tt.hooks, tt.self.Args, sameFile)
+			if tt.err != "" {
+				if !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), tt.err) {
+					t.Errorf("Group = %d entries, %v; want ErrNotBatched saying %q", len(got), err, tt.err)
+				}
+				return
+			}
+			if err != nil || len(got) != tt.want || !equalArgs(got[0].Args, tt.self.Args) {
+				t.Errorf("Group = %d entries, %v; want %d from self's", len(got), err, tt.want)
+			}
+		})
+	}
+}
+
+func equalArgs(a, b []string) bool { return strings.Join(a, "\x00") == strings.Join(b, "\x00") }
+
+// TestFind reads the hooks from the bundle's config.json and refuses a
+// program inside the container root.
+func TestFind(t *testing.T) {
+	bundle := t.TempDir()
+	root := filepath.Join(bundle, "rootfs")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inRoot := filepath.Join(root, "hook")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(exe, inRoot); err != nil {
+		t.Skipf("cannot link the test binary into the root: %v", err)
+	}
+	write := func(prog string) {
+		spec := `{"root":{"path":"rootfs"},"hooks":{"createContainer":[` +
+			`{"path":"` + prog + `","args":["h","create-symlinks"]},{"path":"` + prog + `","args":["h","update-ldcache","--folder","/x"]}]}}`
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(spec), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := ocistate.RuncHookInfo{Root: root, Bundle: bundle}
+	write(exe)
+	b, err := Find(h, []string{"h", "create-symlinks"}, "/proc/self/exe")
+	if err != nil || b.Program != exe || len(b.Args) != 2 || strings.Join(b.Args[1], " ") != "update-ldcache --folder /x" {
+		t.Errorf("Find = %+v, %v", b, err)
+	}
+	write(inRoot)
+	if _, err := Find(h, []string{"h", "create-symlinks"}, "/proc/self/exe"); !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), "inside the container root") {
+		t.Errorf("a program inside the root: %v", err)
+	}
+	if err := os.Remove(filepath.Join(bundle, "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Find(h, []string{"h", "create-symlinks"}, "/proc/self/exe"); !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("no config.json: %v", err)
+	}
+}
+
+// TestExitProgram: a valid ELF executable for amd64 and arm64, none for
+// another architecture; on this machine it runs and exits 0.
+func TestExitProgram(t *testing.T) {
+	for _, arch := range []struct {
+		goarch  string
+		machine elf.Machine
+	}{{"amd64", elf.EM_X86_64}, {"arm64", elf.EM_AARCH64}} {
+		f, err := elf.NewFile(bytes.NewReader(exitProgram(arch.goarch)))
+		if err != nil {
+			t.Fatalf("%s: %v", arch.goarch, err)
+		}
+		if f.Machine != arch.machine || f.Type != elf.ET_EXEC || len(f.Progs) != 1 || f.Progs[0].Type != elf.PT_LOAD ||
+			f.Entry < f.Progs[0].Vaddr || f.Entry >= f.Progs[0].Vaddr+f.Progs[0].Filesz {
+			t.Errorf("%s: machine %v, type %v, %d segments, entry %#x", arch.goarch, f.Machine, f.Type, len(f.Progs), f.Entry)
+		}
+	}
+	if exitProgram("ppc64le") != nil {
+		t.Error("a program for ppc64le")
+	}
+	code := exitProgram(runtime.GOARCH)
+	if code == nil {
+		t.Skipf("no exit program for %s", runtime.GOARCH)
+	}
+	p := filepath.Join(t.TempDir(), "exit0")
+	if err := os.WriteFile(p, code, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(p, "ignored", "--args").CombinedOutput(); err != nil || len(out) != 0 {
+		t.Errorf("the exit program: %q, %v", out, err)
+	}
+}
+
+// TestMountShared reads the peer group from a mountinfo line's optional
+// fields.
+func TestMountShared(t *testing.T) {
+	info := []byte("22 1 0:21 / /proc rw,relatime shared:5 - proc proc rw\n" +
+		"23 1 0:22 / /sys rw master:3 - sysfs sysfs rw\n" +
+		"24 1 0:23 / /tmp rw - tmpfs tmpfs rw,shared:9\n" +
+		"25 1 0:24 / /x rw shared:1 master:2 - tmpfs t rw\n" +
+		"26 1 0:25 / /bad rw shared:1\n")
+	for _, tt := range []struct {
+		id     uint64
+		shared bool
+		err    string
+	}{
+		{22, true, ""}, {23, false, ""}, {24, false, ""}, {25, true, ""},
+		{26, false, "no \"-\""}, {99, false, "not listed"}, {2, false, "not listed"},
+	} {
+		shared, err := mountShared(info, tt.id)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("mount %d: %v, %v; want an error saying %q", tt.id, shared, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || shared != tt.shared {
+			t.Errorf("mount %d: %v, %v; want %v", tt.id, shared, err, tt.shared)
+		}
+	}
+}
+
+// FuzzMountShared: any mount table gives an answer or an error, never a
+// panic.
+func FuzzMountShared(f *testing.F) {
+	f.Add([]byte("22 1 0:21 / /proc rw,relatime shared:5 - proc proc rw\n"), uint64(22))
+	f.Add([]byte("1 0 0:1 / / rw\n"), uint64(1))
+	f.Fuzz(func(t *testing.T, info []byte, id uint64) {
+		_, _ = mountShared(info, id)
+	})
+}
+
+// TestMaskRefusesRuncsNamespace: a mask in the namespace runc works in
+// would be seen outside the container: refused, nothing mounted.
+func TestMaskRefusesRuncsNamespace(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Mask(exe, "/proc/self/ns/mnt"); !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), "runc's mount namespace") {
+		t.Errorf("Mask in this namespace: %v", err)
+	}
+	if err := Mask(exe, "/nonexistent/ns"); !errors.Is(err, ErrNotBatched) {
+		t.Errorf("Mask against a namespace that is not there: %v", err)
+	}
+}

@@ -1,0 +1,179 @@
+package hookbatch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nctk/nctk/internal/hostfile"
+)
+
+// maxMountinfo bounds the mount table read (a node with thousands of
+// mounts has a few MiB).
+const maxMountinfo = 64 << 20
+
+// maskName is the masking program's name on the scratch file system.
+const maskName = ".nctk-hook-done"
+
+// Mask makes prog, in this process's mount namespace, a program that exits
+// 0 at once (exitProgram), bind-mounted read-only, nosuid and nodev over
+// it. The program is written on a scratch tmpfs mounted over prog's
+// directory for the moment it takes (a bind mount's source must be on a
+// mount of the caller's namespace: a memfd's or a file's without a name is
+// not), which keeps it alive once unmounted again. otherNS is the mount
+// namespace that must see neither (runc's: "/proc/RUNC/ns/mnt"); this one
+// must be another, and the mounts prog and its directory are on must not
+// propagate mounts to any other namespace (no "shared" peer group in
+// mountinfo). The masked program must then run and exit 0, else the mask
+// is taken away again. Every refusal wraps ErrNotBatched.
+func Mask(prog, otherNS string) error {
+	code := exitProgram(runtime.GOARCH)
+	if code == nil {
+		return fmt.Errorf("%w: no program to mask with on %s", ErrNotBatched, runtime.GOARCH)
+	}
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotBatched, err)
+	}
+	other, err := os.Readlink(otherNS)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotBatched, err)
+	}
+	if self == other {
+		return fmt.Errorf("%w: the hooks run in runc's mount namespace (%s)", ErrNotBatched, self)
+	}
+	real, err := filepath.EvalSymlinks(prog)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotBatched, err)
+	}
+	dir := filepath.Dir(real)
+	if err := notShared(real, dir); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotBatched, err)
+	}
+	target, err := unix.Open(real, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: open %s: %w", ErrNotBatched, real, err)
+	}
+	defer unix.Close(target)
+	if err := bindScratch(code, dir, "/proc/self/fd/"+strconv.Itoa(target)); err != nil {
+		return fmt.Errorf("%w: mask %s: %w", ErrNotBatched, real, err)
+	}
+	if err := finishMask(real); err != nil {
+		if uerr := unix.Unmount(real, unix.MNT_DETACH); uerr != nil {
+			return fmt.Errorf("%w: %w; and the mask stays: %w", ErrNotBatched, err, uerr)
+		}
+		return fmt.Errorf("%w: %w", ErrNotBatched, err)
+	}
+	return nil
+}
+
+// notShared checks that the mounts the paths are on are in no shared peer
+// group.
+func notShared(paths ...string) error {
+	info, err := hostfile.ReadFile("/proc/self/mountinfo", maxMountinfo)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		var stx unix.Statx_t
+		if err := unix.Statx(unix.AT_FDCWD, p, 0, unix.STATX_MNT_ID, &stx); err != nil {
+			return fmt.Errorf("statx %s: %w", p, err)
+		}
+		if stx.Mask&unix.STATX_MNT_ID == 0 {
+			return errors.New("the kernel reports no mount id (Linux 5.8)")
+		}
+		shared, err := mountShared(info, stx.Mnt_id)
+		if err != nil {
+			return fmt.Errorf("mountinfo: %w", err)
+		}
+		if shared {
+			return fmt.Errorf("the mount that %s is on shares mounts with other namespaces", p)
+		}
+	}
+	return nil
+}
+
+// bindScratch mounts a scratch tmpfs over dir, writes code there as an
+// executable and bind-mounts it over target (a path to the file to mask
+// that the tmpfs does not hide: its /proc/self/fd link), then unmounts the
+// tmpfs again, whatever happened.
+func bindScratch(code []byte, dir, target string) (err error) {
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=16k,nr_inodes=4,mode=0700"); err != nil {
+		return fmt.Errorf("scratch tmpfs over %s: %w", dir, err)
+	}
+	defer func() {
+		if uerr := unix.Unmount(dir, unix.MNT_DETACH); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("unmount the scratch tmpfs over %s: %w", dir, uerr))
+		}
+	}()
+	src := filepath.Join(dir, maskName)
+	fd, err := unix.Open(src, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o555)
+	if err != nil {
+		return fmt.Errorf("create the masking program: %w", err)
+	}
+	n, err := unix.Write(fd, code)
+	unix.Close(fd)
+	if err != nil || n != len(code) {
+		return fmt.Errorf("write the masking program: %d bytes, %v", n, err)
+	}
+	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind the masking program: %w", err)
+	}
+	return nil
+}
+
+// finishMask makes the mount over prog private, read-only, nosuid and
+// nodev, and runs it.
+func finishMask(prog string) error {
+	if err := unix.Mount("", prog, "", unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make the mask of %s private: %w", prog, err)
+	}
+	if err := unix.Mount("", prog, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("make the mask of %s read-only: %w", prog, err)
+	}
+	p, err := os.StartProcess(prog, []string{"nctk-hook-done"}, &os.ProcAttr{Env: []string{}})
+	if err != nil {
+		return fmt.Errorf("run the mask of %s: %w", prog, err)
+	}
+	st, err := p.Wait()
+	if err != nil || !st.Success() {
+		return fmt.Errorf("run the mask of %s: %v %v", prog, st, err)
+	}
+	return nil
+}
+
+// mountShared reports whether the mount with id in mountinfo (the text of
+// /proc/PID/mountinfo) is in a shared peer group: its optional fields,
+// between the mount options and "-", hold "shared:N". A mount not listed,
+// or a line without the separator, is an error.
+func mountShared(mountinfo []byte, id uint64) (bool, error) {
+	want := strconv.FormatUint(id, 10)
+	for line := range bytes.Lines(mountinfo) {
+		f := bytes.Fields(line)
+		if len(f) == 0 || string(f[0]) != want {
+			continue
+		}
+		sep := -1
+		for i := 6; i < len(f) && sep < 0; i++ {
+			if string(f[i]) == "-" {
+				sep = i
+			}
+		}
+		if sep < 0 {
+			return false, fmt.Errorf("mount %d: no \"-\" after the optional fields", id)
+		}
+		for _, o := range f[6:sep] {
+			if bytes.HasPrefix(o, []byte("shared:")) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("mount %d not listed", id)
+}
