@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,42 +150,57 @@ func TestExitProgram(t *testing.T) {
 	}
 }
 
-// TestMountShared reads the peer group from a mountinfo line's optional
-// fields.
-func TestMountShared(t *testing.T) {
-	info := []byte("22 1 0:21 / /proc rw,relatime shared:5 - proc proc rw\n" +
+// TestSharedMounts reads the peer group from a mountinfo line's optional
+// fields, and the table only as far as the mounts asked for.
+func TestSharedMounts(t *testing.T) {
+	info := "22 1 0:21 / /proc rw,relatime shared:5 - proc proc rw\n" +
 		"23 1 0:22 / /sys rw master:3 - sysfs sysfs rw\n" +
 		"24 1 0:23 / /tmp rw - tmpfs tmpfs rw,shared:9\n" +
 		"25 1 0:24 / /x rw shared:1 master:2 - tmpfs t rw\n" +
-		"26 1 0:25 / /bad rw shared:1\n")
+		"26 1 0:25 / /bad rw shared:1\n"
 	for _, tt := range []struct {
-		id     uint64
-		shared bool
-		err    string
+		ids  []uint64
+		want map[uint64]bool
+		err  string
 	}{
-		{22, true, ""}, {23, false, ""}, {24, false, ""}, {25, true, ""},
-		{26, false, "no \"-\""}, {99, false, "not listed"}, {2, false, "not listed"},
+		{[]uint64{22, 23}, map[uint64]bool{22: true, 23: false}, ""},
+		{[]uint64{24, 24}, map[uint64]bool{24: false}, ""},
+		{[]uint64{25}, map[uint64]bool{25: true}, ""},
+		{[]uint64{26}, nil, `line 5: no "-"`},
+		{[]uint64{99}, nil, "line 5"},
+		{[]uint64{22, 2}, nil, "line 5"},
 	} {
-		shared, err := mountShared(info, tt.id)
+		got, err := sharedMounts(strings.NewReader(info), tt.ids)
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("mount %d: %v, %v; want an error saying %q", tt.id, shared, err, tt.err)
+				t.Errorf("mounts %v: %v, %v; want an error saying %q", tt.ids, got, err, tt.err)
 			}
 			continue
 		}
-		if err != nil || shared != tt.shared {
-			t.Errorf("mount %d: %v, %v; want %v", tt.id, shared, err, tt.shared)
+		if err != nil || !maps.Equal(got, tt.want) {
+			t.Errorf("mounts %v: %v, %v; want %v", tt.ids, got, err, tt.want)
 		}
+	}
+	// Read only as far as needed: what follows the last mount asked for
+	// is not parsed.
+	if got, err := sharedMounts(strings.NewReader(info+"garbage\n"), []uint64{23}); err != nil || got[23] {
+		t.Errorf("stopping at mount 23: %v, %v", got, err)
+	}
+	if _, err := sharedMounts(strings.NewReader("1 0 0:1 / / rw - x y rw\n"), []uint64{2}); err == nil || !strings.Contains(err.Error(), "mount 2 not listed") {
+		t.Errorf("a mount not listed: %v", err)
 	}
 }
 
-// FuzzMountShared: any mount table gives an answer or an error, never a
-// panic.
-func FuzzMountShared(f *testing.F) {
+// FuzzSharedMounts: any mount table gives an answer or an error, never a
+// panic; an answer holds every mount asked for.
+func FuzzSharedMounts(f *testing.F) {
 	f.Add([]byte("22 1 0:21 / /proc rw,relatime shared:5 - proc proc rw\n"), uint64(22))
 	f.Add([]byte("1 0 0:1 / / rw\n"), uint64(1))
 	f.Fuzz(func(t *testing.T, info []byte, id uint64) {
-		_, _ = mountShared(info, id)
+		got, err := sharedMounts(bytes.NewReader(info), []uint64{id})
+		if _, ok := got[id]; err == nil && !ok {
+			t.Errorf("no answer and no error for mount %d", id)
+		}
 	})
 }
 

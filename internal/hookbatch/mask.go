@@ -1,12 +1,15 @@
 package hookbatch
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -74,13 +77,12 @@ func Mask(prog, otherNS string) error {
 }
 
 // notShared checks that the mounts the paths are on are in no shared peer
-// group.
+// group, reading this namespace's mount table only as far as the last of
+// them (a node's table can hold thousands of mounts; the program's are
+// near its start).
 func notShared(paths ...string) error {
-	info, err := hostfile.ReadFile("/proc/self/mountinfo", maxMountinfo)
-	if err != nil {
-		return err
-	}
-	for _, p := range paths {
+	ids := make([]uint64, len(paths))
+	for i, p := range paths {
 		var stx unix.Statx_t
 		if err := unix.Statx(unix.AT_FDCWD, p, 0, unix.STATX_MNT_ID, &stx); err != nil {
 			return fmt.Errorf("statx %s: %w", p, err)
@@ -88,11 +90,19 @@ func notShared(paths ...string) error {
 		if stx.Mask&unix.STATX_MNT_ID == 0 {
 			return errors.New("the kernel reports no mount id (Linux 5.8)")
 		}
-		shared, err := mountShared(info, stx.Mnt_id)
-		if err != nil {
-			return fmt.Errorf("mountinfo: %w", err)
-		}
-		if shared {
+		ids[i] = stx.Mnt_id
+	}
+	f, err := hostfile.Open("/proc/self/mountinfo", maxMountinfo)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	shared, err := sharedMounts(io.LimitReader(f, maxMountinfo), ids)
+	if err != nil {
+		return fmt.Errorf("/proc/self/mountinfo: %w", err)
+	}
+	for i, p := range paths {
+		if shared[ids[i]] {
 			return fmt.Errorf("the mount that %s is on shares mounts with other namespaces", p)
 		}
 	}
@@ -148,32 +158,61 @@ func finishMask(prog string) error {
 	return nil
 }
 
-// mountShared reports whether the mount with id in mountinfo (the text of
-// /proc/PID/mountinfo) is in a shared peer group: its optional fields,
-// between the mount options and "-", hold "shared:N". A mount not listed,
-// or a line without the separator, is an error.
-func mountShared(mountinfo []byte, id uint64) (bool, error) {
-	want := strconv.FormatUint(id, 10)
-	for line := range bytes.Lines(mountinfo) {
-		f := bytes.Fields(line)
-		if len(f) == 0 || string(f[0]) != want {
-			continue
-		}
-		sep := -1
-		for i := 6; i < len(f) && sep < 0; i++ {
-			if string(f[i]) == "-" {
-				sep = i
-			}
-		}
-		if sep < 0 {
-			return false, fmt.Errorf("mount %d: no \"-\" after the optional fields", id)
-		}
-		for _, o := range f[6:sep] {
-			if bytes.HasPrefix(o, []byte("shared:")) {
-				return true, nil
-			}
-		}
-		return false, nil
+// maxMountinfoLine bounds a line of the mount table (an overlay's with
+// many layers runs to a few KiB).
+const maxMountinfoLine = 1 << 20
+
+// sharedMounts reads a mount table (the text of /proc/PID/mountinfo) up to
+// the last line of the mounts ids and reports for each whether it is in a
+// shared peer group: its optional fields, between the mount options and
+// "-", hold "shared:N". A mount not listed, or a malformed line before the
+// last of them, is an error.
+func sharedMounts(r io.Reader, ids []uint64) (map[uint64]bool, error) {
+	want := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
 	}
-	return false, fmt.Errorf("mount %d not listed", id)
+	found := make(map[uint64]bool, len(ids))
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxMountinfoLine)
+	for n := 1; len(want) > 0 && sc.Scan(); n++ {
+		id, shared, err := mountinfoShared(sc.Bytes())
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		if want[id] {
+			delete(want, id)
+			found[id] = shared
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	for id := range want {
+		return nil, fmt.Errorf("mount %d not listed", id)
+	}
+	return found, nil
+}
+
+// mountinfoShared returns the mount id of a mountinfo line and whether its
+// optional fields name a shared peer group.
+func mountinfoShared(line []byte) (id uint64, shared bool, err error) {
+	f := bytes.Fields(line)
+	if len(f) < 7 {
+		return 0, false, fmt.Errorf("%d fields", len(f))
+	}
+	id, err = strconv.ParseUint(string(f[0]), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("mount id %q", f[0])
+	}
+	sep := slices.IndexFunc(f[6:], func(b []byte) bool { return string(b) == "-" })
+	if sep < 0 {
+		return 0, false, errors.New("no \"-\" after the optional fields")
+	}
+	for _, o := range f[6 : 6+sep] {
+		if bytes.HasPrefix(o, []byte("shared:")) {
+			return id, true, nil
+		}
+	}
+	return id, false, nil
 }
