@@ -9,11 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
+	"github.com/nctk/nctk/internal/e2e"
 	"github.com/nctk/nctk/internal/ocistate"
 )
 
@@ -216,5 +219,119 @@ func TestMaskRefusesRuncsNamespace(t *testing.T) {
 	}
 	if err := Mask(exe, "/nonexistent/ns"); !errors.Is(err, ErrNotBatched) {
 		t.Errorf("Mask against a namespace that is not there: %v", err)
+	}
+}
+
+// inMountNS runs f on a thread of its own in a new mount namespace, its
+// copies of the mounts made propagation (unix.MS_SLAVE, as runc's default
+// for a container, or unix.MS_SHARED, as rootfsPropagation "rshared"); the
+// thread ends with f.
+func inMountNS(t *testing.T, propagation uintptr, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Never unlocked: the thread goes with the goroutine.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			t.Errorf("unshare: %v", err)
+			return
+		}
+		if err := unix.Mount("", "/", "", propagation|unix.MS_REC, ""); err != nil {
+			t.Errorf("propagation of /: %v", err)
+			return
+		}
+		f()
+	}()
+	<-done
+}
+
+// TestMask masks a program in a namespace of its own: there it is the
+// exit program, mounted read-only, nosuid, nodev; here it is unchanged.
+// On a mount whose peer group that namespace shares with this one, the
+// mask is refused and nothing is mounted.
+func TestMask(t *testing.T) {
+	e2e.RequireRoot(t)
+	if exitProgram(runtime.GOARCH) == nil {
+		t.Skipf("no exit program for %s", runtime.GOARCH)
+	}
+	for _, shared := range []bool{false, true} {
+		dir := t.TempDir()
+		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=0755"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+		if shared {
+			if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		prog := filepath.Join(dir, "bin", "hook")
+		if err := os.MkdirAll(filepath.Dir(prog), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		script := []byte("#!/bin/sh\nexit 3\n")
+		if err := os.WriteFile(prog, script, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, "link")
+		if err := os.Symlink("bin/hook", link); err != nil {
+			t.Fatal(err)
+		}
+		// This thread's namespace is the one that must not see it (the
+		// thread held, so that the new namespace's goroutine gets another).
+		runtime.LockOSThread()
+		here := "/proc/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(unix.Gettid()) + "/ns/mnt"
+		propagation := uintptr(unix.MS_SLAVE)
+		if shared {
+			propagation = unix.MS_SHARED
+		}
+		inMountNS(t, propagation, func() {
+			err := Mask(link, here)
+			if shared {
+				if !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), "shares mounts") {
+					t.Errorf("Mask on a shared mount: %v", err)
+				}
+				if data, _ := os.ReadFile(prog); !bytes.Equal(data, script) {
+					t.Error("the program changed in the namespace after a refused mask")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Mask: %v", err)
+			}
+			if data, _ := os.ReadFile(prog); !bytes.Equal(data, exitProgram(runtime.GOARCH)) {
+				t.Errorf("the masked program holds %d bytes", len(data))
+			}
+			if err := exec.Command(link, "create-symlinks", "--link", "a::b").Run(); err != nil {
+				t.Errorf("the masked program by its link: %v", err)
+			}
+			var sfs unix.Statfs_t
+			if err := unix.Statfs(prog, &sfs); err != nil {
+				t.Fatal(err)
+			}
+			if want := int64(unix.ST_RDONLY | unix.ST_NOSUID | unix.ST_NODEV); sfs.Flags&want != want {
+				t.Errorf("the mask's mount flags %#x lack ro, nosuid, nodev", sfs.Flags)
+			}
+			if entries, _ := os.ReadDir(filepath.Dir(prog)); len(entries) != 1 || entries[0].Name() != "hook" {
+				t.Errorf("the program's directory after the mask: %v (the scratch tmpfs left over it?)", entries)
+			}
+		})
+		runtime.UnlockOSThread()
+		// Here, outside that namespace, nothing changed.
+		if data, _ := os.ReadFile(prog); !bytes.Equal(data, script) {
+			t.Errorf("shared=%v: the program changed outside the namespace", shared)
+		}
+		if err := exec.Command(prog).Run(); err == nil {
+			t.Errorf("shared=%v: the program exits 0 outside the namespace", shared)
+		}
+	}
+}
+
+// TestBindScratchRefusesRoot: no scratch tmpfs over "/", whose mount
+// paths from the root would not see.
+func TestBindScratchRefusesRoot(t *testing.T) {
+	if err := bindScratch(exitProgram("amd64"), "/", "/proc/self/exe"); err == nil || !strings.Contains(err.Error(), "in /") {
+		t.Errorf("bindScratch over /: %v", err)
 	}
 }

@@ -40,7 +40,7 @@ func Mask(prog, otherNS string) error {
 	if code == nil {
 		return fmt.Errorf("%w: no program to mask with on %s", ErrNotBatched, runtime.GOARCH)
 	}
-	self, err := os.Readlink("/proc/self/ns/mnt")
+	self, err := os.Readlink("/proc/thread-self/ns/mnt")
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotBatched, err)
 	}
@@ -83,23 +83,20 @@ func Mask(prog, otherNS string) error {
 func notShared(paths ...string) error {
 	ids := make([]uint64, len(paths))
 	for i, p := range paths {
-		var stx unix.Statx_t
-		if err := unix.Statx(unix.AT_FDCWD, p, 0, unix.STATX_MNT_ID, &stx); err != nil {
-			return fmt.Errorf("statx %s: %w", p, err)
+		id, err := mountIDAt(unix.AT_FDCWD, p)
+		if err != nil {
+			return err
 		}
-		if stx.Mask&unix.STATX_MNT_ID == 0 {
-			return errors.New("the kernel reports no mount id (Linux 5.8)")
-		}
-		ids[i] = stx.Mnt_id
+		ids[i] = id
 	}
-	f, err := hostfile.Open("/proc/self/mountinfo", maxMountinfo)
+	f, err := hostfile.Open("/proc/thread-self/mountinfo", maxMountinfo)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	shared, err := sharedMounts(io.LimitReader(f, maxMountinfo), ids)
 	if err != nil {
-		return fmt.Errorf("/proc/self/mountinfo: %w", err)
+		return fmt.Errorf("/proc/thread-self/mountinfo: %w", err)
 	}
 	for i, p := range paths {
 		if shared[ids[i]] {
@@ -112,8 +109,17 @@ func notShared(paths ...string) error {
 // bindScratch mounts a scratch tmpfs over dir, writes code there as an
 // executable and bind-mounts it over target (a path to the file to mask
 // that the tmpfs does not hide: its /proc/self/fd link), then unmounts the
-// tmpfs again, whatever happened.
+// tmpfs again, whatever happened. The file is written through a
+// descriptor of the directory that is checked to be the new tmpfs; "/" is
+// refused (a mount over the root is not seen by paths from it).
 func bindScratch(code []byte, dir, target string) (err error) {
+	if dir == "/" {
+		return errors.New("the program is in /: no scratch file system over the root")
+	}
+	before, err := mountIDAt(unix.AT_FDCWD, dir)
+	if err != nil {
+		return err
+	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=16k,nr_inodes=4,mode=0700"); err != nil {
 		return fmt.Errorf("scratch tmpfs over %s: %w", dir, err)
 	}
@@ -122,20 +128,47 @@ func bindScratch(code []byte, dir, target string) (err error) {
 			err = errors.Join(err, fmt.Errorf("unmount the scratch tmpfs over %s: %w", dir, uerr))
 		}
 	}()
-	src := filepath.Join(dir, maskName)
-	fd, err := unix.Open(src, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o555)
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the scratch tmpfs over %s: %w", dir, err)
+	}
+	defer unix.Close(dfd)
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(dfd, &fs); err != nil {
+		return fmt.Errorf("scratch tmpfs over %s: %w", dir, err)
+	}
+	if after, err := mountIDAt(dfd, ""); err != nil || after == before || fs.Type != unix.TMPFS_MAGIC {
+		return fmt.Errorf("%s is not the scratch tmpfs mounted over it (mount %d, before %d, type %#x, %v)", dir, after, before, fs.Type, err)
+	}
+	fd, err := unix.Openat(dfd, maskName, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o555)
 	if err != nil {
 		return fmt.Errorf("create the masking program: %w", err)
 	}
-	n, err := unix.Write(fd, code)
-	unix.Close(fd)
-	if err != nil || n != len(code) {
+	defer unix.Close(fd)
+	if n, err := unix.Write(fd, code); err != nil || n != len(code) {
 		return fmt.Errorf("write the masking program: %d bytes, %v", n, err)
 	}
-	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), target, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind the masking program: %w", err)
 	}
 	return nil
+}
+
+// mountIDAt is the id of the mount that name, relative to dirfd ("" for
+// dirfd itself), is on.
+func mountIDAt(dirfd int, name string) (uint64, error) {
+	flags := 0
+	if name == "" {
+		flags = unix.AT_EMPTY_PATH
+	}
+	var stx unix.Statx_t
+	if err := unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID, &stx); err != nil {
+		return 0, fmt.Errorf("statx %s: %w", name, err)
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 {
+		return 0, errors.New("the kernel reports no mount id (Linux 5.8)")
+	}
+	return stx.Mnt_id, nil
 }
 
 // finishMask makes the mount over prog private, read-only, nosuid and
