@@ -226,7 +226,7 @@ func TestMaskRefusesRuncsNamespace(t *testing.T) {
 // copies of the mounts made propagation (unix.MS_SLAVE, as runc's default
 // for a container, or unix.MS_SHARED, as rootfsPropagation "rshared"); the
 // thread ends with f.
-func inMountNS(t *testing.T, propagation uintptr, f func()) {
+func inMountNS(t testing.TB, propagation uintptr, f func()) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
@@ -334,4 +334,38 @@ func TestBindScratchRefusesRoot(t *testing.T) {
 	if err := bindScratch(exitProgram("amd64"), "/", "/proc/self/exe"); err == nil || !strings.Contains(err.Error(), "in /") {
 		t.Errorf("bindScratch over /: %v", err)
 	}
+}
+
+// BenchmarkMask: the first hook's cost of masking the program, its run of
+// the mask included, in a namespace of its own (root).
+func BenchmarkMask(b *testing.B) {
+	e2e.RequireRoot(b)
+	dir := b.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=0755"); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = unix.Unmount(dir, unix.MNT_DETACH) }()
+	prog := filepath.Join(dir, "bin", "hook")
+	if err := os.MkdirAll(filepath.Dir(prog), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	here := "/proc/" + strconv.Itoa(os.Getpid()) + "/task/" + strconv.Itoa(unix.Gettid()) + "/ns/mnt"
+	inMountNS(b, unix.MS_SLAVE, func() {
+		b.ResetTimer()
+		for range b.N {
+			if err := Mask(prog, here); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if err := unix.Unmount(prog, unix.MNT_DETACH); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
 }
