@@ -56,7 +56,7 @@ type Batch struct {
 // and returns the batch the process started with self (its arguments, the
 // program name first) runs: its own entry and those after it that Group
 // takes. exe is this binary ("/proc/self/exe").
-func Find(h ocistate.RuncHookInfo, self []string, exe string) (Batch, error) {
+func Find(h ocistate.RuntimeHook, self []string, exe string) (Batch, error) {
 	hooks, err := ocistate.LoadCreateContainerHooks(filepath.Join(h.Bundle, "config.json"))
 	if err != nil {
 		return Batch{}, fmt.Errorf("%w: %w", ErrNotBatched, err)

@@ -103,7 +103,7 @@ func TestFind(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := ocistate.RuncHookInfo{Root: root, Bundle: bundle}
+	h := ocistate.RuntimeHook{Root: root, Bundle: bundle}
 	write(exe)
 	b, err := Find(h, []string{"h", "create-symlinks"}, "/proc/self/exe")
 	if err != nil || b.Program != exe || len(b.Args) != 2 || strings.Join(b.Args[1], " ") != "update-ldcache --folder /x" {

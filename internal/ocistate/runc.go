@@ -15,6 +15,58 @@ import (
 	"github.com/nctk/nctk/internal/hostfile"
 )
 
+// crunComm is the name of crun's processes: its create or run, and the
+// container process it forks, which runs the createContainer hooks.
+const crunComm = "crun"
+
+// ErrNotCrunHook is CrunHook's answer when the caller is not a
+// createContainer hook of crun.
+var ErrNotCrunHook = errors.New("not a createContainer hook of crun")
+
+// CrunHook finds the container root and bundle of a createContainer hook
+// that crun runs: the caller's parent and that one's parent are crun (the
+// container process, which runs the hooks before pivot_root, and crun's
+// create or run), and the OCI state, which crun writes at once and
+// state reads (called only once the processes are crun's), names an
+// absolute bundle, the directory the caller works in (crun runs its hooks
+// there: the same device and inode), and the root (crun adds it;
+// absolute, or relative to the bundle). Anything else is an error
+// wrapping ErrNotCrunHook. proc is the procfs to read the processes in
+// ("/proc"), cwd the caller's working directory (".").
+func CrunHook(proc, cwd string, state func() ([]byte, error)) (RuntimeHook, error) {
+	_, parent, err := statOf(proc, "self")
+	if err != nil {
+		return RuntimeHook{}, fmt.Errorf("%w: %w", ErrNotCrunHook, err)
+	}
+	comm, crun, err := statOf(proc, strconv.Itoa(parent))
+	if err != nil || comm != crunComm {
+		return RuntimeHook{}, fmt.Errorf("%w: the parent is %q (%v)", ErrNotCrunHook, comm, err)
+	}
+	if comm, _, err := statOf(proc, strconv.Itoa(crun)); err != nil || comm != crunComm {
+		return RuntimeHook{}, fmt.Errorf("%w: the parent's parent is %q (%v)", ErrNotCrunHook, comm, err)
+	}
+	data, err := state()
+	if err != nil {
+		return RuntimeHook{}, fmt.Errorf("%w: OCI state: %w", ErrNotCrunHook, err)
+	}
+	st, err := DecodeState(data)
+	if err != nil {
+		return RuntimeHook{}, fmt.Errorf("%w: %w", ErrNotCrunHook, err)
+	}
+	if st.Root == "" || !filepath.IsAbs(st.Bundle) {
+		return RuntimeHook{}, fmt.Errorf("%w: the OCI state names no root or no absolute bundle", ErrNotCrunHook)
+	}
+	var b, w unix.Stat_t
+	if unix.Stat(st.Bundle, &b) != nil || unix.Stat(cwd, &w) != nil || b.Dev != w.Dev || b.Ino != w.Ino {
+		return RuntimeHook{}, fmt.Errorf("%w: the working directory is not the bundle %s", ErrNotCrunHook, st.Bundle)
+	}
+	root := st.Root
+	if !filepath.IsAbs(root) {
+		root = filepath.Join(st.Bundle, root)
+	}
+	return RuntimeHook{Root: filepath.Clean(root), Bundle: st.Bundle, Runtime: crun}, nil
+}
+
 // runcInitComm is the name runc's container init gives itself (the last
 // stage of its nsexec): the process that runs a runc container's
 // createContainer hooks.
@@ -31,12 +83,16 @@ func RuncHookRoot(proc, cwd string, keep bool) (string, error) {
 	return h.Root, err
 }
 
-// RuncHookInfo is what RuncHook proves about a createContainer hook of
-// runc.
-type RuncHookInfo struct {
+// RuntimeHook is what RuncHook and CrunHook find about a createContainer
+// hook that the runtime runs in the container's mount namespace before
+// pivot_root.
+type RuntimeHook struct {
 	Root   string // the container root
-	Bundle string // runc's bundle, where config.json is
-	Runc   int    // the pid of runc itself (create or run), the init's parent
+	Bundle string // the bundle, where config.json is
+	// Runtime is the pid of the runtime's own process outside the
+	// container (runc or crun, create or run): the parent of the process
+	// that runs the hook.
+	Runtime int
 }
 
 // RuncHook finds the container root of a createContainer hook that runc
@@ -65,37 +121,37 @@ type RuncHookInfo struct {
 // caller reads the state as usual. Nothing here is the image's: the
 // processes are runc's, the bundle and config.json the engine's, and the
 // container root is only compared, not followed.
-func RuncHook(proc, cwd string, keep bool) (RuncHookInfo, error) {
+func RuncHook(proc, cwd string, keep bool) (RuntimeHook, error) {
 	_, parent, err := statOf(proc, "self")
 	if err != nil {
-		return RuncHookInfo{}, err
+		return RuntimeHook{}, err
 	}
 	comm, runc, err := statOf(proc, strconv.Itoa(parent))
 	if err != nil {
-		return RuncHookInfo{}, err
+		return RuntimeHook{}, err
 	}
 	if comm != runcInitComm {
-		return RuncHookInfo{}, fmt.Errorf("%w: the parent is %q", ErrNotRuncHook, comm)
+		return RuntimeHook{}, fmt.Errorf("%w: the parent is %q", ErrNotRuncHook, comm)
 	}
 	bundle, err := os.Readlink(filepath.Join(proc, strconv.Itoa(runc), "cwd"))
 	if err != nil || !filepath.IsAbs(bundle) {
-		return RuncHookInfo{}, fmt.Errorf("%w: runc's working directory %q: %v", ErrNotRuncHook, bundle, err)
+		return RuntimeHook{}, fmt.Errorf("%w: runc's working directory %q: %v", ErrNotRuncHook, bundle, err)
 	}
 	root, err := loadRootPathMemo(filepath.Join(bundle, "config.json"), bundle, keep, peekRootPath)
 	if err != nil {
-		return RuncHookInfo{}, fmt.Errorf("%w: %w", ErrNotRuncHook, err)
+		return RuntimeHook{}, fmt.Errorf("%w: %w", ErrNotRuncHook, err)
 	}
 	var r, w unix.Stat_t
 	if err := unix.Stat(root, &r); err != nil {
-		return RuncHookInfo{}, fmt.Errorf("%w: root %s: %w", ErrNotRuncHook, root, err)
+		return RuntimeHook{}, fmt.Errorf("%w: root %s: %w", ErrNotRuncHook, root, err)
 	}
 	if err := unix.Stat(cwd, &w); err != nil {
-		return RuncHookInfo{}, fmt.Errorf("%w: working directory: %w", ErrNotRuncHook, err)
+		return RuntimeHook{}, fmt.Errorf("%w: working directory: %w", ErrNotRuncHook, err)
 	}
 	if r.Dev != w.Dev || r.Ino != w.Ino {
-		return RuncHookInfo{}, fmt.Errorf("%w: the working directory is not %s, the root of %s", ErrNotRuncHook, root, bundle)
+		return RuntimeHook{}, fmt.Errorf("%w: the working directory is not %s, the root of %s", ErrNotRuncHook, root, bundle)
 	}
-	return RuncHookInfo{Root: root, Bundle: bundle, Runc: runc}, nil
+	return RuntimeHook{Root: root, Bundle: bundle, Runtime: runc}, nil
 }
 
 // statOf reads the command name and parent pid of the process pid ("self"

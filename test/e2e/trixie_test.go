@@ -159,6 +159,7 @@ func TestTrixiePodman(t *testing.T) {
 	p := e2e.NewPodman(t, e2e.PodmanOptions{Root: root, Env: host.Env})
 	checkVersion(t, "podman", p.MustPodman("version", "--format", "{{.Client.Version}}"), "5.4.")
 	ref := p.ImportImage(image, "nctk-e2e:trixie")
+	checkOneHookProcess(t, p, ref)
 	libDir := e2e.LayoutDebian.LibDir()
 	run := func(t *testing.T, args ...string) e2e.Result {
 		t.Helper()
@@ -247,6 +248,7 @@ func TestTrixieCrun(t *testing.T) {
 	image := e2e.BuildRootfs(t, e2e.RootfsOptions{})
 	p := e2e.NewPodman(t, e2e.PodmanOptions{Root: root, Env: host.Env, Runtime: crun})
 	ref := p.ImportImage(image, "nctk-e2e:trixie")
+	checkOneHookProcess(t, p, ref, extra...)
 	libDir := e2e.LayoutDebian.LibDir()
 	for _, tc := range []struct {
 		device string

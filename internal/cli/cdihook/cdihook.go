@@ -15,10 +15,11 @@
 // hooks in the container's mount namespace before pivot_root, so the root
 // is reachable by that path and the host's files are still visible.
 //
-// Under runc, a hook of a spec in NVIDIA's layout (one entry per hook)
-// runs the entries after it in its own process and masks their program
-// in the container's mount namespace, so that runc starts a program that
-// only exits for each (internal/hookbatch says when it may).
+// Under runc and crun, a hook of a spec in NVIDIA's layout (one entry per
+// hook) runs the entries after it in its own process and masks their
+// program in the container's mount namespace, so that the runtime starts
+// a program that only exits for each (internal/hookbatch says when it
+// may).
 //
 // All work inside the root goes through internal/rootfs: paths are resolved
 // inside the root (never following the image's symlinks out of it), ldconfig
@@ -200,8 +201,8 @@ func Main(e *app.Env) int {
 	}
 	memo := newChainMemo()
 	if len(chain) == 1 && !ctk {
-		// One hook of a spec in NVIDIA's layout: under runc it may take
-		// on the entries after it (hookbatch).
+		// One hook of a spec in NVIDIA's layout: under runc or crun it may
+		// take on the entries after it (hookbatch).
 		var known bool
 		chain, known = batch(e, log, chain, memo)
 		if !known {
@@ -226,22 +227,32 @@ func Main(e *app.Env) int {
 	return 0
 }
 
-// batch returns the hooks this process runs: under runc, for a hook of a
-// spec in NVIDIA's layout, its own and those of the entries after it
-// that hookbatch takes on, their program masked in the container's mount
-// namespace; else chain. Under runc the container root is noted in memo
-// (true). A refusal is logged at debug level: those entries then run as
+// batch returns the hooks this process runs: under runc or crun, for a
+// hook of a spec in NVIDIA's layout, its own and those of the entries
+// after it that hookbatch takes on, their program masked in the
+// container's mount namespace; else chain. Under either the container
+// root is noted in memo (true). A refusal is logged at debug level: those entries then run as
 // before.
 func batch(e *app.Env, lf logFlags, chain [][]string, memo *chainMemo) ([][]string, bool) {
 	h, err := ocistate.RuncHook("/proc", ".", true)
 	if err != nil {
-		return chain, false
+		// crun writes the state at once; it stays for the hooks.
+		h, err = ocistate.CrunHook("/proc", ".", func() ([]byte, error) {
+			data, err := e.ReadStdin(maxState)
+			if err == nil {
+				e.Stdin = bytes.NewReader(data)
+			}
+			return data, err
+		})
+		if err != nil {
+			return chain, false
+		}
 	}
 	memo.roots[""] = rootFound{path: h.Root}
 	log := lf.logger(e.Stderr)
 	b, err := hookbatch.Find(h, e.Args, "/proc/self/exe")
 	if err == nil {
-		err = hookbatch.Mask(b.Program, "/proc/"+strconv.Itoa(h.Runc)+"/ns/mnt")
+		err = hookbatch.Mask(b.Program, "/proc/"+strconv.Itoa(h.Runtime)+"/ns/mnt")
 	}
 	if err != nil {
 		log.Debug("the hooks after this one run on their own", "reason", err)
