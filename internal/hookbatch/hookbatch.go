@@ -1,27 +1,29 @@
 // Package hookbatch runs the createContainer hooks of a spec in NVIDIA's
-// layout in one process when runc runs them.
+// layout in one process when runc or crun runs them.
 //
 // NVIDIA's specs (and nctk's --separate-hooks specs) give every hook its own
 // entry: six nvidia-cdi-hook processes per container for NVIDIA 1.20's
-// spec of an H100 host, which runc's init starts one after another. The
-// process, not its work, is most of their cost: a Go program's start is
-// ~2 ms where a static program that only exits takes ~0.2 ms
-// (docs/benchmarks.md). So the first of those processes finds the entries
-// that follow it (Find), does their work in order as one chain, and makes
-// their program, in the container's mount namespace only, a program that
-// exits 0 (Mask): runc then starts that for each of them.
+// spec of an H100 host, which runc's init (crun's container process)
+// starts one after another. The process, not its work, is most of their
+// cost: a Go program's start is ~2 ms where a static program that only
+// exits takes ~0.2 ms (docs/benchmarks.md). So the first of those
+// processes finds the entries that follow it (Find), does their work in
+// order as one chain, and makes their program, in the container's mount
+// namespace only, a program that exits 0 (Mask): the runtime then starts
+// that for each of them.
 //
 // Both are refused, and every hook runs as before, unless all of this
-// holds: runc's init is the parent (ocistate.RuncHook proves the root and
-// the bundle); config.json's createContainer hooks hold this process's
-// arguments exactly once, at an entry whose program is this binary; the
-// entries after it that run this binary follow it without another hook
-// between and share its path and environment, none with a timeout; the
-// program is not inside the container root; the mount namespace is not
-// runc's own and the mount the program is on does not propagate to any
-// other; and the masked program runs. The mask is gone with the old root
-// at runc's pivot_root; it is a sealed copy of a few bytes nctk writes, and
-// nothing of the image's is read or mounted.
+// holds: runc's init or crun's container process is the parent
+// (ocistate.RuncHook and CrunHook find the root and the bundle);
+// config.json's createContainer hooks hold this process's arguments
+// exactly once, at an entry whose program is this binary; the entries
+// after it that run this binary follow it without another hook between
+// and share its path and environment, none with a timeout; the program is
+// not inside the container root; the mount namespace is not the
+// runtime's own and the mounts the program and its directory are on do
+// not propagate to any other; and the masked program runs. The mask is
+// gone with the old root at the runtime's pivot_root; it is a copy of a
+// few bytes nctk writes, and nothing of the image's is read or mounted.
 package hookbatch
 
 import (
@@ -52,7 +54,7 @@ type Batch struct {
 	Program string
 }
 
-// Find reads the createContainer hooks of the runc container h describes
+// Find reads the createContainer hooks of the container h describes
 // and returns the batch the process started with self (its arguments, the
 // program name first) runs: its own entry and those after it that Group
 // takes. exe is this binary ("/proc/self/exe").
