@@ -101,6 +101,7 @@ func TestTrixieDocker(t *testing.T) {
 	checkVersion(t, "runc", root.MustRun(t, e2e.RunOpts{}, "runc", "--version"), "runc version 1.1.")
 	const img = "nctk-e2e:trixie"
 	d.ImportImage(image, img)
+	checkOneHookProcess(t, d.Docker, img)
 	libDir := e2e.LayoutDebian.LibDir()
 	run, mustRun := dockerProbe(d, img, libDir)
 
@@ -159,7 +160,7 @@ func TestTrixiePodman(t *testing.T) {
 	p := e2e.NewPodman(t, e2e.PodmanOptions{Root: root, Env: host.Env})
 	checkVersion(t, "podman", p.MustPodman("version", "--format", "{{.Client.Version}}"), "5.4.")
 	ref := p.ImportImage(image, "nctk-e2e:trixie")
-	checkOneHookProcess(t, p, ref)
+	checkOneHookProcess(t, p.Podman, ref)
 	libDir := e2e.LayoutDebian.LibDir()
 	run := func(t *testing.T, args ...string) e2e.Result {
 		t.Helper()
@@ -248,7 +249,7 @@ func TestTrixieCrun(t *testing.T) {
 	image := e2e.BuildRootfs(t, e2e.RootfsOptions{})
 	p := e2e.NewPodman(t, e2e.PodmanOptions{Root: root, Env: host.Env, Runtime: crun})
 	ref := p.ImportImage(image, "nctk-e2e:trixie")
-	checkOneHookProcess(t, p, ref, extra...)
+	checkOneHookProcess(t, p.Podman, ref, extra...)
 	libDir := e2e.LayoutDebian.LibDir()
 	for _, tc := range []struct {
 		device string
