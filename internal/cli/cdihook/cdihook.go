@@ -231,8 +231,8 @@ func Main(e *app.Env) int {
 // hook of a spec in NVIDIA's layout, its own and those of the entries
 // after it that hookbatch takes on, their program masked in the
 // container's mount namespace; else chain. Under either the container
-// root is noted in memo (true). A refusal is logged at debug level: those entries then run as
-// before.
+// root is noted in memo (true). A refusal is logged at debug level: those
+// entries then run as before.
 func batch(e *app.Env, lf logFlags, chain [][]string, memo *chainMemo) ([][]string, bool) {
 	h, err := ocistate.RuncHook("/proc", ".", true)
 	if err != nil {
