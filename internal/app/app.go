@@ -14,7 +14,11 @@ import (
 // Env is a tool's process context.
 type Env struct {
 	// Args is argv, Args[0] being the name the tool was invoked as.
-	Args    []string
+	Args []string
+	// Argv is the process's argv as it was started, of which Args is the
+	// tool's part (a multi-call tool's subcommand gets its own Args); nil
+	// when Args is all of it.
+	Argv    []string
 	Stdin   io.Reader
 	Stdout  io.Writer
 	Stderr  io.Writer
@@ -23,7 +27,16 @@ type Env struct {
 
 // FromOS returns the real process context.
 func FromOS() *Env {
-	return &Env{Args: os.Args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Environ: os.Environ()}
+	return &Env{Args: os.Args, Argv: os.Args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Environ: os.Environ()}
+}
+
+// ProcessArgs returns the process's argv as it was started: Argv, else
+// Args.
+func (e *Env) ProcessArgs() []string {
+	if e.Argv != nil {
+		return e.Argv
+	}
+	return e.Args
 }
 
 // Getenv returns the value of key in Environ ("" if unset).

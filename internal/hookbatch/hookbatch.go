@@ -46,8 +46,9 @@ var ErrNotBatched = errors.New("hooks not batched")
 // Batch is the work of the entries a hook process runs for the entries
 // after its own.
 type Batch struct {
-	// Args holds each entry's arguments after the program name, this
-	// process's first: the hooks to run in order, as one chain.
+	// Args holds each entry's arguments after the words that name the
+	// program (lead of them), this process's first: the hooks to run in
+	// order, as one chain.
 	Args [][]string
 	// Program is the path of the entries' program, to Mask once their
 	// work is taken on.
@@ -56,9 +57,10 @@ type Batch struct {
 
 // Find reads the createContainer hooks of the container h describes
 // and returns the batch the process started with self (its arguments, the
-// program name first) runs: its own entry and those after it that Group
+// lead words that name the program first: "nvidia-cdi-hook", or
+// "nvidia-ctk hook") runs: its own entry and those after it that Group
 // takes. exe is this binary ("/proc/self/exe").
-func Find(h ocistate.RuntimeHook, self []string, exe string) (Batch, error) {
+func Find(h ocistate.RuntimeHook, self []string, lead int, exe string) (Batch, error) {
 	hooks, err := ocistate.LoadCreateContainerHooks(filepath.Join(h.Bundle, "config.json"))
 	if err != nil {
 		return Batch{}, fmt.Errorf("%w: %w", ErrNotBatched, err)
@@ -71,7 +73,7 @@ func Find(h ocistate.RuntimeHook, self []string, exe string) (Batch, error) {
 		var st unix.Stat_t
 		return unix.Stat(p, &st) == nil && st.Dev == me.Dev && st.Ino == me.Ino
 	}
-	group, err := Group(hooks, self, sameFile)
+	group, err := Group(hooks, self, lead, sameFile)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -81,7 +83,7 @@ func Find(h ocistate.RuntimeHook, self []string, exe string) (Batch, error) {
 	}
 	b := Batch{Program: prog}
 	for _, e := range group {
-		b.Args = append(b.Args, e.Args[1:])
+		b.Args = append(b.Args, e.Args[lead:])
 	}
 	return b, nil
 }
@@ -101,16 +103,17 @@ func inside(p, root string) bool {
 	return err != nil || rel == "." || !strings.HasPrefix(rel, "..")
 }
 
-// Group returns the entries of hooks, runc's createContainer hooks in order,
-// that the process started with self (its arguments, the program name
-// first) runs: its own entry, the one entry whose arguments are self and
-// whose program is this binary (sameFile), and the entries right after it
-// with the same program path and environment. Each must name a hook
-// first (no global flag before it) and have no timeout (one process runs
-// longer than each did). No later entry may run this binary under another
-// path or after another hook: the mask would reach it too. Fewer than two
-// entries is no batch. Every refusal wraps ErrNotBatched.
-func Group(hooks []specs.Hook, self []string, sameFile func(path string) bool) ([]specs.Hook, error) {
+// Group returns the entries of hooks, the runtime's createContainer hooks
+// in order, that the process started with self (its arguments, the lead
+// words that name the program first) runs: its own entry, the one entry
+// whose arguments are self and whose program is this binary (sameFile),
+// and the entries right after it with the same program path, environment
+// and lead words. Each must name a hook after those (no global flag
+// before it) and have no timeout (one process runs longer than each did).
+// No later entry may run this binary under another path or after another
+// hook: the mask would reach it too. Fewer than two entries is no batch.
+// Every refusal wraps ErrNotBatched.
+func Group(hooks []specs.Hook, self []string, lead int, sameFile func(path string) bool) ([]specs.Hook, error) {
 	at := -1
 	for i, h := range hooks {
 		if slices.Equal(h.Args, self) {
@@ -127,11 +130,11 @@ func Group(hooks []specs.Hook, self []string, sameFile func(path string) bool) (
 	if !filepath.IsAbs(first.Path) || !sameFile(first.Path) {
 		return nil, fmt.Errorf("%w: the hook's program %q is not this binary", ErrNotBatched, first.Path)
 	}
-	if !sameEntry(first, first) {
+	if lead < 1 || !sameEntry(first, first, lead) {
 		return nil, fmt.Errorf("%w: the hook has a timeout or a flag before its name", ErrNotBatched)
 	}
 	end := at + 1
-	for end < len(hooks) && sameEntry(first, hooks[end]) {
+	for end < len(hooks) && sameEntry(first, hooks[end], lead) {
 		end++
 	}
 	if end-at < 2 {
@@ -146,8 +149,10 @@ func Group(hooks []specs.Hook, self []string, sameFile func(path string) bool) (
 }
 
 // sameEntry reports whether h can run in the process of first: the same
-// program path and environment, a hook named first, no timeout.
-func sameEntry(first, h specs.Hook) bool {
+// program path, environment and lead words, a hook named after them, no
+// timeout.
+func sameEntry(first, h specs.Hook, lead int) bool {
 	return h.Path == first.Path && slices.Equal(h.Env, first.Env) && h.Timeout == nil &&
-		len(h.Args) >= 2 && !strings.HasPrefix(h.Args[1], "-")
+		len(h.Args) > lead && len(first.Args) > lead && slices.Equal(h.Args[:lead], first.Args[:lead]) &&
+		!strings.HasPrefix(h.Args[lead], "-")
 }

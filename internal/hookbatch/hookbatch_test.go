@@ -39,32 +39,45 @@ func TestGroup(t *testing.T) {
 	sameFile := func(p string) bool { return p == prog || p == alias.Path }
 
 	a, b, c := hook("create-symlinks", "--link", "x::/y"), hook("update-ldcache", "--folder", "/x"), hook("disable-device-node-modification")
+	ctk := func(args ...string) specs.Hook {
+		return specs.Hook{Path: prog, Args: append([]string{"nvidia-ctk", "hook"}, args...), Env: env}
+	}
+	ca, cb := ctk("create-symlinks", "--link", "x::/y"), ctk("update-ldcache", "--folder", "/x")
 	for _, tt := range []struct {
 		name  string
 		hooks []specs.Hook
 		self  specs.Hook
 		want  int    // entries taken on, from self's
 		err   string // else the refusal says this
+		lead  int    // words naming the program (0: 1)
 	}{
-		{"NVIDIA's layout", []specs.Hook{a, b, c}, a, 3, ""},
-		{"from the second", []specs.Hook{a, b, c}, b, 2, ""},
-		{"the last has none after it", []specs.Hook{a, b, c}, c, 0, "no hook of this program"},
-		{"a foreign hook before", []specs.Hook{foreign, a, b}, a, 2, ""},
-		{"a foreign hook after the run", []specs.Hook{a, b, foreign}, a, 2, ""},
-		{"a foreign hook between", []specs.Hook{a, b, foreign, c}, a, 0, "a later createContainer hook runs"},
-		{"the run ends at another environment", []specs.Hook{a, b, otherEnv}, a, 0, "a later createContainer hook runs"},
-		{"another environment right after", []specs.Hook{a, otherEnv}, a, 0, "no hook of this program"},
-		{"a timeout after", []specs.Hook{a, withTimeout}, a, 0, "no hook of this program"},
-		{"its own timeout", []specs.Hook{withTimeout, b}, withTimeout, 0, "timeout"},
-		{"a global flag first", []specs.Hook{a, flagFirst}, a, 0, "no hook of this program"},
-		{"the binary by another path later", []specs.Hook{a, b, foreign, alias}, a, 0, "/usr/local/bin/nvidia-cdi-hook"},
-		{"its arguments twice", []specs.Hook{a, b, a}, a, 0, "two createContainer hooks"},
-		{"not among the hooks", []specs.Hook{b, c}, a, 0, "no createContainer hook has"},
-		{"another program with these arguments", []specs.Hook{{Path: "/opt/other", Args: a.Args}, b}, a, 0, "not this binary"},
-		{"a relative path", []specs.Hook{{Path: "nvidia-cdi-hook", Args: a.Args, Env: env}, b}, a, 0, "not this binary"},
+		{"nvidia-ctk hook (NVIDIA's specs before 1.17)", []specs.Hook{ca, cb}, ca, 2, "", 2},
+		{"nvidia-ctk hook then nvidia-cdi-hook", []specs.Hook{ca, cb, b}, ca, 0, "a later createContainer hook runs", 2},
+		{"nvidia-ctk with a flag before hook", []specs.Hook{{Path: prog, Args: []string{"nvidia-ctk", "-d", "hook", "create-symlinks"}, Env: env}, cb}, specs.Hook{Args: []string{"nvidia-ctk", "-d", "hook", "create-symlinks"}}, 0, "no hook of this program", 3},
+		{"no lead word", []specs.Hook{a, b}, a, 0, "timeout or a flag", -1},
+		{"NVIDIA's layout", []specs.Hook{a, b, c}, a, 3, "", 0},
+		{"from the second", []specs.Hook{a, b, c}, b, 2, "", 0},
+		{"the last has none after it", []specs.Hook{a, b, c}, c, 0, "no hook of this program", 0},
+		{"a foreign hook before", []specs.Hook{foreign, a, b}, a, 2, "", 0},
+		{"a foreign hook after the run", []specs.Hook{a, b, foreign}, a, 2, "", 0},
+		{"a foreign hook between", []specs.Hook{a, b, foreign, c}, a, 0, "a later createContainer hook runs", 0},
+		{"the run ends at another environment", []specs.Hook{a, b, otherEnv}, a, 0, "a later createContainer hook runs", 0},
+		{"another environment right after", []specs.Hook{a, otherEnv}, a, 0, "no hook of this program", 0},
+		{"a timeout after", []specs.Hook{a, withTimeout}, a, 0, "no hook of this program", 0},
+		{"its own timeout", []specs.Hook{withTimeout, b}, withTimeout, 0, "timeout", 0},
+		{"a global flag first", []specs.Hook{a, flagFirst}, a, 0, "no hook of this program", 0},
+		{"the binary by another path later", []specs.Hook{a, b, foreign, alias}, a, 0, "/usr/local/bin/nvidia-cdi-hook", 0},
+		{"its arguments twice", []specs.Hook{a, b, a}, a, 0, "two createContainer hooks", 0},
+		{"not among the hooks", []specs.Hook{b, c}, a, 0, "no createContainer hook has", 0},
+		{"another program with these arguments", []specs.Hook{{Path: "/opt/other", Args: a.Args}, b}, a, 0, "not this binary", 0},
+		{"a relative path", []specs.Hook{{Path: "nvidia-cdi-hook", Args: a.Args, Env: env}, b}, a, 0, "not this binary", 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Group(tt.hooks, tt.self.Args, sameFile)
+			lead := tt.lead
+			if lead == 0 {
+				lead = 1
+			}
+			got, err := Group(tt.hooks, tt.self.Args, lead, sameFile)
 			if tt.err != "" {
 				if !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), tt.err) {
 					t.Errorf("Group = %d entries, %v; want ErrNotBatched saying %q", len(got), err, tt.err)
@@ -105,18 +118,18 @@ func TestFind(t *testing.T) {
 	}
 	h := ocistate.RuntimeHook{Root: root, Bundle: bundle}
 	write(exe)
-	b, err := Find(h, []string{"h", "create-symlinks"}, "/proc/self/exe")
+	b, err := Find(h, []string{"h", "create-symlinks"}, 1, "/proc/self/exe")
 	if err != nil || b.Program != exe || len(b.Args) != 2 || strings.Join(b.Args[1], " ") != "update-ldcache --folder /x" {
 		t.Errorf("Find = %+v, %v", b, err)
 	}
 	write(inRoot)
-	if _, err := Find(h, []string{"h", "create-symlinks"}, "/proc/self/exe"); !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), "inside the container root") {
+	if _, err := Find(h, []string{"h", "create-symlinks"}, 1, "/proc/self/exe"); !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), "inside the container root") {
 		t.Errorf("a program inside the root: %v", err)
 	}
 	if err := os.Remove(filepath.Join(bundle, "config.json")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Find(h, []string{"h", "create-symlinks"}, "/proc/self/exe"); !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), "config.json") {
+	if _, err := Find(h, []string{"h", "create-symlinks"}, 1, "/proc/self/exe"); !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), "config.json") {
 		t.Errorf("no config.json: %v", err)
 	}
 }

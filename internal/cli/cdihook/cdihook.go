@@ -200,7 +200,7 @@ func Main(e *app.Env) int {
 		return 0
 	}
 	memo := newChainMemo()
-	if len(chain) == 1 && !ctk {
+	if len(chain) == 1 {
 		// One hook of a spec in NVIDIA's layout: under runc or crun it may
 		// take on the entries after it (hookbatch).
 		var known bool
@@ -250,7 +250,15 @@ func batch(e *app.Env, lf logFlags, chain [][]string, memo *chainMemo) ([][]stri
 	}
 	memo.roots[""] = rootFound{path: h.Root}
 	log := lf.logger(e.Stderr)
-	b, err := hookbatch.Find(h, e.Args, "/proc/self/exe")
+	// The words of the process's argv before this hook's arguments name
+	// the program: "nvidia-cdi-hook", or "nvidia-ctk hook" (NVIDIA's specs
+	// before 1.17), global flags included.
+	argv := e.ProcessArgs()
+	lead := len(argv) - (len(e.Args) - 1)
+	if len(e.Args) < 1 || lead < 1 || !slices.Equal(argv[lead:], e.Args[1:]) {
+		return chain, true
+	}
+	b, err := hookbatch.Find(h, argv, lead, "/proc/self/exe")
 	if err == nil {
 		err = hookbatch.Mask(b.Program, "/proc/"+strconv.Itoa(h.Runtime)+"/ns/mnt")
 	}

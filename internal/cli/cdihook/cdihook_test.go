@@ -37,6 +37,10 @@ func TestMain(m *testing.M) {
 		if log := os.Getenv(stdinLogEnv); log != "" {
 			e.Stdin = &stdinLog{r: e.Stdin, log: log}
 		}
+		if len(os.Args) > 1 && os.Args[0] == "nvidia-ctk" && os.Args[1] == "hook" {
+			// As nctk's nvidia-ctk dispatches `nvidia-ctk hook …`.
+			e.Args = append([]string{"nvidia-ctk hook"}, os.Args[2:]...)
+		}
 		if root := os.Getenv(mountCheckEnv); root != "" {
 			os.Exit(mainCheckingMounts(root, func() int { return Main(e) }))
 		}

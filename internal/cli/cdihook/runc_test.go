@@ -124,7 +124,9 @@ func TestRuncCreateContainerHooks(t *testing.T) {
 // namespaces (that mount, and the container's root propagation shared)
 // each entry is a process of its own; with another program's hook
 // between the entries, those before it run on their own and the first
-// after it takes on the rest. The container gets the same each time.
+// after it takes on the rest. Entries written as `nvidia-ctk hook …`
+// (NVIDIA's specs before 1.17) are taken on the same way. The container
+// gets the same each time.
 func TestRuncNVIDIASpecHooks(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
@@ -138,6 +140,7 @@ func TestRuncNVIDIASpecHooks(t *testing.T) {
 		{"program on a shared mount, root propagation shared", false, nvspecSharedMount | nvspecRshared, 6},
 		{"root propagation shared", false, nvspecRshared, 1},
 		{"another hook between", true, nvspecForeign, 3},
+		{"nvidia-ctk hook (NVIDIA's specs before 1.17)", true, nvspecCTK, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			runs := runNVIDIASpecHooks(t, tt.compatGPU, tt.variant)
@@ -156,6 +159,7 @@ const (
 	nvspecRshared     nvspecVariant = 1 << iota // rootfsPropagation "rshared"
 	nvspecSharedMount                           // the hook program on a tmpfs of its own, shared
 	nvspecForeign                               // /bin/true as a hook after the second entry
+	nvspecCTK                                   // each entry as `nvidia-ctk hook …`
 )
 
 // sharedCopy copies the program at self onto a tmpfs of its own in a
@@ -229,7 +233,11 @@ func runNVIDIASpecHooks(t *testing.T, compatGPU bool, variant nvspecVariant) []s
 			}
 			// The spec's own args and env; the test binary stands in for
 			// nctk's nvidia-cdi-hook at the spec's path.
-			s.Hooks.CreateContainer = append(s.Hooks.CreateContainer, specs.Hook{Path: self, Args: h.Args,
+			args := h.Args
+			if variant&nvspecCTK != 0 {
+				args = append([]string{"nvidia-ctk", "hook"}, args[1:]...)
+			}
+			s.Hooks.CreateContainer = append(s.Hooks.CreateContainer, specs.Hook{Path: self, Args: args,
 				Env: append([]string{"NCTK_CDIHOOK_TEST_MAIN=1", stdinLogEnv + "=" + stdinRead, runsLogEnv + "=" + runsLog}, h.Env...)})
 			if variant&nvspecForeign != 0 && i == 1 {
 				s.Hooks.CreateContainer = append(s.Hooks.CreateContainer, specs.Hook{Path: "/bin/true", Args: []string{"true"}})
