@@ -356,11 +356,14 @@ say '```'
 	rep=$(timeout 120 "$runc_bin" --root "$state" run --bundle "$bundle" c-hook 2>&1) || rep="error=$(printf '%s\n' "$rep" | head -n1)"
 	"$runc_bin" --root "$state" delete --force c-hook >/dev/null 2>&1
 	expect "docker --gpus hook" "$rep" $(gpu_ok "$ngpus")
-	# An engine applying the spec: runc runs the spec's hooks.
+	# An engine applying the spec: runc runs the spec's hooks. nctk's hook
+	# starts once per container, whatever the spec's layout: one chained
+	# entry, or NVIDIA's one entry per hook, the first doing the others'
+	# work (hook-starts: cdiinject counts its starts).
 	for np in $native_paths; do
 		write_bundle "[\"/bin/sh\", \"-c\", \"$probe_json\"]"
 		if inject_spec "${np#*:}"; then
-			rep=$(timeout 120 "$runc_bin" --root "$state" run --bundle "$bundle" c-native 2>&1) || rep="error=$(printf '%s\n' "$rep" | head -n1)"
+			rep=$(timeout 120 "$inject" -count-starts "$bin/nvidia-cdi-hook" "$runc_bin" --root "$state" run --bundle "$bundle" c-native 2>&1) || rep="error=$(printf '%s\n' "$rep" | head -n1)"
 		else
 			rep="error=cdiinject failed"
 		fi
@@ -369,7 +372,7 @@ say '```'
 		# without nosuid,nodev: writable is not checked there.
 		case $np in
 		nv-*) expect "engine applies ${np%%:*}" "$rep" $(gpu_ok "$ngpus" | sed 's/ *writable=0//') ;;
-		*) expect "engine applies ${np%%:*}" "$rep" $(gpu_ok "$ngpus") ;;
+		*) expect "engine applies ${np%%:*}" "$rep" $(gpu_ok "$ngpus") hook-starts=1 ;;
 		esac
 	done
 	# An engine applying the spec, then nctk's runtime.

@@ -5,8 +5,13 @@
 //
 // Usage: cdiinject [-drop-hooks] SPEC_DIR DEVICE... <config.json >config.json
 //
+//	cdiinject -count-starts PROGRAM COMMAND [ARG]...
+//
 // -drop-hooks removes the hooks the devices added (the floor: what runc
-// alone costs on the spec's mounts and device nodes).
+// alone costs on the spec's mounts and device nodes). -count-starts runs
+// COMMAND (its output passed through) and then prints
+// "hook-starts=N": how often PROGRAM was started (opened) meanwhile, as
+// the script reports for each engine-applied path.
 package main
 
 import (
@@ -15,6 +20,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -30,8 +39,12 @@ func main() {
 func run(args []string, in io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("cdiinject", flag.ContinueOnError)
 	dropHooks := fs.Bool("drop-hooks", false, "leave out the hooks the devices add")
+	countStarts := fs.String("count-starts", "", "run the command given and count the starts of this program")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *countStarts != "" {
+		return runCounting(*countStarts, fs.Args(), out)
 	}
 	if fs.NArg() < 2 {
 		return fmt.Errorf("usage: cdiinject [-drop-hooks] SPEC_DIR DEVICE... <config.json >config.json")
@@ -56,4 +69,43 @@ func run(args []string, in io.Reader, out io.Writer) error {
 		s.Hooks = hooks
 	}
 	return json.NewEncoder(out).Encode(&s)
+}
+
+// runCounting runs argv (its output to out and stderr), counting the
+// opens of program meanwhile with inotify (an exec opens the file; its
+// closes are watched too, since inotify merges an event into an unread
+// one just like it), and prints "hook-starts=N" to out. The command's
+// failure is returned after the count.
+func runCounting(program string, argv []string, out io.Writer) error {
+	if len(argv) == 0 {
+		return fmt.Errorf("usage: cdiinject -count-starts PROGRAM COMMAND [ARG]...")
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("inotify: %w", err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.InotifyAddWatch(fd, program, unix.IN_OPEN|unix.IN_CLOSE); err != nil {
+		return fmt.Errorf("watch %s: %w", program, err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = out, os.Stderr
+	runErr := cmd.Run()
+	n := 0
+	buf := make([]byte, 64<<10)
+	for {
+		m, err := unix.Read(fd, buf)
+		if err != nil || m <= 0 {
+			break
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= m; {
+			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+			if ev.Mask&unix.IN_OPEN != 0 {
+				n++
+			}
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+		}
+	}
+	fmt.Fprintf(out, "hook-starts=%d\n", n)
+	return runErr
 }

@@ -132,6 +132,10 @@ abs=$(cd "$(dirname "$hook")" && pwd)/$(basename "$hook")
 		"ok        cdi all (NVIDIA's spec, nctk's hooks) nodes: 2", "ok        engine applies nvspec-native nodes: 2",
 		"ok        engine applies nv's spec, then the runtime (nvspec-native-rt) libcuda: 1", "| nvspec-native |", "| nvspec-native-rt |",
 		"ok        cdi all (NVIDIA's spec and hooks) nodes: 2", "ok        engine applies nv-native nodes: 2", "| nv-native |",
+		// nctk's hook starts once per engine-applied container, also for a
+		// spec in NVIDIA's layout (hookbatch).
+		"ok        engine applies native hook-starts: 1", "ok        engine applies sep-native hook-starts: 1",
+		"ok        engine applies nvspec-native hook-starts: 1",
 		"RESULT: every container got what it asked for",
 	} {
 		if !strings.Contains(text, w) {
