@@ -20,18 +20,8 @@ type fakeRunc struct {
 func (f fakeRunc) make(t *testing.T) string {
 	t.Helper()
 	proc := t.TempDir()
-	write := func(name, data string) {
-		t.Helper()
-		p := filepath.Join(proc, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("self/stat", f.selfStat)
-	write("77/stat", "77 ("+f.comm+") "+f.initRest+"\n")
+	writeFile(t, proc, "self/stat", f.selfStat)
+	writeFile(t, proc, "77/stat", "77 ("+f.comm+") "+f.initRest+"\n")
 	if err := os.MkdirAll(filepath.Join(proc, "55"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +31,18 @@ func (f fakeRunc) make(t *testing.T) string {
 		}
 	}
 	return proc
+}
+
+// writeFile writes data to dir/name, making its directory.
+func writeFile(t *testing.T, dir, name, data string) {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestRuncHookRoot: the root is found when the hook's parent is runc's
@@ -226,16 +228,6 @@ func FuzzPeekRootPath(f *testing.F) {
 func TestCrunHook(t *testing.T) {
 	bundle := t.TempDir()
 	other := t.TempDir()
-	write := func(t *testing.T, proc, name, data string) {
-		t.Helper()
-		p := filepath.Join(proc, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	good := `{"ociVersion":"1.0","id":"c","pid":0,"root":"` + bundle + `/rootfs","bundle":"` + bundle + `","status":"created"}`
 	for _, tt := range []struct {
 		name, parent, grandparent, state, cwd string
@@ -252,9 +244,9 @@ func TestCrunHook(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			proc := t.TempDir()
-			write(t, proc, "self/stat", "4242 (nvidia-cdi-hook) S 77 4242 1\n")
-			write(t, proc, "77/stat", "77 ("+tt.parent+") S 55 77 1\n")
-			write(t, proc, "55/stat", "55 ("+tt.grandparent+") S 1 55 1\n")
+			writeFile(t, proc, "self/stat", "4242 (nvidia-cdi-hook) S 77 4242 1\n")
+			writeFile(t, proc, "77/stat", "77 ("+tt.parent+") S 55 77 1\n")
+			writeFile(t, proc, "55/stat", "55 ("+tt.grandparent+") S 1 55 1\n")
 			read := false
 			h, err := CrunHook(proc, tt.cwd, func() ([]byte, error) { read = true; return []byte(tt.state), nil })
 			if read != tt.stateRead {

@@ -21,12 +21,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/nctk/nctk/internal/e2e/starts"
 )
 
 func main() {
@@ -72,40 +71,17 @@ func run(args []string, in io.Reader, out io.Writer) error {
 }
 
 // runCounting runs argv (its output to out and stderr), counting the
-// opens of program meanwhile with inotify (an exec opens the file; its
-// closes are watched too, since inotify merges an event into an unread
-// one just like it), and prints "hook-starts=N" to out. The command's
-// failure is returned after the count.
+// starts of program meanwhile (starts.During), and prints "hook-starts=N"
+// to out. The command's failure is returned after the count.
 func runCounting(program string, argv []string, out io.Writer) error {
 	if len(argv) == 0 {
-		return fmt.Errorf("usage: cdiinject -count-starts PROGRAM COMMAND [ARG]...")
+		return fmt.Errorf("usage: cdiinject -count-starts PROGRAM COMMAND [ARG...]")
 	}
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
-	if err != nil {
-		return fmt.Errorf("inotify: %w", err)
-	}
-	defer unix.Close(fd)
-	if _, err := unix.InotifyAddWatch(fd, program, unix.IN_OPEN|unix.IN_CLOSE); err != nil {
-		return fmt.Errorf("watch %s: %w", program, err)
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = out, os.Stderr
-	runErr := cmd.Run()
-	n := 0
-	buf := make([]byte, 64<<10)
-	for {
-		m, err := unix.Read(fd, buf)
-		if err != nil || m <= 0 {
-			break
-		}
-		for off := 0; off+unix.SizeofInotifyEvent <= m; {
-			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
-			if ev.Mask&unix.IN_OPEN != 0 {
-				n++
-			}
-			off += unix.SizeofInotifyEvent + int(ev.Len)
-		}
-	}
+	n, err := starts.During(program, func() error {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stdout, cmd.Stderr = out, os.Stderr
+		return cmd.Run()
+	})
 	fmt.Fprintf(out, "hook-starts=%d\n", n)
-	return runErr
+	return err
 }
