@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nctk/nctk/internal/e2e"
+	"github.com/nctk/nctk/internal/e2e/starts"
 	"github.com/nctk/nctk/internal/engine"
 	"github.com/nctk/nctk/internal/fixture"
 )
@@ -425,6 +426,25 @@ func criCDIDevices(t *testing.T, eng criEngine) {
 			t.Fatalf("default_runtime_name = %v, want runc", def)
 		}
 	})
+	if n.root != nil {
+		// NVIDIA's layout (class sepgpu, five hook entries), as the device
+		// plugin's and the GPU Operator's specs: runc starts nctk's hook
+		// once, the first entry doing the others' work (hookbatch).
+		t.Run("sepgpu=2", func(t *testing.T) {
+			cfg := n.probe("cdi-cri-sepgpu2")
+			cfg.CDIDevices = []*runtimeapi.CDIDevice{{Name: "nvidia.com/sepgpu=2"}}
+			var logs string
+			hook := tool(t, "nvidia-cdi-hook")
+			started, err := starts.During(hook, func() error { logs = n.run(t, "", cfg); return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if started != 1 {
+				t.Errorf("%s started %d times for the five hook entries, want once", hook, started)
+			}
+			checkGPU(t, logs, want{host: n.host, GPUs: []int{2}, LibDir: n.libDir, Display: true})
+		})
+	}
 	for _, tc := range []struct {
 		name    string
 		devices []string
