@@ -50,7 +50,8 @@ import (
 //	sep-native  `runc create` of the config.json the CDI library makes from
 //	            that spec: NVIDIA's layout applied by an engine, calling
 //	            nctk's hook (what the device plugin's and GPU Operator's
-//	            specs do on a host with nctk);
+//	            specs do on a host with nctk; its first entry does the
+//	            others' work, internal/hookbatch);
 //	sep-native-gmp  the same with GOMAXPROCS=1 left out of the hooks'
 //	            environment, as NVIDIA's nvidia-ctk writes that layout
 //	            (and sep-native-gmp-rt: then nctk's runtime, below);
@@ -73,8 +74,8 @@ import (
 //	            NVIDIA's nvidia-container-runtime and nvidia-cdi-hook
 //	            (1.20, built locally): NVIDIA's runtime in CDI mode with the
 //	            --separate-hooks spec naming NVIDIA's hook;
-//	nv-native   the same spec applied by the CDI library, NVIDIA's three
-//	            hook processes run by runc;
+//	nv-native   the same spec applied by the CDI library, NVIDIA's hook
+//	            processes run by runc, one per entry;
 //	floor-*     `runc create` of the config.json a path produced, without
 //	            its hooks: what the devices and mounts cost runc itself
 //	            (paths whose hook-less config.json is the same share one);
