@@ -100,7 +100,7 @@ func inside(p, root string) bool {
 		root = rr
 	}
 	rel, err := filepath.Rel(root, rp)
-	return err != nil || rel == "." || !strings.HasPrefix(rel, "..")
+	return err != nil || (rel != ".." && !strings.HasPrefix(rel, "../"))
 }
 
 // Group returns the entries of hooks, the runtime's createContainer hooks

@@ -134,6 +134,29 @@ func TestFind(t *testing.T) {
 	}
 }
 
+// TestInside: a path is inside the root when it, its links followed, is
+// the root or under it ("..x" is a name there, not a way out).
+func TestInside(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	for _, d := range []string{root + "/..x", root + "/usr/bin", dir + "/out"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(root+"/usr/bin", dir+"/in-link"); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]bool{
+		root: true, root + "/..x": true, root + "/usr/bin": true, dir + "/in-link": true,
+		dir + "/out": false, dir: false, dir + "/missing": true,
+	} {
+		if got := inside(p, root); got != want {
+			t.Errorf("inside(%s) = %v, want %v", p, got, want)
+		}
+	}
+}
+
 // TestExitProgram: a valid ELF executable for amd64 and arm64, none for
 // another architecture; on this machine it runs and exits 0.
 func TestExitProgram(t *testing.T) {
