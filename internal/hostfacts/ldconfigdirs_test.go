@@ -44,6 +44,19 @@ func TestLdconfigSystemDirs(t *testing.T) {
 	if err != nil || strings.Count(string(data), "\n") != 3 {
 		t.Fatalf("cache file %q, %v: want the magic and two lines", data, err)
 	}
+	// A cache directory whose parent is missing too (/run/nctk after a
+	// boot on a host where no nctk runtime ran yet: an engine applies the
+	// specs): both are made, and the second call reads the first's answer.
+	fresh := filepath.Join(t.TempDir(), "run", "nctk", "cdi")
+	probes = 0
+	for i := range 2 {
+		if got, err := ldconfigSystemDirs(fresh, bin, probe("/lib64")); err != nil || !slices.Equal(got, []string{"/lib64"}) {
+			t.Fatalf("fresh cache, call %d: %q, %v", i, got, err)
+		}
+	}
+	if probes != 1 {
+		t.Errorf("%d probes for two calls with a cache directory whose parent was missing, want 1", probes)
+	}
 	// A probe that fails is an error, and nothing is kept.
 	boom := errors.New("boom")
 	if _, err := ldconfigSystemDirs(t.TempDir(), bin, func() ([]string, error) { return nil, boom }); !errors.Is(err, boom) {
