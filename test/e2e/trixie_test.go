@@ -161,6 +161,10 @@ func TestTrixiePodman(t *testing.T) {
 	checkVersion(t, "podman", p.MustPodman("version", "--format", "{{.Client.Version}}"), "5.4.")
 	ref := p.ImportImage(image, "nctk-e2e:trixie")
 	checkOneHookProcess(t, p.Podman, ref)
+	// This root's /run is fresh, as a host's after a boot, and no nctk
+	// runtime ran: the hook made its cache directory and kept the host
+	// ldconfig's directories there.
+	root.MustRun(t, e2e.RunOpts{}, "/bin/sh", "-c", "test -s /run/nctk/cdi/ldconfig-dirs")
 	libDir := e2e.LayoutDebian.LibDir()
 	run := func(t *testing.T, args ...string) e2e.Result {
 		t.Helper()
