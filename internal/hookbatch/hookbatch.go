@@ -21,7 +21,8 @@
 // and share its path and environment, none with a timeout; the program is
 // not inside the container root; the mount namespace is not the
 // runtime's own and the mounts the program and its directory are on do
-// not propagate to any other; and the masked program runs. The mask is
+// not propagate to any other; the hook runs under its runtime process's
+// security label; and the masked program runs. The mask is
 // gone with the old root at the runtime's pivot_root; it is a copy of a
 // few bytes nctk writes, and nothing of the image's is read or mounted.
 package hookbatch

@@ -364,6 +364,39 @@ func TestMask(t *testing.T) {
 	}
 }
 
+// TestSameLabel: the hook and its runtime's process under one label, or
+// both without one, may mask; a label that differs (an exec that changed
+// domain) or only one of them labelled may not.
+func TestSameLabel(t *testing.T) {
+	label := func(self, parent string) func(string) ([]byte, error) {
+		return func(p string) ([]byte, error) {
+			v := parent
+			if strings.HasPrefix(p, "/self/") {
+				v = self
+			}
+			if v == "" {
+				return nil, os.ErrInvalid
+			}
+			return []byte(v), nil
+		}
+	}
+	for _, tt := range []struct {
+		self, parent string
+		ok           bool
+	}{
+		{"", "", true},
+		{"unconfined\n", "unconfined\n", true},
+		{"system_u:system_r:container_runtime_t:s0\x00", "system_u:system_r:container_runtime_t:s0\x00", true},
+		{"system_u:system_r:spc_t:s0\x00", "system_u:system_r:container_runtime_t:s0\x00", false},
+		{"unconfined\n", "", false},
+	} {
+		err := sameLabel(label(tt.self, tt.parent), "/self", "/parent")
+		if (err == nil) != tt.ok {
+			t.Errorf("labels %q, %q: %v, want ok %v", tt.self, tt.parent, err, tt.ok)
+		}
+	}
+}
+
 // TestBindScratchRefusesRoot: no scratch tmpfs over "/", whose mount
 // paths from the root would not see.
 func TestBindScratchRefusesRoot(t *testing.T) {

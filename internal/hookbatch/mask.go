@@ -33,7 +33,8 @@ const maskName = ".nctk-hook-done"
 // namespace that must see neither (runc's: "/proc/RUNC/ns/mnt"); this one
 // must be another, and the mounts prog and its directory are on must not
 // propagate mounts to any other namespace (no "shared" peer group in
-// mountinfo). The masked program must then run and exit 0, else the mask
+// mountinfo); and this process must run under its parent's security label
+// (sameLabel). The masked program must then run and exit 0, else the mask
 // is taken away again. Every refusal wraps ErrNotBatched.
 func Mask(prog, otherNS string) error {
 	code := exitProgram(runtime.GOARCH)
@@ -50,6 +51,9 @@ func Mask(prog, otherNS string) error {
 	}
 	if self == other {
 		return fmt.Errorf("%w: the hooks run in runc's mount namespace (%s)", ErrNotBatched, self)
+	}
+	if err := sameLabel(os.ReadFile, "/proc/thread-self", "/proc/"+strconv.Itoa(os.Getppid())); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotBatched, err)
 	}
 	real, err := filepath.EvalSymlinks(prog)
 	if err != nil {
@@ -72,6 +76,20 @@ func Mask(prog, otherNS string) error {
 			return fmt.Errorf("%w: %w; and the mask stays: %w", ErrNotBatched, err, uerr)
 		}
 		return fmt.Errorf("%w: %w", ErrNotBatched, err)
+	}
+	return nil
+}
+
+// sameLabel checks that the process at self runs under the same security
+// label (SELinux context, AppArmor profile: attr/current) as its parent,
+// the runtime's process that runs the hooks: the check run of the mask is
+// then what the runtime's own exec of it will meet. Where the module gives
+// no label (the file cannot be read), both must give none.
+func sameLabel(read func(string) ([]byte, error), self, parent string) error {
+	mine, merr := read(self + "/attr/current")
+	theirs, terr := read(parent + "/attr/current")
+	if (merr != nil) != (terr != nil) || string(mine) != string(theirs) {
+		return fmt.Errorf("the hook's security label %q differs from its runtime process's %q", bytes.TrimRight(mine, "\x00\n"), bytes.TrimRight(theirs, "\x00\n"))
 	}
 	return nil
 }
