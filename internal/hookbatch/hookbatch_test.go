@@ -250,7 +250,7 @@ func TestMaskRefusesRuncsNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Mask(exe, "/proc/self/ns/mnt"); !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), "runc's mount namespace") {
+	if err := Mask(exe, "/proc/self/ns/mnt"); !errors.Is(err, ErrNotBatched) || !strings.Contains(err.Error(), "the runtime's own mount namespace") {
 		t.Errorf("Mask in this namespace: %v", err)
 	}
 	if err := Mask(exe, "/nonexistent/ns"); !errors.Is(err, ErrNotBatched) {
@@ -400,7 +400,7 @@ func TestSameLabel(t *testing.T) {
 // TestBindScratchRefusesRoot: no scratch tmpfs over "/", whose mount
 // paths from the root would not see.
 func TestBindScratchRefusesRoot(t *testing.T) {
-	if err := bindScratch(exitProgram("amd64"), "/", "/proc/self/exe"); err == nil || !strings.Contains(err.Error(), "in /") {
+	if err := bindScratch(exitProgram("amd64"), "/", 0, "/proc/self/exe"); err == nil || !strings.Contains(err.Error(), "in /") {
 		t.Errorf("bindScratch over /: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nctk/nctk/internal/hostfile"
+	"github.com/nctk/nctk/internal/rootfs"
 )
 
 // maxMountinfo bounds the mount table read (a node with thousands of
@@ -50,7 +51,7 @@ func Mask(prog, otherNS string) error {
 		return fmt.Errorf("%w: %w", ErrNotBatched, err)
 	}
 	if self == other {
-		return fmt.Errorf("%w: the hooks run in runc's mount namespace (%s)", ErrNotBatched, self)
+		return fmt.Errorf("%w: the hooks run in the runtime's own mount namespace (%s)", ErrNotBatched, self)
 	}
 	if err := sameLabel(os.ReadFile, "/proc/thread-self", "/proc/"+strconv.Itoa(os.Getppid())); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotBatched, err)
@@ -60,15 +61,28 @@ func Mask(prog, otherNS string) error {
 		return fmt.Errorf("%w: %w", ErrNotBatched, err)
 	}
 	dir := filepath.Dir(real)
-	if err := notShared(real, dir); err != nil {
-		return fmt.Errorf("%w: %w", ErrNotBatched, err)
-	}
 	target, err := unix.Open(real, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("%w: open %s: %w", ErrNotBatched, real, err)
 	}
 	defer unix.Close(target)
-	if err := bindScratch(code, dir, "/proc/self/fd/"+strconv.Itoa(target)); err != nil {
+	dirfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: open %s: %w", ErrNotBatched, dir, err)
+	}
+	defer unix.Close(dirfd)
+	progMount, err := rootfs.MountIDOf(target)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrNotBatched, real, err)
+	}
+	dirMount, err := rootfs.MountIDOf(dirfd)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrNotBatched, dir, err)
+	}
+	if err := notShared([]string{real, dir}, []uint64{progMount, dirMount}); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotBatched, err)
+	}
+	if err := bindScratch(code, dir, dirMount, "/proc/self/fd/"+strconv.Itoa(target)); err != nil {
 		return fmt.Errorf("%w: mask %s: %w", ErrNotBatched, real, err)
 	}
 	if err := finishMask(real); err != nil {
@@ -94,19 +108,11 @@ func sameLabel(read func(string) ([]byte, error), self, parent string) error {
 	return nil
 }
 
-// notShared checks that the mounts the paths are on are in no shared peer
-// group, reading this namespace's mount table only as far as the last of
-// them (a node's table can hold thousands of mounts; the program's are
-// near its start).
-func notShared(paths ...string) error {
-	ids := make([]uint64, len(paths))
-	for i, p := range paths {
-		id, err := mountIDAt(unix.AT_FDCWD, p)
-		if err != nil {
-			return err
-		}
-		ids[i] = id
-	}
+// notShared checks that the mounts ids, which the paths are on, are in no
+// shared peer group, reading this namespace's mount table only as far as
+// the last of them (a node's table can hold thousands of mounts; the
+// program's are near its start).
+func notShared(paths []string, ids []uint64) error {
 	f, err := hostfile.Open("/proc/thread-self/mountinfo", maxMountinfo)
 	if err != nil {
 		return err
@@ -124,19 +130,16 @@ func notShared(paths ...string) error {
 	return nil
 }
 
-// bindScratch mounts a scratch tmpfs over dir, writes code there as an
-// executable and bind-mounts it over target (a path to the file to mask
-// that the tmpfs does not hide: its /proc/self/fd link), then unmounts the
-// tmpfs again, whatever happened. The file is written through a
-// descriptor of the directory that is checked to be the new tmpfs; "/" is
-// refused (a mount over the root is not seen by paths from it).
-func bindScratch(code []byte, dir, target string) (err error) {
+// bindScratch mounts a scratch tmpfs over dir (on the mount before),
+// writes code there as an executable and bind-mounts it over target (a
+// path to the file to mask that the tmpfs does not hide: its /proc/self/fd
+// link), then unmounts the tmpfs again, whatever happened. The file is
+// written through a descriptor of the directory that is checked to be the
+// new tmpfs; "/" is refused (a mount over the root is not seen by paths
+// from it).
+func bindScratch(code []byte, dir string, before uint64, target string) (err error) {
 	if dir == "/" {
 		return errors.New("the program is in /: no scratch file system over the root")
-	}
-	before, err := mountIDAt(unix.AT_FDCWD, dir)
-	if err != nil {
-		return err
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=16k,nr_inodes=4,mode=0700"); err != nil {
 		return fmt.Errorf("scratch tmpfs over %s: %w", dir, err)
@@ -155,7 +158,7 @@ func bindScratch(code []byte, dir, target string) (err error) {
 	if err := unix.Fstatfs(dfd, &fs); err != nil {
 		return fmt.Errorf("scratch tmpfs over %s: %w", dir, err)
 	}
-	if after, err := mountIDAt(dfd, ""); err != nil || after == before || fs.Type != unix.TMPFS_MAGIC {
+	if after, err := rootfs.MountIDOf(dfd); err != nil || after == before || fs.Type != unix.TMPFS_MAGIC {
 		return fmt.Errorf("%s is not the scratch tmpfs mounted over it (mount %d, before %d, type %#x, %v)", dir, after, before, fs.Type, err)
 	}
 	fd, err := unix.Openat(dfd, maskName, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o555)
@@ -170,23 +173,6 @@ func bindScratch(code []byte, dir, target string) (err error) {
 		return fmt.Errorf("bind the masking program: %w", err)
 	}
 	return nil
-}
-
-// mountIDAt is the id of the mount that name, relative to dirfd ("" for
-// dirfd itself), is on.
-func mountIDAt(dirfd int, name string) (uint64, error) {
-	flags := 0
-	if name == "" {
-		flags = unix.AT_EMPTY_PATH
-	}
-	var stx unix.Statx_t
-	if err := unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID, &stx); err != nil {
-		return 0, fmt.Errorf("statx %s: %w", name, err)
-	}
-	if stx.Mask&unix.STATX_MNT_ID == 0 {
-		return 0, errors.New("the kernel reports no mount id (Linux 5.8)")
-	}
-	return stx.Mnt_id, nil
 }
 
 // finishMask makes the mount over prog private, read-only, nosuid and

@@ -41,6 +41,14 @@ func (r *Root) MountOf(p string) (uint64, string, error) {
 	}
 }
 
+// MountIDOf returns the id of the mount the file fd refers to is on (an
+// O_PATH descriptor will do), the one /proc/PID/mountinfo lists first on
+// each line; ErrNoMountID, wrapped, before Linux 5.8.
+func MountIDOf(fd int) (uint64, error) {
+	id, _, err := fdMountID(fd, unix.STATX_MNT_ID)
+	return id, err
+}
+
 // fdMountID is the id of the mount fd is on, of the kind asked for
 // (STATX_MNT_ID, the one mountinfo lists, or STATX_MNT_ID_UNIQUE, Linux
 // 6.8's 64-bit id, which is never reused) or, where the kernel has only
