@@ -49,15 +49,16 @@ func trustedOwner(st *syscall.Stat_t) bool {
 
 // CheckDir reports whether dir may be used: a directory, not a link,
 // owned by the effective user, mode 0700 or stricter. With create, a
-// missing directory is created (mode 0700), and its missing parents
-// (0755, as the run cache directory is made: /run/nctk is gone after a
-// boot, and where an engine applies the specs no nctk runtime makes it).
+// missing directory is created (mode 0700), its parent, the run cache
+// directory, made and checked first (runcache.Open: /run/nctk is gone
+// after a boot, and where an engine applies the specs no nctk runtime
+// makes it).
 func CheckDir(dir string, create bool) error {
 	var st syscall.Stat_t
 	err := syscall.Lstat(dir, &st)
 	if errors.Is(err, syscall.ENOENT) && create {
-		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-			return fmt.Errorf("CDI spec cache directory: %w", err)
+		if _, why := runcache.Open(filepath.Dir(dir)); why != "" {
+			return fmt.Errorf("CDI spec cache directory: %s", why)
 		}
 		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("CDI spec cache directory: %w", err)
