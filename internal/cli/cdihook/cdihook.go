@@ -199,18 +199,17 @@ func Main(e *app.Env) int {
 		fmt.Fprintf(e.Stderr, "%s: warning: no CDI hook specified\n", prog)
 		return 0
 	}
-	memo := newChainMemo()
+	var memo *chainMemo
 	if len(chain) == 1 {
 		// One hook of a spec in NVIDIA's layout: under runc or crun it may
 		// take on the entries after it (hookbatch).
-		var known bool
-		chain, known = batch(e, log, chain, memo)
-		if !known {
-			memo = nil
-		}
+		chain, memo = batch(e, log, chain)
 	}
 	if len(chain) == 1 {
 		return runHook(e, prog, log, chain[0], ctk, memo)
+	}
+	if memo == nil {
+		memo = newChainMemo()
 	}
 	// The state is read when a hook first needs it: never, when the
 	// container root is found without it (findContainerRoot).
@@ -230,10 +229,10 @@ func Main(e *app.Env) int {
 // batch returns the hooks this process runs: under runc or crun, for a
 // hook of a spec in NVIDIA's layout, its own and those of the entries
 // after it that hookbatch takes on, their program masked in the
-// container's mount namespace; else chain. Under either the container
-// root is noted in memo (true). A refusal is logged at debug level: those
-// entries then run as before.
-func batch(e *app.Env, lf logFlags, chain [][]string, memo *chainMemo) ([][]string, bool) {
+// container's mount namespace; else chain. Under either, it also returns
+// a memo holding the container root found (else nil). A refusal is logged
+// at debug level: those entries then run as before.
+func batch(e *app.Env, lf logFlags, chain [][]string) ([][]string, *chainMemo) {
 	h, err := ocistate.RuncHook("/proc", ".", true)
 	if err != nil {
 		// crun writes the state at once; it stays for the hooks.
@@ -245,9 +244,10 @@ func batch(e *app.Env, lf logFlags, chain [][]string, memo *chainMemo) ([][]stri
 			return data, err
 		})
 		if err != nil {
-			return chain, false
+			return chain, nil
 		}
 	}
+	memo := newChainMemo()
 	memo.roots[""] = rootFound{path: h.Root}
 	log := lf.logger(e.Stderr)
 	// The words of the process's argv before this hook's arguments name
@@ -255,8 +255,8 @@ func batch(e *app.Env, lf logFlags, chain [][]string, memo *chainMemo) ([][]stri
 	// before 1.17), global flags included.
 	argv := e.ProcessArgs()
 	lead := len(argv) - (len(e.Args) - 1)
-	if len(e.Args) < 1 || lead < 1 || !slices.Equal(argv[lead:], e.Args[1:]) {
-		return chain, true
+	if lead < 1 || !slices.Equal(argv[lead:], e.Args[1:]) {
+		return chain, memo
 	}
 	b, err := hookbatch.Find(h, argv, lead, "/proc/self/exe")
 	if err == nil {
@@ -264,14 +264,14 @@ func batch(e *app.Env, lf logFlags, chain [][]string, memo *chainMemo) ([][]stri
 	}
 	if err != nil {
 		log.Debug("the hooks after this one run on their own", "reason", err)
-		return chain, true
+		return chain, memo
 	}
 	log.Debug("running the createContainer hooks after this one in this process", "hooks", len(b.Args), "masked", b.Program)
 	var out [][]string
 	for _, a := range b.Args {
 		out = append(out, hookargs.SplitChain(a)...)
 	}
-	return out, true
+	return out, memo
 }
 
 // logFlags are the logging flags given: --debug (-d) and --quiet.
