@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -364,6 +365,27 @@ func percentile(ds []time.Duration, p int) time.Duration {
 		i = 1
 	}
 	return s[i-1]
+}
+
+// medianCI returns a distribution-free 95% confidence interval of the
+// median of ds: the order statistics j and k (1-based) of the sorted
+// samples with j = ⌊n/2 − 0.98√n⌋ and k = ⌈n/2 + 1 + 0.98√n⌉, clamped to
+// the samples (the normal approximation of the binomial count of samples
+// below the median). With few samples (7 or fewer) it is every sample's
+// range.
+func medianCI(ds []time.Duration) (lo, hi time.Duration) {
+	n := len(ds)
+	if n == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	half := 0.98 * math.Sqrt(float64(n))
+	j := int(math.Floor(float64(n)/2 - half))
+	k := int(math.Ceil(float64(n)/2 + 1 + half))
+	j = max(j, 1)
+	k = min(k, n)
+	return s[j-1], s[k-1]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
