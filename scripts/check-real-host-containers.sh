@@ -59,7 +59,11 @@
 # alone on the config.json each path wrote (the floor its mounts, devices and
 # hooks set); a path's own share is its median minus its floor. The --gpus
 # hook's floor is legacy-hook's (runc making the same plan's mounts and
-# devices from config.json; the hook makes them itself).
+# devices from config.json; the hook makes them itself). The last column is
+# the share over runc making the same container where the path's config.json
+# lacks the driver's mounts (the runtime makes them after a create with a pid
+# file): cdi and legacy over cdi-hook's and legacy-hook's floor, an
+# engine-applied spec then the runtime over the engine-applied config.json's.
 #
 # Needs: runc, busybox (static), gcc, ldconfig, nvidia-smi (not with --root).
 # NCTK_BIN runs the nctk built in that directory instead of bin/. Exit status
@@ -495,10 +499,10 @@ if [ "$rounds" -gt 0 ]; then
 	say ""
 	say "## Create timing ($rounds rounds, alternating; medians in ms; own share = median - floor)"
 	say ""
-	say "| path | create | over runc | floor (runc on its config.json) | own share |"
-	say "|---|---|---|---|---|"
+	say "| path | create | over runc | floor (runc on its config.json) | own share | own share over runc making the same container |"
+	say "|---|---|---|---|---|---|"
 	r=$(median runc)
-	say "| plain runc | $(awk -v a="$r" 'BEGIN {printf "%.1f", a / 1000}') | — | — | — |"
+	say "| plain runc | $(awk -v a="$r" 'BEGIN {printf "%.1f", a / 1000}') | — | — | — | — |"
 	for p in $paths; do
 		m=$(median "$p")
 		f=$(median "floor-$p")
@@ -510,9 +514,23 @@ if [ "$rounds" -gt 0 ]; then
 			f=$(median floor-legacy-hook)
 			of=" (legacy-hook's)"
 		fi
-		awk -v p="$p" -v m="$m" -v r="$r" -v f="$f" -v of="$of" 'BEGIN {
-			if (f == "-") printf "| %s | %.1f | %+.1f | — | — |\n", p, m / 1000, (m - r) / 1000
-			else printf "| %s | %.1f | %+.1f | %.1f%s | %.1f |\n", p, m / 1000, (m - r) / 1000, f / 1000, of, (m - f) / 1000
+		# The runtime makes the driver's mounts itself after a create with
+		# a pid file: the config.json runc gets, and so that floor, lacks
+		# them. The last column takes the share over runc on a config.json
+		# that holds them (issue 12's floor: the same container made by runc
+		# alone): legacy-hook's and cdi-hook's (no pid file: the mounts left
+		# to runc), and for an engine-applied spec then the runtime, the
+		# engine-applied config.json without its hooks.
+		mf=$f mof=""
+		case $p in
+		legacy | cdi) mf=$(median "floor-$p-hook") mof=" (over $p-hook's floor)" ;;
+		*native-rt) mf=$(median "floor-${p%-rt}") mof=" (over ${p%-rt}'s floor)" ;;
+		esac
+		awk -v p="$p" -v m="$m" -v r="$r" -v f="$f" -v of="$of" -v mf="$mf" -v mof="$mof" 'BEGIN {
+			if (f == "-") printf "| %s | %.1f | %+.1f | — | — |", p, m / 1000, (m - r) / 1000
+			else printf "| %s | %.1f | %+.1f | %.1f%s | %.1f |", p, m / 1000, (m - r) / 1000, f / 1000, of, (m - f) / 1000
+			if (mf == "-") printf " — |\n"
+			else printf " %.1f%s |\n", (m - mf) / 1000, mof
 		}' | tee -a "$report"
 	done
 fi

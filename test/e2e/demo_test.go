@@ -147,8 +147,20 @@ abs=$(cd "$(dirname "$hook")" && pwd)/$(basename "$hook")
 	}
 	// The --gpus hook's share is taken over legacy-hook's floor (the same
 	// plan's mounts and devices made by runc).
-	if !regexp.MustCompile(`(?m)^\| hook \| [0-9.]+ \| [-+][0-9.]+ \| [0-9.]+ \(legacy-hook's\) \| -?[0-9.]+ \|$`).MatchString(text) {
+	if !regexp.MustCompile(`(?m)^\| hook \| [0-9.]+ \| [-+][0-9.]+ \| [0-9.]+ \(legacy-hook's\) \| -?[0-9.]+ \| -?[0-9.]+ \|$`).MatchString(text) {
 		t.Errorf("the hook row has no floor from legacy-hook:\n%s", text)
+	}
+	// The runtime paths, whose config.json lacks the driver's mounts, also
+	// get their share over runc making the same container.
+	for _, row := range []string{
+		`\| cdi \| .* \| -?[0-9.]+ \(over cdi-hook's floor\) \|`,
+		`\| legacy \| .* \| -?[0-9.]+ \(over legacy-hook's floor\) \|`,
+		`\| native-rt \| .* \| -?[0-9.]+ \(over native's floor\) \|`,
+		`\| sep-native-rt \| .* \| -?[0-9.]+ \(over sep-native's floor\) \|`,
+	} {
+		if !regexp.MustCompile(`(?m)^` + row + `$`).MatchString(text) {
+			t.Errorf("no row matching %s:\n%s", row, text)
+		}
 	}
 	// --tmpfs: the work directory's tmpfs is gone with it.
 	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), "nctk-hostcheck") {
