@@ -155,6 +155,12 @@ func ldconfigTestRoot(t testing.TB, root, kind string) {
 		w(d+"/libc.so", "/* GNU ld script */\nGROUP ( /lib/x86_64-linux-gnu/libc.so.6 )\n")
 		w(d+"/libbogus.so.1", "not an ELF file at all, but long enough to be read as one")
 		ln("libgone.so.1.0", filepath.Join(d, "libgone.so.1"))
+		// Chains that stay in the directory (answered there): two hops to
+		// a library, and a loop (dangling to ldconfig).
+		ln("libhop2.so", filepath.Join(d, "libhop.so"))
+		ln(base, filepath.Join(d, "libhop2.so"))
+		ln("libloop.so.5.0", filepath.Join(d, "libloop.so.5"))
+		ln("libloop.so.5", filepath.Join(d, "libloop.so.5.0"))
 		ln("/usr", filepath.Join(d, "libdir.so"))
 		ln("/usr/lib/x86_64-linux-gnu/"+base, filepath.Join(d, "libabs.so.3"))
 		// Leads to a host file the image lacks: dangling inside the root.
