@@ -90,8 +90,9 @@ import (
 // or NVIDIA's own share: the wrapper and its hooks); <v>-share-lo-ms and
 // <v>-share-hi-ms, the 95% interval of that median (medianCI), and a log
 // line saying whether it is under 5 ms, over it or across it. A path whose
-// floor lacks mounts the container gets also has <v>-mshare-ms, its share
-// over a second floor that holds them (the same container made by runc
+// floor lacks mounts the container gets also has <v>-mshare-ms (and its
+// interval, <v>-mshare-lo-ms and <v>-mshare-hi-ms), its share over a
+// second floor that holds them (the same container made by runc
 // alone, what issue 12 calls the floor the spec's mounts and devices set):
 // a runtime path (the runtime makes the driver's mounts itself after a
 // create with a pid file, and the config.json it gives runc lacks them) over
@@ -498,6 +499,8 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		if vs[n].mountFloor != "" {
 			b.ReportMetric(ms(percentile(mshare[n], 50)), n+"-mshare-ms")
 			lo, hi := medianCI(mshare[n])
+			b.ReportMetric(ms(lo), n+"-mshare-lo-ms")
+			b.ReportMetric(ms(hi), n+"-mshare-hi-ms")
 			b.Logf("%s: share over %s %.1f ms, 95%% interval of the median %.1f–%.1f: %s", n, vs[n].mountFloor,
 				ms(percentile(mshare[n], 50)), ms(lo), ms(hi), verdict(lo, hi, 5*time.Millisecond))
 		}
