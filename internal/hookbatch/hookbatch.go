@@ -14,7 +14,7 @@
 //
 // Both are refused, and every hook runs as before, unless all of this
 // holds: runc's init or crun's container process is the parent
-// (ocistate.RuncHook and CrunHook find the root and the bundle);
+// (ocistate.FindHook finds the root and the bundle);
 // config.json's createContainer hooks hold this process's arguments
 // exactly once, at an entry whose program is this binary; the entries
 // after it that run this binary follow it without another hook between

@@ -13,29 +13,22 @@ import (
 // container process it forks, which runs the createContainer hooks.
 const crunComm = "crun"
 
-// ErrNotCrunHook is CrunHook's answer when the caller is not a
-// createContainer hook of crun.
+// ErrNotCrunHook is crunHook's answer when the caller is not a
+// createContainer hook of crun (FindHook).
 var ErrNotCrunHook = errors.New("not a createContainer hook of crun")
 
-// CrunHook finds the container root and bundle of a createContainer hook
-// that crun runs: the caller's parent and that one's parent are crun (the
-// container process, which runs the hooks before pivot_root, and crun's
-// create or run), and the OCI state, which crun writes at once and
-// state reads (called only once the processes are crun's), names an
-// absolute bundle, the directory the caller works in (crun runs its hooks
-// there: the same device and inode), and the root (crun adds it;
-// absolute, or relative to the bundle). Anything else is an error
-// wrapping ErrNotCrunHook. proc is the procfs to read the processes in
-// ("/proc"), cwd the caller's working directory (".").
-func CrunHook(proc, cwd string, state func() ([]byte, error)) (RuntimeHook, error) {
-	_, parent, err := statOf(proc, "self")
-	if err != nil {
-		return RuntimeHook{}, fmt.Errorf("%w: %w", ErrNotCrunHook, err)
-	}
-	comm, crun, err := statOf(proc, strconv.Itoa(parent))
-	if err != nil || comm != crunComm {
-		return RuntimeHook{}, fmt.Errorf("%w: the parent is %q (%v)", ErrNotCrunHook, comm, err)
-	}
+// crunHook finds the container root and bundle of a createContainer hook
+// that crun runs, its caller's parent found to be crun (FindHook): that
+// one's parent, crun, is crun too (the container process, which runs the
+// hooks before pivot_root, and crun's create or run), and the OCI state,
+// which crun writes at once and state reads (called only once the
+// processes are crun's), names an absolute bundle, the directory the
+// caller works in (crun runs its hooks there: the same device and inode),
+// and the root (crun adds it; absolute, or relative to the bundle).
+// Anything else is an error wrapping ErrNotCrunHook. proc is the procfs to
+// read the processes in ("/proc"), cwd the caller's working directory
+// ("."), crun the caller's parent's parent.
+func crunHook(proc, cwd string, crun int, state func() ([]byte, error)) (RuntimeHook, error) {
 	if comm, _, err := statOf(proc, strconv.Itoa(crun)); err != nil || comm != crunComm {
 		return RuntimeHook{}, fmt.Errorf("%w: the parent's parent is %q (%v)", ErrNotCrunHook, comm, err)
 	}

@@ -31,7 +31,7 @@ func RuncHookRoot(proc, cwd string, keep bool) (string, error) {
 	return h.Root, err
 }
 
-// RuntimeHook is what RuncHook and CrunHook find about a createContainer
+// RuntimeHook is what RuncHook and FindHook find about a createContainer
 // hook that the runtime runs in the container's mount namespace before
 // pivot_root.
 type RuntimeHook struct {
@@ -70,17 +70,19 @@ type RuntimeHook struct {
 // processes are runc's, the bundle and config.json the engine's, and the
 // container root is only compared, not followed.
 func RuncHook(proc, cwd string, keep bool) (RuntimeHook, error) {
-	_, parent, err := statOf(proc, "self")
+	comm, runc, err := parentOf(proc)
 	if err != nil {
-		return RuntimeHook{}, err
-	}
-	comm, runc, err := statOf(proc, strconv.Itoa(parent))
-	if err != nil {
-		return RuntimeHook{}, err
+		return RuntimeHook{}, fmt.Errorf("%w: %w", ErrNotRuncHook, err)
 	}
 	if comm != runcInitComm {
 		return RuntimeHook{}, fmt.Errorf("%w: the parent is %q", ErrNotRuncHook, comm)
 	}
+	return runcHook(proc, cwd, keep, runc)
+}
+
+// runcHook is RuncHook once the caller's parent is known to be runc's
+// init, whose parent runc is.
+func runcHook(proc, cwd string, keep bool, runc int) (RuntimeHook, error) {
 	bundle, err := os.Readlink(filepath.Join(proc, strconv.Itoa(runc), "cwd"))
 	if err != nil || !filepath.IsAbs(bundle) {
 		return RuntimeHook{}, fmt.Errorf("%w: runc's working directory %q: %v", ErrNotRuncHook, bundle, err)
@@ -102,16 +104,45 @@ func RuncHook(proc, cwd string, keep bool) (RuntimeHook, error) {
 	return RuntimeHook{Root: root, Bundle: bundle, Runtime: runc}, nil
 }
 
+// FindHook finds the container root and bundle of a createContainer hook
+// that runc or crun runs: RuncHook when the caller's parent is runc's init,
+// crunHook when it is crun (state is read only then), the caller's parent
+// read once. Anything else is an error wrapping both ErrNotRuncHook and
+// ErrNotCrunHook.
+func FindHook(proc, cwd string, keep bool, state func() ([]byte, error)) (RuntimeHook, error) {
+	comm, pid, err := parentOf(proc)
+	if err != nil {
+		return RuntimeHook{}, fmt.Errorf("%w, %w: %w", ErrNotRuncHook, ErrNotCrunHook, err)
+	}
+	switch comm {
+	case runcInitComm:
+		return runcHook(proc, cwd, keep, pid)
+	case crunComm:
+		return crunHook(proc, cwd, pid, state)
+	}
+	return RuntimeHook{}, fmt.Errorf("%w, %w: the parent is %q", ErrNotRuncHook, ErrNotCrunHook, comm)
+}
+
+// parentOf returns the command name of the caller's parent and that
+// one's parent pid.
+func parentOf(proc string) (comm string, ppid int, err error) {
+	_, parent, err := statOf(proc, "self")
+	if err != nil {
+		return "", 0, err
+	}
+	return statOf(proc, strconv.Itoa(parent))
+}
+
 // statOf reads the command name and parent pid of the process pid ("self"
 // or a number) from proc/pid/stat.
 func statOf(proc, pid string) (comm string, ppid int, err error) {
 	data, err := hostfile.ReadFile(filepath.Join(proc, pid, "stat"), 4096)
 	if err != nil {
-		return "", 0, fmt.Errorf("%w: %w", ErrNotRuncHook, err)
+		return "", 0, err
 	}
 	comm, ppid, err = parseStat(data)
 	if err != nil {
-		return "", 0, fmt.Errorf("%w: %s/%s/stat: %w", ErrNotRuncHook, proc, pid, err)
+		return "", 0, fmt.Errorf("%s/%s/stat: %w", proc, pid, err)
 	}
 	return comm, ppid, nil
 }

@@ -233,19 +233,17 @@ func Main(e *app.Env) int {
 // a memo holding the container root found (else nil). A refusal is logged
 // at debug level: those entries then run as before.
 func batch(e *app.Env, lf logFlags, chain [][]string) ([][]string, *chainMemo) {
-	h, err := ocistate.RuncHook("/proc", ".", true)
-	if err != nil {
-		// crun writes the state at once; it stays for the hooks.
-		h, err = ocistate.CrunHook("/proc", ".", func() ([]byte, error) {
-			data, err := e.ReadStdin(maxState)
-			if err == nil {
-				e.Stdin = bytes.NewReader(data)
-			}
-			return data, err
-		})
-		if err != nil {
-			return chain, nil
+	// Under crun, which writes the state at once, the state read stays
+	// for the hooks.
+	h, err := ocistate.FindHook("/proc", ".", true, func() ([]byte, error) {
+		data, err := e.ReadStdin(maxState)
+		if err == nil {
+			e.Stdin = bytes.NewReader(data)
 		}
+		return data, err
+	})
+	if err != nil {
+		return chain, nil
 	}
 	memo := newChainMemo()
 	memo.roots[""] = rootFound{path: h.Root}
