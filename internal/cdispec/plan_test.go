@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nctk/nctk/internal/cdiedit"
 	"github.com/nctk/nctk/internal/ocispec"
 )
 
@@ -42,7 +43,7 @@ func TestPlanForThroughOCISpec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := ocispec.Apply(doc, p, ocispec.HookConfig{}); err != nil {
+			if err := ocispec.Apply(doc, p, ocispec.HookConfig{EditCDI: cdiedit.Apply}); err != nil {
 				t.Fatal(err)
 			}
 			s := doc.Spec()

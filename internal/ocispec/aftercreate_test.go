@@ -8,6 +8,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/nctk/nctk/internal/cdiedit"
 	"github.com/nctk/nctk/internal/hookargs"
 	"github.com/nctk/nctk/internal/plan"
 )
@@ -50,7 +51,7 @@ func TestApplyMountsAfterCreate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := Apply(doc, tt.p, HookConfig{Path: hookPath, RootfsDone: true, NoProcView: true, MountsAfterCreate: tt.after}); err != nil {
+			if err := Apply(doc, tt.p, HookConfig{Path: hookPath, RootfsDone: true, NoProcView: true, MountsAfterCreate: tt.after, EditCDI: cdiedit.Apply}); err != nil {
 				t.Fatal(err)
 			}
 			if got := destinations(doc); !slices.Equal(got, tt.want) {

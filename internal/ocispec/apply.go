@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nctk/nctk/internal/hookargs"
@@ -63,6 +62,10 @@ type HookConfig struct {
 	// createContainer hooks are written, replacing config.json's (the
 	// caller has taken out those it does itself).
 	Applied bool
+	// EditCDI applies p.CDI's container edits to the typed view of
+	// config.json (cdiedit.Apply, the CDI library's editor); needed when
+	// p.CDI is not nil and not Applied.
+	EditCDI CDIEditor
 	// MountsAfterCreate are destinations (clean container paths) of p's
 	// mounts and CDI mounts that the caller makes itself once the
 	// low-level runtime has created the container: config.json does not
@@ -70,6 +73,17 @@ type HookConfig struct {
 	// them (what config.json held there would be gone with it).
 	MountsAfterCreate []string
 }
+
+// CDIEditor applies CDI container edits to a typed view of config.json's
+// fields, in place (cdiedit.Apply).
+type CDIEditor func(*specs.Spec, *cdispecs.ContainerEdits) error
+
+// The hook stages CDI container edits name (cdi.PrestartHook, …).
+const (
+	hookPrestart        = "prestart"
+	hookCreateRuntime   = "createRuntime"
+	hookCreateContainer = "createContainer"
+)
 
 // Hook is one createContainer hook: Args is a hookargs command line
 // (Args[0] is hookargs.Binary).
@@ -179,7 +193,7 @@ func Apply(doc *Doc, p *plan.Plan, hc HookConfig) error {
 	if !ok {
 		return fmt.Errorf("apply injection plan to %s: document is not an object", doc.name)
 	}
-	if err := edit(tree, p, hooks, doc.cdi, hc.MountsAfterCreate, hc.Applied); err != nil {
+	if err := edit(tree, p, hooks, doc.cdi, hc); err != nil {
 		return fmt.Errorf("apply injection plan to %s: %w", doc.name, err)
 	}
 	data, err := encode(tree)
@@ -261,7 +275,8 @@ func checkAbs(what, p string) error {
 // edit applies the plan to the generic tree. view is the CDI editor's
 // typed view of tree (Doc.cdi; nil: unknown), good for the CDI edits as long
 // as the plan's other entries change nothing.
-func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec, after []string, applied bool) error {
+func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec, hc HookConfig) error {
+	after, applied := hc.MountsAfterCreate, hc.Applied
 	changed := len(p.Devices) > 0 || len(p.Mounts) > 0 || len(p.Env) > 0 || len(p.AdditionalGIDs) > 0
 	if len(p.Devices) > 0 {
 		linux, err := objectAt(tree, "linux", "linux")
@@ -355,7 +370,7 @@ func edit(tree object, p *plan.Plan, hooks []Hook, view *specs.Spec, after []str
 		if changed || hooksChanged {
 			view = nil
 		}
-		if err := applyCDI(tree, p.CDI, view); err != nil {
+		if err := applyCDI(tree, p.CDI, view, hc.EditCDI); err != nil {
 			return err
 		}
 	}
@@ -373,7 +388,7 @@ func replaceCreateContainer(tree object, hooks []*cdispecs.Hook) error {
 	}
 	var cc []any
 	for _, h := range hooks {
-		if h == nil || h.HookName != cdi.CreateContainerHook {
+		if h == nil || h.HookName != hookCreateContainer {
 			continue
 		}
 		if i := slices.IndexFunc(was, func(v any) bool { return sameHook(v, h) }); i >= 0 {
@@ -488,7 +503,7 @@ func CreateHooks(spec *specs.Spec, p *plan.Plan, hc HookConfig) []specs.Hook {
 	}
 	if p.CDI != nil {
 		for _, x := range p.CDI.Hooks {
-			if x != nil && slices.Contains([]string{cdi.PrestartHook, cdi.CreateRuntimeHook, cdi.CreateContainerHook}, x.HookName) {
+			if x != nil && slices.Contains([]string{hookPrestart, hookCreateRuntime, hookCreateContainer}, x.HookName) {
 				out = append(out, specs.Hook{Path: x.Path, Args: x.Args, Env: x.Env})
 			}
 		}

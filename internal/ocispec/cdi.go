@@ -3,6 +3,7 @@ package ocispec
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/nctk/nctk/internal/jsonerr"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -52,8 +52,8 @@ func (v *cdiView) spec() *specs.Spec {
 	return s
 }
 
-// applyCDI applies CDI container edits to the generic tree with the CDI
-// library's own editor, so that config.json gets exactly what Podman, Docker
+// applyCDI applies CDI container edits to the generic tree with editCDI,
+// the CDI library's own editor (cdiedit.Apply), so that config.json gets exactly what Podman, Docker
 // and containerd give a CDI device (cdi.Cache.InjectDevices): environment
 // replaced by key, device nodes replaced by path with their type, numbers,
 // mode and owner (stat'ed from the host node where the spec leaves them
@@ -68,10 +68,9 @@ func (v *cdiView) spec() *specs.Spec {
 // view is the typed view of tree's fields the editor reads (cdiView's),
 // when the caller has it (Parse decoded it, and nothing changed them
 // since); nil: tree is encoded and decoded here. It is not changed.
-func applyCDI(tree object, e *cdispecs.ContainerEdits, view *specs.Spec) error {
-	edits := cloneCDI(e)
-	if err := edits.Validate(); err != nil {
-		return fmt.Errorf("CDI container edits: %w", err)
+func applyCDI(tree object, e *cdispecs.ContainerEdits, view *specs.Spec, editCDI CDIEditor) error {
+	if editCDI == nil {
+		return errors.New("CDI container edits: no CDI editor given (HookConfig.EditCDI)")
 	}
 	if view == nil {
 		data, err := encode(tree)
@@ -88,8 +87,8 @@ func applyCDI(tree object, e *cdispecs.ContainerEdits, view *specs.Spec) error {
 	// the entries as they were, the typed twins of the tree's generic
 	// entries.
 	s, before := cloneForEdit(view), cloneForEdit(view)
-	if err := edits.Apply(s); err != nil {
-		return fmt.Errorf("CDI container edits: %w", err)
+	if err := editCDI(s, e); err != nil {
+		return err
 	}
 	return writeBackCDI(tree, s, before)
 }
@@ -136,18 +135,6 @@ func cloneHooks(h *specs.Hooks) *specs.Hooks {
 	c.Poststart = slices.Clone(h.Poststart)
 	c.Poststop = slices.Clone(h.Poststop)
 	return &c
-}
-
-// cloneCDI copies e deeply enough that applying the copy (which fills in a
-// device node's missing type, numbers and mode) leaves e as it was.
-func cloneCDI(e *cdispecs.ContainerEdits) *cdi.ContainerEdits {
-	c := *e
-	c.DeviceNodes = make([]*cdispecs.DeviceNode, len(e.DeviceNodes))
-	for i, d := range e.DeviceNodes {
-		n := *d
-		c.DeviceNodes[i] = &n
-	}
-	return &cdi.ContainerEdits{ContainerEdits: &c}
 }
 
 // writeBackCDI writes the fields of s that the CDI editor may have changed

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/nctk/nctk/internal/cdiedit"
 	"github.com/nctk/nctk/internal/plan"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -111,7 +112,7 @@ func TestApplyCDIKeepsParsedView(t *testing.T) {
 	before := cloneForEdit(doc.cdi)
 	spec := *doc.Spec()
 	for _, e := range cdiViewEdits() {
-		if err := applyCDI(deepCopy(doc.tree).(object), e, doc.cdi); err != nil {
+		if err := applyCDI(deepCopy(doc.tree).(object), e, doc.cdi, cdiedit.Apply); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,7 +5,9 @@ import (
 	"testing"
 
 	"github.com/nctk/nctk/internal/caps"
+	"github.com/nctk/nctk/internal/cdiedit"
 	"github.com/nctk/nctk/internal/discover"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
 
 func featureNode(p string, maj, min, mode, gid uint32) discover.DeviceNode {
@@ -121,7 +123,11 @@ func TestAdditionalGIDs(t *testing.T) {
 	if p.AdditionalGIDs != nil {
 		t.Errorf("Build with NoAdditionalGIDs: AdditionalGIDs = %v", p.AdditionalGIDs)
 	}
-	if m := Merge(&Plan{AdditionalGIDs: []uint32{44, 7}}, &Plan{AdditionalGIDs: []uint32{7, 45}}); !reflect.DeepEqual(m.AdditionalGIDs, []uint32{44, 7, 45}) {
+	if m := Merge(&Plan{AdditionalGIDs: []uint32{44, 7}}, &Plan{AdditionalGIDs: []uint32{7, 45}}, cdiedit.Merge); !reflect.DeepEqual(m.AdditionalGIDs, []uint32{44, 7, 45}) {
 		t.Errorf("Merge: AdditionalGIDs = %v", m.AdditionalGIDs)
+	}
+	a, b := &Plan{CDI: &cdispecs.ContainerEdits{Env: []string{"A=1"}}}, &Plan{CDI: &cdispecs.ContainerEdits{Env: []string{"B=2"}}}
+	if m := Merge(a, b, cdiedit.Merge); m.CDI == nil || !reflect.DeepEqual(m.CDI.Env, []string{"A=1", "B=2"}) || len(a.CDI.Env) != 1 {
+		t.Errorf("Merge: CDI = %+v (a's %+v), want env A=1, B=2", m.CDI, a.CDI)
 	}
 }

@@ -23,7 +23,6 @@ import (
 	"slices"
 	"strings"
 
-	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nctk/nctk/internal/ldcache"
@@ -237,8 +236,10 @@ func isLibcuda(m Mount) bool {
 }
 
 // Merge returns a plan holding a's entries, then b's (for a container that
-// asks for devices by index and by CDI name at once).
-func Merge(a, b *Plan) *Plan {
+// asks for devices by index and by CDI name at once); their CDI container
+// edits are merged by mergeCDI (cdiedit.Merge: the CDI library's rules,
+// lists appended, b's intelRdt wins), which gets nil for a plan without.
+func Merge(a, b *Plan, mergeCDI func(a, b *cdispecs.ContainerEdits) *cdispecs.ContainerEdits) *Plan {
 	switch {
 	case a == nil:
 		return b
@@ -261,7 +262,7 @@ func Merge(a, b *Plan) *Plan {
 	if m.DriverVersion == "" {
 		m.DriverVersion = b.DriverVersion
 	}
-	m.CDI = MergeCDI(a.CDI, b.CDI)
+	m.CDI = mergeCDI(a.CDI, b.CDI)
 	if len(b.CDILibs) > 0 {
 		m.CDILibs = maps.Clone(a.CDILibs)
 		if m.CDILibs == nil {
@@ -273,17 +274,6 @@ func Merge(a, b *Plan) *Plan {
 		m.Proc = b.Proc
 	}
 	return &m
-}
-
-// MergeCDI returns CDI container edits holding a's, then b's, with the CDI
-// library's own merge rules (lists appended, b's intelRdt wins); a and b are
-// not changed.
-func MergeCDI(a, b *cdispecs.ContainerEdits) *cdispecs.ContainerEdits {
-	if a == nil && b == nil {
-		return nil
-	}
-	m := (&cdi.ContainerEdits{}).Append(&cdi.ContainerEdits{ContainerEdits: a})
-	return m.Append(&cdi.ContainerEdits{ContainerEdits: b}).ContainerEdits
 }
 
 // LdcacheLibs returns the container paths of p's libraries that go into the

@@ -60,6 +60,7 @@ import (
 	"github.com/nctk/nctk/internal/app"
 	"github.com/nctk/nctk/internal/appprofile"
 	"github.com/nctk/nctk/internal/buildid"
+	"github.com/nctk/nctk/internal/cdiedit"
 	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/cudacompat"
@@ -448,7 +449,8 @@ func (r *Runtime) injectPlan(e *app.Env, doc *ocispec.Doc, p *plan.Plan, specPat
 		return nil, err
 	}
 	hc := ocispec.HookConfig{Path: r.HookPath, LdconfigPath: ldconfig.Path,
-		RootfsDone: true, NoProcView: !procView, AfterCreate: mode.AfterCreate, Applied: mode.Applied}
+		RootfsDone: true, NoProcView: !procView, AfterCreate: mode.AfterCreate, Applied: mode.Applied,
+		EditCDI: cdiedit.Apply}
 	if hc.Path == "" && !mode.AfterCreate && (procView || len(p.DevSymlinks) > 0) {
 		if hc.Path, err = findHelper(hookargs.Binary, e.Args[0], r.Self, e.Getenv("PATH")); err != nil {
 			return nil, fmt.Errorf("container hooks: %w", err)

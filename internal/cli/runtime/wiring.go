@@ -10,6 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nctk/nctk/internal/app"
+	"github.com/nctk/nctk/internal/cdiedit"
 	"github.com/nctk/nctk/internal/cdispec"
 	"github.com/nctk/nctk/internal/config"
 	"github.com/nctk/nctk/internal/plan"
@@ -74,7 +75,7 @@ func defaultPlanner() preparer {
 			if err != nil {
 				return nil, err
 			}
-			p = plan.Merge(p, cp)
+			p = plan.Merge(p, cp, cdiedit.Merge)
 		}
 		return p, nil
 	})
