@@ -53,14 +53,15 @@ func (v *cdiView) spec() *specs.Spec {
 }
 
 // applyCDI applies CDI container edits to the generic tree with editCDI,
-// the CDI library's own editor (cdiedit.Apply), so that config.json gets exactly what Podman, Docker
-// and containerd give a CDI device (cdi.Cache.InjectDevices): environment
-// replaced by key, device nodes replaced by path with their type, numbers,
-// mode and owner (stat'ed from the host node where the spec leaves them
-// out) and a cgroup rule with the spec's permissions, mounts replaced by
-// destination with their type and options as given and sorted as the
-// library sorts them, hooks appended to their stage with their own env and
-// timeout, additionalGids, intelRdt and netDevices. The edited fields are
+// the CDI library's own editor (cdiedit.Apply), so that config.json gets
+// exactly what Podman, Docker and containerd give a CDI device
+// (cdi.Cache.InjectDevices): environment replaced by key, device nodes
+// replaced by path with their type, numbers, mode and owner (stat'ed from
+// the host node where the spec leaves them out) and a cgroup rule with the
+// spec's permissions, mounts replaced by destination with their type and
+// options as given and sorted as the library sorts them, hooks appended to
+// their stage with their own env and timeout, additionalGids, intelRdt and
+// netDevices. The edited fields are
 // written back into the tree; entries the edit left as they were keep their
 // generic form (and so any field runtime-spec does not know), and every
 // other field of the document is untouched. e is not changed.
