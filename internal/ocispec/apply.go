@@ -174,7 +174,8 @@ func Chain(hooks []Hook) []Hook {
 //   - hooks.prestart: NVIDIA's nvidia-container-runtime-hook removed, so the
 //     container is not injected twice;
 //   - then the plan's CDI container edits, with the CDI library's editor
-//     (see applyCDI): exactly what an engine's CDI support writes.
+//     that hc.EditCDI names (cdiedit.Apply; see applyCDI): exactly what an
+//     engine's CDI support writes.
 //
 // Applying the same plan again leaves the document as it is, except for
 // CDI edits, which follow the CDI library (a second application appends
