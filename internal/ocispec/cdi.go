@@ -61,10 +61,10 @@ func (v *cdiView) spec() *specs.Spec {
 // spec's permissions, mounts replaced by destination with their type and
 // options as given and sorted as the library sorts them, hooks appended to
 // their stage with their own env and timeout, additionalGids, intelRdt and
-// netDevices. The edited fields are
-// written back into the tree; entries the edit left as they were keep their
-// generic form (and so any field runtime-spec does not know), and every
-// other field of the document is untouched. e is not changed.
+// netDevices. The edited fields are written back into the tree; entries
+// the edit left as they were keep their generic form (and so any field
+// runtime-spec does not know), and every other field of the document is
+// untouched. e is not changed.
 //
 // view is the typed view of tree's fields the editor reads (cdiView's),
 // when the caller has it (Parse decoded it, and nothing changed them

@@ -481,28 +481,16 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		}
 		if vs[n].floor != "" {
 			b.ReportMetric(ms(percentile(extra[n], 50)), n+"-extra-ms")
-			b.ReportMetric(ms(percentile(share[n], 50)), n+"-share-ms")
-			lo, hi := medianCI(share[n])
-			b.ReportMetric(ms(lo), n+"-share-lo-ms")
-			b.ReportMetric(ms(hi), n+"-share-hi-ms")
-			b.Logf("%s: share %.1f ms, 95%% interval of the median %.1f–%.1f: %s", n,
-				ms(percentile(share[n], 50)), ms(lo), ms(hi), verdict(lo, hi, 5*time.Millisecond))
+			reportMedian(b, n+"-share", n+": share", share[n])
 			if n == "legacy" { // issue 12: at most 5 ms over plain runc too
-				lo, hi := medianCI(extra[n])
-				b.Logf("%s: over plain runc %.1f ms, 95%% interval of the median %.1f–%.1f: %s", n,
-					ms(percentile(extra[n], 50)), ms(lo), ms(hi), verdict(lo, hi, 5*time.Millisecond))
+				reportMedian(b, "", n+": over plain runc", extra[n])
 			}
 			if !vs[n].inInit {
 				b.ReportMetric(ms(percentile(cpuShare[n], 50)), n+"-cpu-share-ms")
 			}
 		}
 		if vs[n].mountFloor != "" {
-			b.ReportMetric(ms(percentile(mshare[n], 50)), n+"-mshare-ms")
-			lo, hi := medianCI(mshare[n])
-			b.ReportMetric(ms(lo), n+"-mshare-lo-ms")
-			b.ReportMetric(ms(hi), n+"-mshare-hi-ms")
-			b.Logf("%s: share over %s %.1f ms, 95%% interval of the median %.1f–%.1f: %s", n, vs[n].mountFloor,
-				ms(percentile(mshare[n], 50)), ms(lo), ms(hi), verdict(lo, hi, 5*time.Millisecond))
+			reportMedian(b, n+"-mshare", n+": share over "+vs[n].mountFloor, mshare[n])
 		}
 	}
 
@@ -616,6 +604,22 @@ func benchCreateCDI(b *testing.B, gpus int) {
 		b.ReportMetric(float64(calls), n+"-syscalls")
 		b.ReportMetric(float64(execs), n+"-execs")
 	}
+}
+
+// reportMedian reports the median of ds and its 95% interval (medianCI) as
+// the metrics <metric>-ms, <metric>-lo-ms and <metric>-hi-ms (none for
+// metric ""), and logs what, the median, the interval and its verdict on
+// issue 12's 5 ms.
+func reportMedian(b *testing.B, metric, what string, ds []time.Duration) {
+	b.Helper()
+	med := percentile(ds, 50)
+	lo, hi := medianCI(ds)
+	if metric != "" {
+		b.ReportMetric(ms(med), metric+"-ms")
+		b.ReportMetric(ms(lo), metric+"-lo-ms")
+		b.ReportMetric(ms(hi), metric+"-hi-ms")
+	}
+	b.Logf("%s %.1f ms, 95%% interval of the median %.1f–%.1f: %s", what, ms(med), ms(lo), ms(hi), verdict(lo, hi, 5*time.Millisecond))
 }
 
 // verdict says where a median's 95% interval [lo, hi] lies against a goal
