@@ -11,7 +11,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"sigs.k8s.io/yaml"
 	cdi "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -61,13 +60,6 @@ func Marshal(spec *cdi.Spec, f Format) ([]byte, error) {
 		}
 		return append(b, '\n'), nil
 	case FormatYAML, "":
-		if usesExtensions(spec) {
-			b, err := yaml.Marshal(spec)
-			if err != nil {
-				return nil, fmt.Errorf("encode CDI spec %s as YAML: %w", spec.Kind, err)
-			}
-			return append([]byte("---\n"), b...), nil
-		}
 		w := &yamlWriter{}
 		w.spec(spec)
 		if w.err != nil {
@@ -76,16 +68,6 @@ func Marshal(spec *cdi.Spec, f Format) ([]byte, error) {
 		return w.buf.Bytes(), nil
 	}
 	return nil, fmt.Errorf("encode CDI spec: unknown format %q", f)
-}
-
-// usesExtensions reports whether spec has fields the ordered writer does not
-// write (intelRdt, netDevices); those specs go through sigs.k8s.io/yaml.
-func usesExtensions(s *cdi.Spec) bool {
-	ext := func(e *cdi.ContainerEdits) bool { return e.IntelRdt != nil || len(e.NetDevices) > 0 }
-	if ext(&s.ContainerEdits) {
-		return true
-	}
-	return slices.ContainsFunc(s.Devices, func(d cdi.Device) bool { return ext(&d.ContainerEdits) })
 }
 
 // yamlWriter writes the block-style YAML of a CDI spec.
@@ -205,7 +187,8 @@ func (w *yamlWriter) spec(s *cdi.Spec) {
 // edits writes a containerEdits block; an empty one is written as {} when
 // required (a device's) and left out otherwise.
 func (w *yamlWriter) edits(indent int, key string, e *cdi.ContainerEdits, required bool) {
-	if len(e.Env) == 0 && len(e.DeviceNodes) == 0 && len(e.Hooks) == 0 && len(e.Mounts) == 0 && len(e.AdditionalGIDs) == 0 {
+	if len(e.Env) == 0 && len(e.DeviceNodes) == 0 && len(e.NetDevices) == 0 && len(e.Hooks) == 0 && len(e.Mounts) == 0 &&
+		e.IntelRdt == nil && len(e.AdditionalGIDs) == 0 {
 		if required {
 			w.line(indent, key+": {}")
 		}
@@ -239,6 +222,13 @@ func (w *yamlWriter) edits(indent int, key string, e *cdi.ContainerEdits, requir
 			}
 		}
 	}
+	if len(e.NetDevices) > 0 {
+		w.line(in, "netDevices:")
+		for _, n := range e.NetDevices {
+			w.item(in, "hostInterfaceName", w.str(n.HostInterfaceName))
+			w.kv(in+1, "name", w.str(n.Name))
+		}
+	}
 	if len(e.Hooks) > 0 {
 		w.line(in, "hooks:")
 		for _, h := range e.Hooks {
@@ -260,6 +250,21 @@ func (w *yamlWriter) edits(indent int, key string, e *cdi.ContainerEdits, requir
 			w.kv(f, "containerPath", w.str(m.ContainerPath))
 			w.list(f, "options", m.Options)
 			w.opt(f, "type", m.Type)
+		}
+	}
+	if r := e.IntelRdt; r != nil {
+		if r.ClosID == "" && r.L3CacheSchema == "" && r.MemBwSchema == "" && len(r.Schemata) == 0 && !r.EnableMonitoring {
+			w.line(in, "intelRdt: {}")
+		} else {
+			w.line(in, "intelRdt:")
+			f := in + 1
+			w.opt(f, "closID", r.ClosID)
+			w.opt(f, "l3CacheSchema", r.L3CacheSchema)
+			w.opt(f, "memBwSchema", r.MemBwSchema)
+			w.list(f, "schemata", r.Schemata)
+			if r.EnableMonitoring {
+				w.kv(f, "enableMonitoring", "true")
+			}
 		}
 	}
 	if len(e.AdditionalGIDs) > 0 {

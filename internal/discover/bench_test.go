@@ -93,6 +93,30 @@ func BenchmarkDiscover(b *testing.B) {
 	}
 }
 
+// BenchmarkDiscoverCaps measures the Discover call the legacy runtime and the
+// --gpus hook make for a default container: the caps it asks for
+// (utility,compute) limit the libraries and binaries looked up; 1 and 8
+// GPUs, a cache of 1,000 entries.
+func BenchmarkDiscoverCaps(b *testing.B) {
+	for _, gpus := range []int{1, 8} {
+		b.Run(fmt.Sprintf("gpus=%d", gpus), func(b *testing.B) {
+			r, _ := benchRoot(b, gpus, 1000)
+			o := Options{Root: r.Path, Caps: caps.Default()}
+			if _, err := Discover(o); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				if _, err := Discover(o); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
 // BenchmarkVerify measures the check planner.Run makes after building a
 // plan (Driver.Verify): the pinned root, the kernel module's version and
 // the host files of a utility,compute container with 8 GPUs. See
