@@ -80,14 +80,7 @@ func BenchmarkDiscover(b *testing.B) {
 				if len(d.GPUs) != gpus || len(d.Libraries) < 20 {
 					b.Fatalf("root gave %d GPUs and %d libraries", len(d.GPUs), len(d.Libraries))
 				}
-				b.ReportAllocs()
-				cpu0 := cpuTime()
-				for b.Loop() {
-					if _, err := Discover(o); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+				timeDiscover(b, o)
 			})
 		}
 	}
@@ -102,19 +95,24 @@ func BenchmarkDiscoverCaps(b *testing.B) {
 		b.Run(fmt.Sprintf("gpus=%d", gpus), func(b *testing.B) {
 			r, _ := benchRoot(b, gpus, 1000)
 			o := Options{Root: r.Path, Caps: caps.Default()}
-			if _, err := Discover(o); err != nil {
-				b.Fatal(err)
+			if d, err := Discover(o); err != nil || len(d.GPUs) != gpus {
+				b.Fatalf("root gave %v, %v; want %d GPUs", d, err, gpus)
 			}
-			b.ReportAllocs()
-			cpu0 := cpuTime()
-			for b.Loop() {
-				if _, err := Discover(o); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+			timeDiscover(b, o)
 		})
 	}
+}
+
+// timeDiscover times Discover(o), reporting its allocations and CPU time.
+func timeDiscover(b *testing.B, o Options) {
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		if _, err := Discover(o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkVerify measures the check planner.Run makes after building a

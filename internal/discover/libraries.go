@@ -57,17 +57,6 @@ func (x *discoverer) libraries() error {
 	if !strings.HasPrefix(cachePath, "/") {
 		cachePath = "/" + cachePath
 	}
-	x.ldcache = x.root.host(cachePath)
-	realCache, err := x.root.resolve(cachePath)
-	if err != nil {
-		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: x.clean(unwrapPathErr(err))}
-	}
-	c, err := x.loadCache(realCache)
-	if err != nil {
-		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: x.clean(unwrapPathErr(err))}
-	}
-	x.cache = c
-
 	// Slots in NVIDIA's order: 64-bit groups, then 32-bit groups. Entries
 	// are selected by the exact architecture flag of this machine's 64-bit
 	// and 32-bit ABIs (x86-64/i386, AArch64/armhf, ppc64le), as NVIDIA does.
@@ -109,6 +98,27 @@ func (x *discoverer) libraries() error {
 			}
 		}
 	}
+
+	// The cache is read keeping only the entries of the names looked up
+	// (every slot's, and the EGL platform libraries graphics looks up): a
+	// host's cache lists thousands of other libraries.
+	x.ldcache = x.root.host(cachePath)
+	realCache, err := x.root.resolve(cachePath)
+	if err != nil {
+		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: x.clean(unwrapPathErr(err))}
+	}
+	names := make(map[string]bool, len(slots)+len(eglPlatformLibs))
+	for _, s := range slots {
+		names[s.prefix] = true
+	}
+	for _, p := range eglPlatformLibs {
+		names[p] = true
+	}
+	c, total, err := x.loadCache(realCache, func(key string) bool { return names[soPrefix(key)] })
+	if err != nil {
+		return &LdCacheError{Path: x.root.host(cachePath), Root: x.root.root, Err: x.clean(unwrapPathErr(err))}
+	}
+	x.cache = c
 
 	version := x.d.Version
 	taken := map[string]bool{}
@@ -156,7 +166,7 @@ func (x *discoverer) libraries() error {
 		x.log.Debug("selecting library", "path", real, "name", s.prefix, "class", e.Class().String())
 	}
 
-	if err := x.checkLibraryVersion(byClass[ldcache.Class64], c); err != nil {
+	if err := x.checkLibraryVersion(byClass[ldcache.Class64], total); err != nil {
 		return err
 	}
 	for name, s := range byClass[ldcache.Class64] {
@@ -200,19 +210,20 @@ func (x *discoverer) libraries() error {
 }
 
 // loadCache reads and parses the ld.so.cache at the in-root path real, as
-// hostfile.Open and ldcache.Read do for a path.
-func (x *discoverer) loadCache(real string) (*ldcache.Cache, error) {
+// hostfile.Open and ldcache.Read do for a path, keeping the entries whose
+// key keep accepts; total counts them all.
+func (x *discoverer) loadCache(real string, keep func(string) bool) (c *ldcache.Cache, total int, err error) {
 	l := x.root.loc(real)
 	f, err := hostfile.OpenAt(l.dirfd, l.name, l.host, ldcache.MaxSize)
 	if err != nil {
-		return nil, fmt.Errorf("ld.so.cache: %w", err)
+		return nil, 0, fmt.Errorf("ld.so.cache: %w", err)
 	}
 	defer f.Close()
-	c, err := ldcache.Read(f)
+	c, total, err = ldcache.ReadFiltered(f, keep)
 	if err != nil {
-		return nil, fmt.Errorf("ld.so.cache %s: %w", l.host, err)
+		return nil, 0, fmt.Errorf("ld.so.cache %s: %w", l.host, err)
 	}
-	return c, nil
+	return c, total, nil
 }
 
 // devLink returns the name of the library real's development link (libX.so
@@ -238,7 +249,7 @@ func (x *discoverer) devLink(real, soname string) string {
 // checkLibraryVersion sets LibraryVersion from the core libraries
 // (libnvidia-ml, libcuda) and reports the "Driver/library version
 // mismatch" when they exist only for another driver version.
-func (x *discoverer) checkLibraryVersion(slots64 map[string]*libSlot, c *ldcache.Cache) error {
+func (x *discoverer) checkLibraryVersion(slots64 map[string]*libSlot, entries int) error {
 	var other string
 	for _, name := range []string{"libnvidia-ml.so", "libcuda.so"} {
 		s := slots64[name]
@@ -262,7 +273,7 @@ func (x *discoverer) checkLibraryVersion(slots64 map[string]*libSlot, c *ldcache
 		}
 	}
 	x.warn("no NVIDIA driver libraries (libnvidia-ml.so, libcuda.so) in the dynamic linker cache %s (%d entries): "+
-		"is the driver's user-space installed under %s and ldconfig run?", x.ldcache, len(c.Entries), x.root.root)
+		"is the driver's user-space installed under %s and ldconfig run?", x.ldcache, entries, x.root.root)
 	return nil
 }
 

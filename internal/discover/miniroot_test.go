@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nctk/nctk/internal/caps"
 	"github.com/nctk/nctk/internal/ldcache"
 	"github.com/nctk/nctk/internal/procfs"
 )
@@ -230,6 +232,46 @@ func TestStaleLibrariesSkipped(t *testing.T) {
 	want := []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03", "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03"}
 	if got := libPaths(d, false); !equalStrings(got, want) {
 		t.Errorf("libraries %q, want %q", got, want)
+	}
+}
+
+// TestCacheOfOtherLibraries: the cache is read keeping the names looked
+// up only; the driver's libraries are found among thousands of others,
+// and a cache without them is reported with every entry counted.
+func TestCacheOfOtherLibraries(t *testing.T) {
+	others := func(n int) []ldcache.Entry {
+		var out []ldcache.Entry
+		for i := range n {
+			out = append(out, ldcache.Entry{Key: fmt.Sprintf("libother%d.so.1", i), Value: fmt.Sprintf("/usr/lib/libother%d.so.1", i), Flags: flags64})
+		}
+		return out
+	}
+	m := newMiniRoot(t)
+	m.driver("535.261.03")
+	m.cache = others(2000)
+	m.lib("/usr/lib/x86_64-linux-gnu", "libcuda", "535.261.03", 64)
+	m.cache = append(m.cache, others(3000)[2000:]...)
+	m.lib("/usr/lib/x86_64-linux-gnu", "libnvidia-ml", "535.261.03", 64)
+	m.writeCache()
+	d, err := m.discover(func(o *Options) { o.Caps = caps.Default() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.261.03", "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03"}
+	if got := libPaths(d, false); !equalStrings(got, want) {
+		t.Errorf("libraries %q, want %q", got, want)
+	}
+
+	m = newMiniRoot(t)
+	m.driver("535.261.03")
+	m.cache = others(1234)
+	m.writeCache()
+	d, err = m.discover(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(d.Warnings, func(w string) bool { return strings.Contains(w, "(1234 entries)") }) {
+		t.Errorf("warnings %q: want the cache's 1234 entries counted", d.Warnings)
 	}
 }
 

@@ -32,9 +32,22 @@ func FuzzParse(f *testing.F) {
 		if !bytes.Equal(data, orig) {
 			t.Fatal("Parse modified its input")
 		}
-		c2, err2 := parseOwned(bytes.Clone(data))
+		c2, _, err2 := parseOwned(bytes.Clone(data), nil)
 		if (err == nil) != (err2 == nil) || err != nil && err.Error() != err2.Error() {
 			t.Fatalf("Parse err %v, parseOwned err %v", err, err2)
+		}
+		// The filtered read fails as the whole one does and keeps exactly
+		// the entries its filter accepts, in file order.
+		keep := func(k string) bool { return strings.HasPrefix(k, "libc") }
+		c3, total, err3 := ReadFiltered(bytes.NewReader(data), keep)
+		if (err == nil) != (err3 == nil) || err != nil && err.Error() != err3.Error() {
+			t.Fatalf("Parse err %v, ReadFiltered err %v", err, err3)
+		}
+		if err == nil {
+			want := slices.DeleteFunc(slices.Clone(c.Entries), func(e Entry) bool { return !keep(e.Key) })
+			if !slices.Equal(c3.Entries, want) || total != len(c.Entries) || !slices.Equal(c3.HWCaps, c.HWCaps) {
+				t.Fatalf("ReadFiltered kept %d of %d entries, want %d of %d", len(c3.Entries), total, len(want), len(c.Entries))
+			}
 		}
 		if err != nil {
 			if c != nil {

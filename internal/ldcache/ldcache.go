@@ -197,7 +197,8 @@ func Parse(data []byte) (*Cache, error) {
 	}
 	// One allocation for every string in the cache: the entries' keys and
 	// values are substrings of this copy of the new section.
-	return parseNew(string(data[newOff:]), newOff)
+	c, _, err := parseNew(string(data[newOff:]), newOff, nil)
+	return c, err
 }
 
 // MaxSize bounds the cache files Load and Read accept (a cache with 100,000
@@ -212,6 +213,29 @@ var ErrTooLarge = hostfile.ErrTooLarge
 // or driver root) and parses it. If r is an *os.File it must be a regular
 // file.
 func Read(r io.Reader) (*Cache, error) {
+	data, err := readCache(r)
+	if err != nil {
+		return nil, err
+	}
+	c, _, err := parseOwned(data, nil)
+	return c, err
+}
+
+// ReadFiltered is Read keeping only the entries whose key keep accepts
+// (every entry is still checked, so a damaged cache fails as with Read);
+// total is the number of entries in the file. A caller that looks up a
+// few names in a host's cache of thousands of libraries (discovery) holds
+// those alone.
+func ReadFiltered(r io.Reader, keep func(key string) bool) (c *Cache, total int, err error) {
+	data, err := readCache(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return parseOwned(data, keep)
+}
+
+// readCache reads a cache file: a regular file of at most MaxSize bytes.
+func readCache(r io.Reader) ([]byte, error) {
 	hint := 0
 	if f, ok := r.(*os.File); ok {
 		st, err := f.Stat()
@@ -226,11 +250,7 @@ func Read(r io.Reader) (*Cache, error) {
 		}
 		hint = int(st.Size())
 	}
-	data, err := readLimited(r, hint, MaxSize)
-	if err != nil {
-		return nil, err
-	}
-	return parseOwned(data)
+	return readLimited(r, hint, MaxSize)
 }
 
 // readLimited reads r to EOF into a buffer sized for hint bytes, failing
@@ -257,18 +277,18 @@ func readLimited(r io.Reader, hint, limit int) ([]byte, error) {
 
 // parseOwned parses data that nothing else references or will modify; the
 // entries' strings alias it instead of a copy.
-func parseOwned(data []byte) (*Cache, error) {
+func parseOwned(data []byte, keep func(string) bool) (*Cache, int, error) {
 	newOff, err := locateNew(data)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	sec := data[newOff:]
 	if len(sec) == 0 {
-		return parseNew("", newOff)
+		return parseNew("", newOff, keep)
 	}
 	// data is never written again (it is owned by this call chain), so a
 	// string header over it is immutable for its whole lifetime.
-	return parseNew(unsafe.String(&sec[0], len(sec)), newOff)
+	return parseNew(unsafe.String(&sec[0], len(sec)), newOff, keep)
 }
 
 // locateNew returns the file offset of the new-format header, skipping an
@@ -302,55 +322,63 @@ func locateNew(data []byte) (int, error) {
 }
 
 // parseNew parses the new-format section sec, which starts at file offset
-// base (used in error messages only).
-func parseNew(sec string, base int) (*Cache, error) {
+// base (used in error messages only), keeping the entries whose key keep
+// accepts (every entry when keep is nil); it also returns the number of
+// entries in the section.
+func parseNew(sec string, base int, keep func(string) bool) (*Cache, int, error) {
 	if len(sec) < newHeaderSize {
-		return nil, fmt.Errorf("%w: %s header at offset %d needs %d bytes, %d left", ErrTruncated, newMagic, base, newHeaderSize, len(sec))
+		return nil, 0, fmt.Errorf("%w: %s header at offset %d needs %d bytes, %d left", ErrTruncated, newMagic, base, newHeaderSize, len(sec))
 	}
 	if v := sec[len(newMagic):len(newMagicFull)]; v != newVersion {
-		return nil, fmt.Errorf("%w: %s version %q, want %q", ErrUnsupported, newMagic, v, newVersion)
+		return nil, 0, fmt.Errorf("%w: %s version %q, want %q", ErrUnsupported, newMagic, v, newVersion)
 	}
 	if f := sec[flagsOffset]; f != endianUnset && f&endianMask != endianLittle {
-		return nil, fmt.Errorf("%w: header flags 0x%02x: not a little-endian cache", ErrUnsupported, f)
+		return nil, 0, fmt.Errorf("%w: header flags 0x%02x: not a little-endian cache", ErrUnsupported, f)
 	}
 	nlibs := uint64(le32(sec, 20))
 	lenStrings := uint64(le32(sec, 24))
 	strStart := uint64(newHeaderSize) + nlibs*newEntrySize
 	if strStart > uint64(len(sec)) {
-		return nil, fmt.Errorf("%w: entry table (%d entries) ends at byte %d, beyond end of file (%d bytes)",
+		return nil, 0, fmt.Errorf("%w: entry table (%d entries) ends at byte %d, beyond end of file (%d bytes)",
 			ErrTruncated, nlibs, uint64(base)+strStart, base+len(sec))
 	}
 	strEnd := strStart + lenStrings
 	if strEnd > uint64(len(sec)) {
-		return nil, fmt.Errorf("%w: string table (%d bytes at offset %d) ends beyond end of file (%d bytes)",
+		return nil, 0, fmt.Errorf("%w: string table (%d bytes at offset %d) ends beyond end of file (%d bytes)",
 			ErrTruncated, lenStrings, uint64(base)+strStart, base+len(sec))
 	}
 	// Offsets are relative to the new header; every string must lie in the
 	// string table and end with a NUL inside it.
 	strs := sec[:strEnd]
-	entries := make([]Entry, nlibs)
-	for i := range entries {
+	var entries []Entry
+	if keep == nil {
+		entries = make([]Entry, 0, nlibs)
+	}
+	for i := range int(nlibs) {
 		p := newHeaderSize + i*newEntrySize
 		keyOff, valOff := le32(sec, p+4), le32(sec, p+8)
 		key, ok := cstring(strs, strStart, keyOff)
 		if !ok {
-			return nil, fmt.Errorf("%w: entry %d: key offset %d outside string table [%d,%d) or not NUL-terminated",
+			return nil, 0, fmt.Errorf("%w: entry %d: key offset %d outside string table [%d,%d) or not NUL-terminated",
 				ErrOutOfRange, i, keyOff, strStart, strEnd)
 		}
 		val, ok := cstring(strs, strStart, valOff)
 		if !ok {
-			return nil, fmt.Errorf("%w: entry %d (%s): value offset %d outside string table [%d,%d) or not NUL-terminated",
+			return nil, 0, fmt.Errorf("%w: entry %d (%s): value offset %d outside string table [%d,%d) or not NUL-terminated",
 				ErrOutOfRange, i, key, valOff, strStart, strEnd)
 		}
-		entries[i] = Entry{
+		if keep != nil && !keep(key) {
+			continue
+		}
+		entries = append(entries, Entry{
 			Key:       key,
 			Value:     val,
 			Flags:     int32(le32(sec, p)),
 			OSVersion: le32(sec, p+12),
 			HWCap:     uint64(le32(sec, p+16)) | uint64(le32(sec, p+20))<<32,
-		}
+		})
 	}
-	return &Cache{Entries: entries, HWCaps: parseHWCaps(sec, base, strStart, strEnd)}, nil
+	return &Cache{Entries: entries, HWCaps: parseHWCaps(sec, base, strStart, strEnd)}, int(nlibs), nil
 }
 
 // Extension directory constants (glibc ≥ 2.33).

@@ -55,7 +55,7 @@ func TestBuildParseRoundTrip(t *testing.T) {
 			for _, parse := range []struct {
 				name string
 				fn   func([]byte) (*Cache, error)
-			}{{"Parse", Parse}, {"parseOwned", parseOwned}} {
+			}{{"Parse", Parse}, {"parseOwned", func(b []byte) (*Cache, error) { c, _, err := parseOwned(b, nil); return c, err }}} {
 				c, err := parse.fn(bytes.Clone(data))
 				if err != nil {
 					t.Fatalf("%s: %v", parse.name, err)
@@ -192,7 +192,7 @@ func TestParseErrors(t *testing.T) {
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("err = %q, want %v containing %q", err, tc.want, tc.msg)
 			}
-			if _, err2 := parseOwned(bytes.Clone(tc.data)); err2 == nil || err2.Error() != err.Error() {
+			if _, _, err2 := parseOwned(bytes.Clone(tc.data), nil); err2 == nil || err2.Error() != err.Error() {
 				t.Fatalf("parseOwned err = %v, Parse err = %v", err2, err)
 			}
 		})
