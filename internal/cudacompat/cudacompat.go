@@ -12,7 +12,7 @@ package cudacompat
 
 import (
 	"bytes"
-	"debug/elf"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +47,8 @@ const (
 	compatNoteOwner = "NVIDIA Corporation"
 	// maxCompatNote bounds that section.
 	maxCompatNote = 64 << 10
+	// shtNote is the ELF section type of notes (SHT_NOTE).
+	shtNote = 7
 )
 
 // Select returns the container path of the image's compat libcuda in dir
@@ -138,7 +140,11 @@ func newer(r *rootfs.Root, lib, hostDriver, hostCuda string, log *slog.Logger) (
 		return false, fmt.Errorf("CUDA compat library: %w", err)
 	}
 	defer f.Close()
-	note, err := readCompatNote(f)
+	st, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("CUDA compat library: %w", err)
+	}
+	note, err := readCompatNote(f, st.Size())
 	if err != nil {
 		log.Warn("cannot read the CUDA compat library's ELF note", "lib", lib, "error", err)
 	}
@@ -151,30 +157,32 @@ type compatInfo struct {
 	Driver      []int  `json:"Driver"`
 }
 
-// readCompatNote reads compatNote from the ELF file f (its section headers
-// and that section only); nil without one, or when its owner is not
-// NVIDIA's.
-func readCompatNote(f io.ReaderAt) (*compatInfo, error) {
-	ef, err := elf.NewFile(f)
+// readCompatNote reads compatNote from the ELF file f of size bytes (its
+// section headers and that section only); nil without one, or when its
+// owner is not NVIDIA's.
+func readCompatNote(f io.ReaderAt, size int64) (*compatInfo, error) {
+	s, found, err := ldcache.FindSection(f, size, compatNote)
 	if err != nil {
 		return nil, err
 	}
-	s := ef.Section(compatNote)
-	if s == nil || s.Type != elf.SHT_NOTE {
+	if !found || s.Type != shtNote {
 		return nil, nil
 	}
 	if s.Size > maxCompatNote {
 		return nil, fmt.Errorf("%s: %d bytes, limit %d", compatNote, s.Size, maxCompatNote)
 	}
-	data, err := s.Data()
-	if err != nil {
-		return nil, err
+	if s.Offset > uint64(size) || s.Size > uint64(size)-s.Offset {
+		return nil, fmt.Errorf("%s: section outside the file", compatNote)
+	}
+	data := make([]byte, s.Size)
+	if _, err := f.ReadAt(data, int64(s.Offset)); err != nil {
+		return nil, fmt.Errorf("%s: %w", compatNote, err)
 	}
 	if len(data) < 12 {
 		return nil, fmt.Errorf("%s: truncated note", compatNote)
 	}
-	nameSize := uint64(ef.ByteOrder.Uint32(data[0:]))
-	descSize := uint64(ef.ByteOrder.Uint32(data[4:]))
+	nameSize := uint64(binary.LittleEndian.Uint32(data[0:]))
+	descSize := uint64(binary.LittleEndian.Uint32(data[4:]))
 	if nameSize == 0 || descSize == 0 || nameSize > uint64(len(data)) || descSize > uint64(len(data)) {
 		return nil, nil
 	}

@@ -30,7 +30,7 @@ func TestReadCompatNote(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := readCompatNote(bytes.NewReader(tc.data))
+			got, err := readCompatNote(bytes.NewReader(tc.data), int64(len(tc.data)))
 			if (err != nil) != tc.err {
 				t.Fatalf("err = %v, want error %v", err, tc.err)
 			}
@@ -113,7 +113,7 @@ func FuzzReadCompatNote(f *testing.F) {
 	f.Add(compattest.NoteELF("", "", "", 4))
 	f.Add([]byte("\x7fELF"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		readCompatNote(bytes.NewReader(data))
+		readCompatNote(bytes.NewReader(data), int64(len(data)))
 	})
 }
 

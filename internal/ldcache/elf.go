@@ -447,3 +447,119 @@ func eachNote(b []byte, descAlign uint64, f func(name []byte, typ uint32, desc [
 }
 
 func align4(n uint64) uint64 { return (n + 3) &^ 3 }
+
+// ELF section-header constants used by FindSection.
+const (
+	shtStrtab     = 3
+	shnXIndex     = 0xffff // e_shstrndx: the index is in section 0's sh_link
+	maxShdrBytes  = 4 << 20
+	maxSectionTab = 1 << 20 // the section-name string table read
+)
+
+// Section is the header of an ELF section: its type (sh_type: 7 for
+// SHT_NOTE), where its bytes lie in the file and its alignment.
+type Section struct {
+	Type      uint32
+	Offset    uint64
+	Size      uint64
+	Addralign uint64
+}
+
+// FindSection returns the header of the first section named name in the
+// little-endian ELF object r of size bytes (any type, either class); found
+// is false when there is none. It reads the ELF header, the section header
+// table and the section-name string table, each bounds-checked against
+// size, and no section's contents: the caller reads what it needs, within
+// the limit it sets.
+func FindSection(r io.ReaderAt, size int64, name string) (s Section, found bool, err error) {
+	var ident [64]byte
+	if size < 52 {
+		return Section{}, false, fmt.Errorf("%w: %d bytes", ErrNotLibrary, size)
+	}
+	if _, err := r.ReadAt(ident[:min(int64(len(ident)), size)], 0); err != nil && err != io.EOF {
+		return Section{}, false, fmt.Errorf("read ELF header: %w", err)
+	}
+	if string(ident[:4]) != "\x7fELF" || ident[5] != elfDataLSB {
+		return Section{}, false, fmt.Errorf("%w: not a little-endian ELF object", ErrNotLibrary)
+	}
+	le := binary.LittleEndian
+	var shoff, shentsize, shnum, shstrndx, shmin uint64
+	switch ident[4] {
+	case elfClass32:
+		shoff = uint64(le.Uint32(ident[32:]))
+		shentsize, shnum, shstrndx, shmin = uint64(le.Uint16(ident[46:])), uint64(le.Uint16(ident[48:])), uint64(le.Uint16(ident[50:])), 40
+	case elfClass64:
+		if size < 64 {
+			return Section{}, false, fmt.Errorf("%w: truncated ELF64 header", ErrNotLibrary)
+		}
+		shoff = le.Uint64(ident[40:])
+		shentsize, shnum, shstrndx, shmin = uint64(le.Uint16(ident[58:])), uint64(le.Uint16(ident[60:])), uint64(le.Uint16(ident[62:])), 64
+	default:
+		return Section{}, false, fmt.Errorf("%w: ELF class %d", ErrNotLibrary, ident[4])
+	}
+	if shoff == 0 {
+		return Section{}, false, nil // no section header table
+	}
+	if shentsize < shmin || shoff > uint64(size) {
+		return Section{}, false, fmt.Errorf("%w: bad section header table", ErrNotLibrary)
+	}
+	// header returns section i's header: name offset, type, offset, size,
+	// link, alignment.
+	header := func(b []byte) (nameOff, typ uint32, off, sz uint64, link uint32, align uint64) {
+		if ident[4] == elfClass32 {
+			return le.Uint32(b), le.Uint32(b[4:]), uint64(le.Uint32(b[16:])), uint64(le.Uint32(b[20:])), le.Uint32(b[24:]), uint64(le.Uint32(b[32:]))
+		}
+		return le.Uint32(b), le.Uint32(b[4:]), le.Uint64(b[24:]), le.Uint64(b[32:]), le.Uint32(b[40:]), le.Uint64(b[48:])
+	}
+	if shnum == 0 || shstrndx == shnXIndex {
+		// Extended numbering: section 0 holds the count (sh_size) and the
+		// string table's index (sh_link).
+		if shentsize > uint64(size)-shoff {
+			return Section{}, false, fmt.Errorf("%w: bad section header table", ErrNotLibrary)
+		}
+		first := make([]byte, shentsize)
+		if _, err := r.ReadAt(first, int64(shoff)); err != nil {
+			return Section{}, false, fmt.Errorf("read section headers: %w", err)
+		}
+		_, _, _, n, link, _ := header(first)
+		if shnum == 0 {
+			shnum = n
+		}
+		if shstrndx == shnXIndex {
+			shstrndx = uint64(link)
+		}
+	}
+	if shnum == 0 {
+		return Section{}, false, nil
+	}
+	tab := shentsize * shnum
+	if shnum > maxShdrBytes/shentsize || tab > uint64(size)-shoff || shstrndx >= shnum {
+		return Section{}, false, fmt.Errorf("%w: bad section header table", ErrNotLibrary)
+	}
+	sh := make([]byte, tab)
+	if _, err := r.ReadAt(sh, int64(shoff)); err != nil {
+		return Section{}, false, fmt.Errorf("read section headers: %w", err)
+	}
+	_, strType, strOff, strSize, _, _ := header(sh[shstrndx*shentsize:])
+	if strType != shtStrtab {
+		return Section{}, false, fmt.Errorf("%w: section-name table of type %d", ErrNotLibrary, strType)
+	}
+	if strOff > uint64(size) || strSize > uint64(size)-strOff {
+		return Section{}, false, fmt.Errorf("%w: section-name table outside the file", ErrNotLibrary)
+	}
+	strs := make([]byte, min(strSize, maxSectionTab))
+	if _, err := r.ReadAt(strs, int64(strOff)); err != nil {
+		return Section{}, false, fmt.Errorf("read section names: %w", err)
+	}
+	for i := range shnum {
+		nameOff, typ, off, sz, _, align := header(sh[i*shentsize:])
+		if uint64(nameOff) >= uint64(len(strs)) {
+			continue
+		}
+		n := strs[nameOff:]
+		if end := bytes.IndexByte(n, 0); end >= 0 && string(n[:end]) == name {
+			return Section{Type: typ, Offset: off, Size: sz, Addralign: align}, true, nil
+		}
+	}
+	return Section{}, false, nil
+}
