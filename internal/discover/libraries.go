@@ -209,9 +209,9 @@ func (x *discoverer) libraries() error {
 	return nil
 }
 
-// loadCache reads and parses the ld.so.cache at the in-root path real, as
-// hostfile.Open and ldcache.Read do for a path, keeping the entries whose
-// key keep accepts; total counts them all.
+// loadCache reads and parses the ld.so.cache at the in-root path real (as
+// hostfile.Open and ldcache.ReadFiltered do for a path), keeping the
+// entries whose key keep accepts; total counts them all.
 func (x *discoverer) loadCache(real string, keep func(string) bool) (c *ldcache.Cache, total int, err error) {
 	l := x.root.loc(real)
 	f, err := hostfile.OpenAt(l.dirfd, l.name, l.host, ldcache.MaxSize)

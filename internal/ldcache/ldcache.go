@@ -201,7 +201,7 @@ func Parse(data []byte) (*Cache, error) {
 	return c, err
 }
 
-// MaxSize bounds the cache files Load and Read accept (a cache with 100,000
+// MaxSize bounds the cache files ReadFiltered accepts (a cache with 100,000
 // entries takes about 10 MiB). A larger file is refused from its size,
 // before anything is read.
 const MaxSize = hostfile.MaxLdCache
@@ -209,23 +209,13 @@ const MaxSize = hostfile.MaxLdCache
 // ErrTooLarge: the file is larger than MaxSize.
 var ErrTooLarge = hostfile.ErrTooLarge
 
-// Read reads a cache from r (for example a file opened inside a container
-// or driver root) and parses it. If r is an *os.File it must be a regular
-// file.
-func Read(r io.Reader) (*Cache, error) {
-	data, err := readCache(r)
-	if err != nil {
-		return nil, err
-	}
-	c, _, err := parseOwned(data, nil)
-	return c, err
-}
-
-// ReadFiltered is Read keeping only the entries whose key keep accepts
-// (every entry is still checked, so a damaged cache fails as with Read);
-// total is the number of entries in the file. A caller that looks up a
-// few names in a host's cache of thousands of libraries (discovery) holds
-// those alone.
+// ReadFiltered reads a cache from r (for example a file opened inside a
+// container or driver root; an *os.File must be a regular file) and parses
+// it, keeping only the entries whose key keep accepts (every entry with a
+// nil keep). Every entry is checked whatever keep says, so a damaged cache
+// fails as with Parse; total is the number of entries in the file. A
+// caller that looks up a few names in a host's cache of thousands of
+// libraries (discovery) holds those alone.
 func ReadFiltered(r io.Reader, keep func(key string) bool) (c *Cache, total int, err error) {
 	data, err := readCache(r)
 	if err != nil {

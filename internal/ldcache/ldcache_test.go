@@ -376,12 +376,12 @@ func (failing) Read([]byte) (int, error) { return 0, errors.New("disk on fire") 
 func TestRead(t *testing.T) {
 	data := BuildFormat(sample(), FormatCompat)
 	// A plain reader, read in small pieces.
-	c, err := Read(iotest.OneByteReader(bytes.NewReader(data)))
+	c, _, err := ReadFiltered(iotest.OneByteReader(bytes.NewReader(data)), nil)
 	if err != nil || !slices.Equal(c.Entries, sample()) {
-		t.Fatalf("Read(one byte at a time) = %v, %v", c, err)
+		t.Fatalf("ReadFiltered(one byte at a time) = %v, %v", c, err)
 	}
-	if _, err := Read(failing{}); err == nil || !strings.Contains(err.Error(), "disk on fire") {
-		t.Errorf("Read(failing) err = %v", err)
+	if _, _, err := ReadFiltered(failing{}, nil); err == nil || !strings.Contains(err.Error(), "disk on fire") {
+		t.Errorf("ReadFiltered(failing) err = %v", err)
 	}
 	if _, err := readLimited(zeros{}, 0, 4096); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("readLimited(endless) err = %v", err)

@@ -17,7 +17,7 @@ func Load(path string) (*Cache, error) {
 		return nil, fmt.Errorf("ld.so.cache: %w", err)
 	}
 	defer f.Close()
-	c, err := Read(f)
+	c, _, err := ReadFiltered(f, nil)
 	if err != nil {
 		return nil, fmt.Errorf("ld.so.cache %s: %w", path, err)
 	}
