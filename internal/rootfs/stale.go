@@ -5,26 +5,57 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// staleTemp matches the names of the temporary files WriteFile (createTemp)
-// and Symlink (replaceSymlink) create next to their destination:
-// ".<name>.nctk-<pid>-<n>" and ".<name>.nctk-link-<pid>-<n>", those a
-// Rollback of WriteFile creates (".<name>.nctk-<pid>-u<n>"), and the old
-// object ForceSymlink keeps until Commit (".<name>.nctk-old-<pid>-<n>").
-var staleTemp = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`^\..+\.nctk-(?:link-|old-)?([0-9]+)-u?[0-9]+$`)
-})
+// stalePID returns the process ID in the name of a temporary file that
+// WriteFile (createTemp) or Symlink (replaceSymlink) creates next to its
+// destination — ".<name>.nctk-<pid>-<n>" and ".<name>.nctk-link-<pid>-<n>",
+// those a Rollback of WriteFile creates (".<name>.nctk-<pid>-u<n>"), and
+// the old object ForceSymlink keeps until Commit
+// (".<name>.nctk-old-<pid>-<n>") — and whether name is one: the names
+// `^\..+\.nctk-(?:link-|old-)?([0-9]+)-u?[0-9]+$` matches, the last
+// marker that fits taking the ID.
+func stalePID(name string) (int, bool) {
+	if !strings.HasPrefix(name, ".") {
+		return 0, false
+	}
+	for end := len(name); ; {
+		i := strings.LastIndex(name[:end], tempMarker)
+		if i < 2 { // "." and at least one character before the marker
+			return 0, false
+		}
+		end = i + len(tempMarker) - 1 // an earlier marker may overlap this one's start
+		rest := name[i+len(tempMarker):]
+		if r, ok := strings.CutPrefix(rest, "link-"); ok {
+			rest = r
+		} else if r, ok := strings.CutPrefix(rest, "old-"); ok {
+			rest = r
+		}
+		pid, n, ok := strings.Cut(rest, "-")
+		n = strings.TrimPrefix(n, "u")
+		if ok && allDigits(pid) && allDigits(n) {
+			id, err := strconv.Atoi(pid)
+			return id, err == nil
+		}
+	}
+}
 
-// tempMarker is in every name staleTemp matches: names without it are
-// skipped before the expression is compiled or run (each create lists the
-// directories it writes into).
+// allDigits reports whether s is one or more ASCII digits.
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// tempMarker is in every name stalePID accepts: names without it are
+// skipped at once (each create lists the directories it writes into).
 const tempMarker = ".nctk-"
 
 // staleScan is what a Root's removal of earlier runs' temporaries did: the
@@ -103,12 +134,8 @@ func (r *Root) removeStaleAt(fd int, cp string) ([]string, error) {
 		if !strings.Contains(n, tempMarker) {
 			continue
 		}
-		m := staleTemp().FindStringSubmatch(n)
-		if m == nil {
-			continue
-		}
-		pid, err := strconv.Atoi(m[1])
-		if err != nil || pid == self || processExists(pid) {
+		pid, ok := stalePID(n)
+		if !ok || pid == self || processExists(pid) {
 			continue
 		}
 		var st unix.Stat_t

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"syscall"
@@ -278,4 +279,40 @@ func TestSymlinkResolvesDirOnce(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, "usr/lib/l2")); err != nil {
 		t.Errorf("after Commit, the link went to the old directory: %v", err)
 	}
+}
+
+// staleRE is the names stalePID accepts, as an expression: the tests'
+// oracle.
+var staleRE = regexp.MustCompile(`^\..+\.nctk-(?:link-|old-)?([0-9]+)-u?[0-9]+$`)
+
+// checkStalePID compares stalePID with staleRE on name.
+func checkStalePID(t *testing.T, name string) {
+	t.Helper()
+	pid, ok := stalePID(name)
+	m := staleRE.FindStringSubmatch(name)
+	want, err := 0, error(nil)
+	if m != nil {
+		want, err = strconv.Atoi(m[1])
+	}
+	if ok != (m != nil && err == nil) || ok && pid != want {
+		t.Errorf("stalePID(%q) = %d, %v; the expression gives %v", name, pid, ok, m)
+	}
+}
+
+func TestStalePID(t *testing.T) {
+	for _, n := range []string{
+		".libcuda.so.1.nctk-123-4", ".ld.so.cache.nctk-123-u4", ".libcuda.so.nctk-link-77-0", ".x.nctk-old-9-1",
+		".x.nctk-link-old-9-1", "x.nctk-1-2", "..nctk-1-2", ".a.nctk-1-", ".a.nctk--2", ".a.nctk-1-u", ".a.nctk-1-2x",
+		".a.nctk-1-2.nctk-3-4", ".a.nctk-3-4.nctk-x", ".a.nctk-.nctk-5-6", ".a.nctk-99999999999999999999-1",
+		".a.nctk-link-1-u2", ".a.nctk-u1-2", ".a.nctk-1-uu2", ".a.nctk-١-2", "",
+	} {
+		checkStalePID(t, n)
+	}
+}
+
+func FuzzStalePID(f *testing.F) {
+	for _, n := range []string{".libcuda.so.1.nctk-123-4", ".x.nctk-old-9-u1", ".a.nctk-.nctk-5-6", ".a.nctk-link-1-2.nctk-x"} {
+		f.Add(n)
+	}
+	f.Fuzz(func(t *testing.T, name string) { checkStalePID(t, name) })
 }
