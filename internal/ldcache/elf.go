@@ -452,6 +452,7 @@ func align4(n uint64) uint64 { return (n + 3) &^ 3 }
 const (
 	shtStrtab     = 3
 	shnXIndex     = 0xffff // e_shstrndx: the index is in section 0's sh_link
+	shnLoReserve  = 0xff00 // the first value e_shnum and e_shstrndx cannot hold
 	maxShdrBytes  = 4 << 20
 	maxSectionTab = 1 << 20 // the section-name string table read
 )
@@ -511,9 +512,11 @@ func FindSection(r io.ReaderAt, size int64, name string) (s Section, found bool,
 		}
 		return le.Uint32(b), le.Uint32(b[4:]), le.Uint64(b[24:]), le.Uint64(b[32:]), le.Uint32(b[40:]), le.Uint64(b[48:])
 	}
-	if shnum == 0 || shstrndx == shnXIndex {
-		// Extended numbering: section 0 holds the count (sh_size) and the
-		// string table's index (sh_link).
+	if shnum == 0 {
+		// Extended numbering (0xff00 sections or more): section 0 holds
+		// the count (sh_size) and, with e_shstrndx SHN_XINDEX, the name
+		// table's index (sh_link). Values the header's 16 bits could have
+		// held are refused there, as debug/elf refuses them.
 		if shentsize > uint64(size)-shoff {
 			return Section{}, false, fmt.Errorf("%w: bad section header table", ErrNotLibrary)
 		}
@@ -522,15 +525,14 @@ func FindSection(r io.ReaderAt, size int64, name string) (s Section, found bool,
 			return Section{}, false, fmt.Errorf("read section headers: %w", err)
 		}
 		_, _, _, n, link, _ := header(first)
-		if shnum == 0 {
-			shnum = n
+		if shnum = n; shnum < shnLoReserve {
+			return Section{}, false, fmt.Errorf("%w: bad extended section count %d", ErrNotLibrary, shnum)
 		}
 		if shstrndx == shnXIndex {
-			shstrndx = uint64(link)
+			if shstrndx = uint64(link); shstrndx < shnLoReserve {
+				return Section{}, false, fmt.Errorf("%w: bad extended name table index %d", ErrNotLibrary, shstrndx)
+			}
 		}
-	}
-	if shnum == 0 {
-		return Section{}, false, nil
 	}
 	tab := shentsize * shnum
 	if shnum > maxShdrBytes/shentsize || tab > uint64(size)-shoff || shstrndx >= shnum {

@@ -54,6 +54,32 @@ func TestFindSection(t *testing.T) {
 	}
 	note := sectionSeeds(t)["note"]
 	le := binary.LittleEndian
+	// Extended numbering: the count in section 0's sh_size, the name
+	// table's index in its sh_link — refused, as by debug/elf, when the
+	// header's 16 bits could have held them.
+	shoff := le.Uint64(note[40:])
+	for _, tc := range []struct {
+		name  string
+		patch func(b []byte)
+	}{
+		{"a small count in section 0", func(b []byte) { le.PutUint16(b[60:], 0); le.PutUint64(b[shoff+32:], 3) }},
+		{"a small name table index in section 0", func(b []byte) {
+			le.PutUint16(b[60:], 0)
+			le.PutUint64(b[shoff+32:], 0xff00)
+			le.PutUint16(b[62:], 0xffff)
+			le.PutUint32(b[shoff+40:], 1)
+		}},
+		{"a name table index beyond the count", func(b []byte) { le.PutUint16(b[62:], 0xffff) }},
+	} {
+		b := bytes.Clone(note)
+		tc.patch(b)
+		if _, err := elf.NewFile(bytes.NewReader(b)); err == nil {
+			t.Fatalf("%s: debug/elf reads it", tc.name)
+		}
+		if _, found, err := FindSection(bytes.NewReader(b), int64(len(b)), ".note.cuda.fwd_compatibility"); err == nil || found {
+			t.Errorf("%s: found %v, err %v; want an error", tc.name, found, err)
+		}
+	}
 	for _, tc := range []struct {
 		name  string
 		patch func(b []byte) []byte
