@@ -25,7 +25,9 @@ func stalePID(name string) (int, bool) {
 	}
 	for end := len(name); ; {
 		i := strings.LastIndex(name[:end], tempMarker)
-		if i < 2 { // "." and at least one character before the marker
+		if i < 2 || strings.IndexByte(name[1:i], '\n') >= 0 {
+			// "." and at least one character before the marker, none a
+			// newline (which the expression's "." does not match)
 			return 0, false
 		}
 		end = i + len(tempMarker) - 1 // an earlier marker may overlap this one's start

@@ -304,7 +304,7 @@ func TestStalePID(t *testing.T) {
 		".libcuda.so.1.nctk-123-4", ".ld.so.cache.nctk-123-u4", ".libcuda.so.nctk-link-77-0", ".x.nctk-old-9-1",
 		".x.nctk-link-old-9-1", "x.nctk-1-2", "..nctk-1-2", ".a.nctk-1-", ".a.nctk--2", ".a.nctk-1-u", ".a.nctk-1-2x",
 		".a.nctk-1-2.nctk-3-4", ".a.nctk-3-4.nctk-x", ".a.nctk-.nctk-5-6", ".a.nctk-99999999999999999999-1",
-		".a.nctk-link-1-u2", ".a.nctk-u1-2", ".a.nctk-1-uu2", ".a.nctk-١-2", "",
+		".a.nctk-link-1-u2", ".a.nctk-u1-2", ".a.nctk-1-uu2", ".a.nctk-١-2", ".\n.nctk-0-0", ".a\nb.nctk-1-2", ".a.nctk-1-2\n", "\n.a.nctk-1-2", "",
 	} {
 		checkStalePID(t, n)
 	}
