@@ -28,5 +28,8 @@ func TestLean(t *testing.T) {
 		"github.com/nctk/nctk/internal/cli/ctk",
 		"github.com/nctk/nctk/internal/cli/runtime",
 		"github.com/nctk/nctk/internal/cli/nvdocker",
+		// Its initialisers (and the unicode tables it keeps) cost every
+		// start (docs/benchmarks.md, twenty-second session).
+		"regexp",
 	)
 }
