@@ -80,39 +80,47 @@ func readSharedObject(r io.ReaderAt, size int64) (elfObject, error) {
 	return o, err
 }
 
+// readELFHeader reads the ELF header of the object r of size bytes (the
+// first 64 bytes, fewer for a small ELF32 object) and checks what every
+// reader here needs: the magic, little-endian data and a known class with
+// its whole header inside size.
+func readELFHeader(r io.ReaderAt, size int64) (ident [64]byte, err error) {
+	if size < 52 {
+		return ident, fmt.Errorf("%w: %d bytes", ErrNotLibrary, size)
+	}
+	if _, err := r.ReadAt(ident[:min(int64(len(ident)), size)], 0); err != nil && err != io.EOF {
+		return ident, fmt.Errorf("read ELF header: %w", err)
+	}
+	switch {
+	case string(ident[:4]) != "\x7fELF":
+		return ident, fmt.Errorf("%w: no ELF magic", ErrNotLibrary)
+	case ident[5] != elfDataLSB:
+		return ident, fmt.Errorf("%w: not little-endian", ErrNotLibrary)
+	case ident[4] != elfClass32 && ident[4] != elfClass64:
+		return ident, fmt.Errorf("%w: ELF class %d", ErrNotLibrary, ident[4])
+	case ident[4] == elfClass64 && size < 64:
+		return ident, fmt.Errorf("%w: truncated ELF64 header", ErrNotLibrary)
+	}
+	return ident, nil
+}
+
 // readELF reads the ELF header and the program headers of a little-endian
 // ELF object of size bytes (of any type). Every offset is bounds-checked
 // against size.
 func readELF(r io.ReaderAt, size int64) (elfObject, error) {
-	var ident [64]byte
-	if size < 52 {
-		return elfObject{}, fmt.Errorf("%w: %d bytes", ErrNotLibrary, size)
-	}
-	n := min(int64(len(ident)), size)
-	if _, err := r.ReadAt(ident[:n], 0); err != nil && err != io.EOF {
-		return elfObject{}, fmt.Errorf("read ELF header: %w", err)
-	}
-	if string(ident[:4]) != "\x7fELF" {
-		return elfObject{}, fmt.Errorf("%w: no ELF magic", ErrNotLibrary)
-	}
-	if ident[5] != elfDataLSB {
-		return elfObject{}, fmt.Errorf("%w: not little-endian", ErrNotLibrary)
+	ident, err := readELFHeader(r, size)
+	if err != nil {
+		return elfObject{}, err
 	}
 	le := binary.LittleEndian
 	o := elfObject{class: ident[4], typ: le.Uint16(ident[16:]), machine: le.Uint16(ident[18:])}
 	var phoff, phentsize, phnum, phmin uint64
-	switch o.class {
-	case elfClass32:
+	if o.class == elfClass32 {
 		phoff = uint64(le.Uint32(ident[28:]))
 		phentsize, phnum, phmin = uint64(le.Uint16(ident[42:])), uint64(le.Uint16(ident[44:])), 32
-	case elfClass64:
-		if size < 64 {
-			return elfObject{}, fmt.Errorf("%w: truncated ELF64 header", ErrNotLibrary)
-		}
+	} else {
 		phoff = le.Uint64(ident[32:])
 		phentsize, phnum, phmin = uint64(le.Uint16(ident[54:])), uint64(le.Uint16(ident[56:])), 56
-	default:
-		return elfObject{}, fmt.Errorf("%w: ELF class %d", ErrNotLibrary, o.class)
 	}
 	phBytes := phentsize * phnum
 	if phentsize < phmin || phBytes > maxPhdrBytes || phoff > uint64(size) || phBytes > uint64(size)-phoff {
@@ -473,30 +481,18 @@ type Section struct {
 // size, and no section's contents: the caller reads what it needs, within
 // the limit it sets.
 func FindSection(r io.ReaderAt, size int64, name string) (s Section, found bool, err error) {
-	var ident [64]byte
-	if size < 52 {
-		return Section{}, false, fmt.Errorf("%w: %d bytes", ErrNotLibrary, size)
-	}
-	if _, err := r.ReadAt(ident[:min(int64(len(ident)), size)], 0); err != nil && err != io.EOF {
-		return Section{}, false, fmt.Errorf("read ELF header: %w", err)
-	}
-	if string(ident[:4]) != "\x7fELF" || ident[5] != elfDataLSB {
-		return Section{}, false, fmt.Errorf("%w: not a little-endian ELF object", ErrNotLibrary)
+	ident, err := readELFHeader(r, size)
+	if err != nil {
+		return Section{}, false, err
 	}
 	le := binary.LittleEndian
 	var shoff, shentsize, shnum, shstrndx, shmin uint64
-	switch ident[4] {
-	case elfClass32:
+	if ident[4] == elfClass32 {
 		shoff = uint64(le.Uint32(ident[32:]))
 		shentsize, shnum, shstrndx, shmin = uint64(le.Uint16(ident[46:])), uint64(le.Uint16(ident[48:])), uint64(le.Uint16(ident[50:])), 40
-	case elfClass64:
-		if size < 64 {
-			return Section{}, false, fmt.Errorf("%w: truncated ELF64 header", ErrNotLibrary)
-		}
+	} else {
 		shoff = le.Uint64(ident[40:])
 		shentsize, shnum, shstrndx, shmin = uint64(le.Uint16(ident[58:])), uint64(le.Uint16(ident[60:])), uint64(le.Uint16(ident[62:])), 64
-	default:
-		return Section{}, false, fmt.Errorf("%w: ELF class %d", ErrNotLibrary, ident[4])
 	}
 	if shoff == 0 {
 		return Section{}, false, nil // no section header table
