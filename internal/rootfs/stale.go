@@ -17,33 +17,28 @@ import (
 // those a Rollback of WriteFile creates (".<name>.nctk-<pid>-u<n>"), and
 // the old object ForceSymlink keeps until Commit
 // (".<name>.nctk-old-<pid>-<n>") — and whether name is one: the names
-// `^\..+\.nctk-(?:link-|old-)?([0-9]+)-u?[0-9]+$` matches, the last
-// marker that fits taking the ID.
+// `^\..+\.nctk-(?:link-|old-)?([0-9]+)-u?[0-9]+$` matches.
 func stalePID(name string) (int, bool) {
-	if !strings.HasPrefix(name, ".") {
+	// Only the last marker can fit: what follows an earlier one holds the
+	// last one's ".", which the digits after a marker never do.
+	i := strings.LastIndex(name, tempMarker)
+	if i < 2 || name[0] != '.' || strings.IndexByte(name[1:i], '\n') >= 0 {
+		// "." and at least one character before the marker, none a
+		// newline (which the expression's "." does not match)
 		return 0, false
 	}
-	for end := len(name); ; {
-		i := strings.LastIndex(name[:end], tempMarker)
-		if i < 2 || strings.IndexByte(name[1:i], '\n') >= 0 {
-			// "." and at least one character before the marker, none a
-			// newline (which the expression's "." does not match)
-			return 0, false
-		}
-		end = i + len(tempMarker) - 1 // an earlier marker may overlap this one's start
-		rest := name[i+len(tempMarker):]
-		if r, ok := strings.CutPrefix(rest, "link-"); ok {
-			rest = r
-		} else if r, ok := strings.CutPrefix(rest, "old-"); ok {
-			rest = r
-		}
-		pid, n, ok := strings.Cut(rest, "-")
-		n = strings.TrimPrefix(n, "u")
-		if ok && allDigits(pid) && allDigits(n) {
-			id, err := strconv.Atoi(pid)
-			return id, err == nil
-		}
+	rest := name[i+len(tempMarker):]
+	if r, ok := strings.CutPrefix(rest, "link-"); ok {
+		rest = r
+	} else if r, ok := strings.CutPrefix(rest, "old-"); ok {
+		rest = r
 	}
+	pid, n, ok := strings.Cut(rest, "-")
+	if !ok || !allDigits(pid) || !allDigits(strings.TrimPrefix(n, "u")) {
+		return 0, false
+	}
+	id, err := strconv.Atoi(pid)
+	return id, err == nil
 }
 
 // allDigits reports whether s is one or more ASCII digits.
@@ -56,8 +51,7 @@ func allDigits(s string) bool {
 	return s != ""
 }
 
-// tempMarker is in every name stalePID accepts: names without it are
-// skipped at once (each create lists the directories it writes into).
+// tempMarker is in every name stalePID accepts.
 const tempMarker = ".nctk-"
 
 // staleScan is what a Root's removal of earlier runs' temporaries did: the
@@ -133,9 +127,6 @@ func (r *Root) removeStaleAt(fd int, cp string) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, n := range names {
-		if !strings.Contains(n, tempMarker) {
-			continue
-		}
 		pid, ok := stalePID(n)
 		if !ok || pid == self || processExists(pid) {
 			continue
